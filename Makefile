@@ -1,0 +1,85 @@
+# deepinfer build. One Makefile, no generated config:
+#   make            build/deepinfer (optimised)
+#   make test       every test: unit tests under ASan+UBSan, reference and conformance suites
+#   make bench      benchmarks (figures and their fraction of the machine's limits)
+#   make run        build, make the default model if missing, and generate from it
+# Files named *_avx2.c are compiled with AVX2/FMA/F16C enabled and are only
+# entered through runtime CPU-feature dispatch; everything else is portable x86-64.
+
+CC      ?= cc
+BUILD   ?= build
+PY      := /usr/bin/python3
+CSTD    := -std=c11 -D_GNU_SOURCE -pthread
+WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
+INC     := -Isrc -Itests/unit
+OPT     ?= -O2 -g
+SANFL   := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LIBS    := -ljansson -lpcre2-8 -lxxhash -lutf8proc -lm
+AVX2FL  := -mavx2 -mfma -mf16c
+
+LIB_SRC  := $(sort $(shell find src -name '*.c' ! -path 'src/cli/*'))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/unit/*.c))
+HDRS     := $(shell find src tests/unit -name '*.h')
+
+obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
+ISA = $(if $(findstring _avx2,$(1)),$(AVX2FL))
+
+DEPS_OK := $(BUILD)/.deps-ok
+
+.PHONY: all test bench run models clean format format-check asan
+all: $(BUILD)/deepinfer
+
+$(DEPS_OK): scripts/deps.sh
+	@mkdir -p $(BUILD)
+	@scripts/deps.sh
+	@touch $@
+
+# --- optimised build -------------------------------------------------------
+$(BUILD)/obj/%.o: %.c $(HDRS) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(WARN) $(INC) $(OPT) $(call ISA,$<) -c $< -o $@
+
+$(BUILD)/deepinfer: $(call obj,$(BUILD),$(LIB_SRC) $(CLI_SRC))
+	$(CC) $(OPT) -pthread $^ -o $@ $(LIBS)
+
+$(BUILD)/test_unit: $(call obj,$(BUILD),$(LIB_SRC) $(TEST_SRC))
+	$(CC) $(OPT) -pthread $^ -o $@ $(LIBS)
+
+# --- sanitised build (ASan + UBSan) ----------------------------------------
+$(BUILD)/asan/obj/%.o: %.c $(HDRS) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(WARN) $(INC) $(SANFL) $(call ISA,$<) -c $< -o $@
+
+$(BUILD)/asan/deepinfer: $(call obj,$(BUILD)/asan,$(LIB_SRC) $(CLI_SRC))
+	$(CC) $(SANFL) -pthread $^ -o $@ $(LIBS)
+
+$(BUILD)/asan/test_unit: $(call obj,$(BUILD)/asan,$(LIB_SRC) $(TEST_SRC))
+	$(CC) $(SANFL) -pthread $^ -o $@ $(LIBS)
+
+asan: $(BUILD)/asan/deepinfer $(BUILD)/asan/test_unit
+
+# --- tests, models, benchmarks ---------------------------------------------
+test: $(BUILD)/deepinfer $(BUILD)/test_unit asan
+	@scripts/deps.sh test
+	@tests/run.sh
+
+models: $(BUILD)/deepinfer
+	@scripts/deps.sh test
+	@$(PY) tools/make_model.py --preset all-tiny --out $(BUILD)/models
+
+bench: $(BUILD)/deepinfer
+	@scripts/deps.sh test
+	@scripts/bench.sh
+
+run: $(BUILD)/deepinfer
+	@scripts/run.sh
+
+format:
+	clang-format -i $$(find src tests/unit -name '*.[ch]')
+
+format-check:
+	clang-format --dry-run --Werror $$(find src tests/unit -name '*.[ch]')
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,107 @@
+/* base.c — errors, checked allocation, logging, clock, whole-file reads.
+ * The only global state is the log level (set once by the CLI). */
+#include "base/base.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int log_level = DI_LOG_WARN;
+
+int di_errf(di_err *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static void oom(size_t n) {
+    fprintf(stderr, "deepinfer: out of memory allocating %zu bytes\n", n);
+    abort();
+}
+
+void *di_malloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) oom(n);
+    return p;
+}
+
+void *di_calloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) oom(n * size);
+    return p;
+}
+
+void *di_realloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) oom(n);
+    return q;
+}
+
+char *di_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = di_malloc(n);
+    memcpy(p, s, n);
+    return p;
+}
+
+void *di_alloc_aligned(size_t n) {
+    size_t sz = (n + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, sz ? sz : 64);
+    if (!p) oom(n);
+    memset(p, 0, sz ? sz : 64);
+    return p;
+}
+
+void di_free_aligned(void *p) { free(p); }
+
+void di_log_set_level(int level) { log_level = level; }
+
+void di_log(int level, const char *fmt, ...) {
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    if (level > log_level) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "deepinfer %s: ", names[level < 0 ? 0 : level > 3 ? 3 : level]);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+double di_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+char *di_read_file(const char *path, size_t *len, di_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        di_errf(err, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = di_malloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) buf = di_realloc(buf, cap *= 2);
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        di_errf(err, "%s: read error", path);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}

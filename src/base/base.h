@@ -1,0 +1,45 @@
+/* base.h — what every deepinfer module uses: errors, checked allocation,
+ * logging and a monotonic clock.
+ *
+ * Errors: a function that can fail returns int (0 ok, -1 failure) or NULL and
+ * writes one line into a caller-provided di_err naming the culprit (file,
+ * tensor, field) and what is wrong. Nothing here keeps global mutable state
+ * except the log level, set once at start-up. */
+#ifndef DI_BASE_H
+#define DI_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#define DI_ERR_LEN 512
+typedef struct di_err {
+    char msg[DI_ERR_LEN];
+} di_err;
+
+/* Formats into err (if non-NULL) and returns -1, so `return di_errf(...)` reads naturally. */
+int di_errf(di_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Allocation that aborts with a message on out-of-memory: used only for
+ * sizes the program controls. Sizes derived from untrusted input must be
+ * bounded before they get here. */
+void *di_malloc(size_t n);
+void *di_calloc(size_t n, size_t size);
+void *di_realloc(void *p, size_t n);
+char *di_strdup(const char *s);
+/* 64-byte aligned, zeroed; free with di_free_aligned. */
+void *di_alloc_aligned(size_t n);
+void di_free_aligned(void *p);
+
+enum { DI_LOG_ERROR = 0, DI_LOG_WARN = 1, DI_LOG_INFO = 2, DI_LOG_DEBUG = 3 };
+void di_log_set_level(int level);
+void di_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Monotonic time in seconds. */
+double di_now(void);
+
+/* Reads a whole file; returns NULL with err set. *len gets the size; the
+ * buffer is NUL-terminated for convenience. */
+char *di_read_file(const char *path, size_t *len, di_err *err);
+
+#endif

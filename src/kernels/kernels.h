@@ -1,0 +1,89 @@
+/* kernels.h — the CPU compute kernels every model runs on.
+ *
+ * Weights are row-major matrices W[rows][cols] as Hugging Face stores a
+ * Linear's weight (rows = output features, cols = input features). Activations
+ * are f32, row-major, one row per token. Each kernel has a portable scalar
+ * path and an AVX2/FMA path picked at run time (kern_init); tests force the
+ * scalar path with kern_force_scalar to check both.
+ *
+ * Determinism: every output element is reduced in a fixed order that does not
+ * depend on the thread count. With kern_set_batch_invariant(true) it does not
+ * depend on the number of rows (tokens) in the call either, so a token's
+ * result is bit-identical whatever it is batched with. */
+#ifndef DI_KERNELS_H
+#define DI_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/pool.h"
+
+typedef enum {
+    KT_F32 = 0, /* float */
+    KT_BF16,    /* uint16_t, bfloat16 */
+    KT_F16,     /* uint16_t, IEEE half (stored only; converted at load) */
+    KT_I8,      /* int8_t with f32 scales, symmetric, per row or per group */
+} kern_dtype;
+
+typedef struct kern_mat {
+    kern_dtype dtype;
+    int rows, cols;
+    const void *data;    /* rows * cols elements of dtype */
+    const float *scales; /* KT_I8 only: rows * (cols / group) scales, row-major */
+    int group;           /* KT_I8 only: columns per scale; == cols means per row */
+} kern_mat;
+
+/* Picks the best implementation for this CPU. Safe to call more than once. */
+void kern_init(void);
+/* For tests: use the scalar path (true) or the best one (false). */
+void kern_force_scalar(bool on);
+/* Name of the active path ("avx2", "scalar"). */
+const char *kern_isa(void);
+void kern_set_batch_invariant(bool on);
+
+/* y[t][r] = sum_c x[t][c] * W[r][c] + (bias ? bias[r] : 0), for t < n.
+ * x: n x W.cols, y: n x W.rows (y must not alias x). Parallel over pool p
+ * (NULL = calling thread only). n == 1 is the bandwidth-bound decode case;
+ * larger n is the FLOP-bound prefill case (blocked GEMM). */
+void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const float *bias, int n);
+
+/* Quantizes an f32 matrix to symmetric int8 with one scale per `group`
+ * columns (group must divide cols; group == cols: per row). q: rows*cols,
+ * scales: rows*(cols/group). */
+void kern_quantize_i8(int8_t *q, float *scales, const float *w, int rows, int cols, int group);
+
+/* Element conversions. */
+float kern_bf16_to_f32(uint16_t h);
+uint16_t kern_f32_to_bf16(float f); /* round to nearest even */
+float kern_f16_to_f32(uint16_t h);
+float kern_fp8e4m3_to_f32(uint8_t v);
+/* Row r of W (any dtype) as f32: embedding lookup. */
+void kern_row_f32(float *out, const kern_mat *W, int r);
+
+/* Vector helpers used by attention and norms (n elements). */
+float kern_dot(const float *a, const float *b, int n);
+void kern_axpy(float *y, float a, const float *x, int n); /* y += a*x */
+void kern_scale(float *y, float a, int n);                /* y *= a */
+void kern_add(float *y, const float *x, int n);           /* y += x */
+
+/* out = x / rms(x) * w (w may be NULL: no weight). out may alias x. */
+void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+/* In-place softmax. */
+void kern_softmax(float *x, int n);
+/* gate[i] = silu(gate[i]) * up[i] */
+void kern_silu_mul(float *gate, const float *up, int n);
+
+/* Rotary embedding on one head vector x of `dim` rotated dims, using
+ * per-pair cos/sin tables (dim/2 entries each).
+ * interleaved = true: pairs (x[2i], x[2i+1]) (DeepSeek reference order);
+ * false: pairs (x[i], x[i + dim/2]) (Llama/HF half-split order). */
+void kern_rope(float *x, const float *cos, const float *sin, int dim, bool interleaved);
+
+/* Machine limits measured in the same run as a benchmark (2 threads on the
+ * pool): streaming read bandwidth in GB/s over a buffer much larger than the
+ * last-level cache, and fp32 FMA peak in GFLOP/s. */
+double kern_measure_read_bandwidth(pool *p, size_t bytes);
+double kern_measure_fma_peak(pool *p);
+
+#endif

@@ -1,0 +1,107 @@
+/* model.h — the public face of the model subsystem: load a Hugging Face
+ * checkpoint directory, run forward passes over a batch of sequences, and
+ * read logits. Everything above (engine, CLI, benchmarks) uses only this.
+ *
+ * KV memory: the full-attention layers' cache lives in a model_kv_pool of
+ * MODEL_KV_BLOCK-token blocks (K and V per layer for GQA layers; the MLA
+ * latent of kv_lora_rank + qk_rope_head_dim per token for MLA layers). A
+ * sequence holds a block table into that pool. Sliding-window layers keep no
+ * blocks: each sequence owns a ring buffer of window + MODEL_SWA_SPARE tokens
+ * per sliding-window layer. The caller owns block allocation policy; the pool
+ * offers a plain free list (model_kv_alloc / model_kv_release) that a block
+ * manager can sit on. */
+#ifndef DI_MODEL_H
+#define DI_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/base.h"
+#include "base/pool.h"
+
+#define MODEL_KV_BLOCK 128
+#define MODEL_SWA_SPARE 6
+#define MODEL_MAX_EOS 8
+
+typedef struct model model;
+typedef struct model_kv_pool model_kv_pool;
+
+typedef enum { MODEL_DTYPE_BF16 = 0, MODEL_DTYPE_F32, MODEL_DTYPE_INT8 } model_dtype;
+
+typedef struct model_opts {
+    model_dtype dtype; /* compute precision of the weights (activations are f32) */
+    int int8_group;    /* MODEL_DTYPE_INT8: 0 = one scale per output row, else columns per scale */
+    int threads;       /* <= 0: all online cores */
+} model_opts;
+
+typedef struct model_info {
+    const char *arch;       /* config.json model_type */
+    int vocab_size, hidden_size, n_layers;
+    int max_context;        /* max_position_embeddings */
+    int n_mtp_layers;       /* num_nextn_predict_layers loaded */
+    int bos_id;             /* -1 if none */
+    int eos_ids[MODEL_MAX_EOS], n_eos;
+    size_t weight_bytes;            /* bytes of all weights as computed on (after --dtype) */
+    size_t active_bytes_per_token;  /* bytes read per decoded token at batch 1 (MoE: active experts only) */
+    double flops_per_token;         /* matmul FLOPs per token, excluding attention over the context */
+} model_info;
+
+/* Loads config.json and *.safetensors from dir (memory-mapped). On failure
+ * returns NULL and err names the file/tensor and what is wrong. */
+model *model_load(const char *dir, const model_opts *opts, di_err *err);
+void model_free(model *m);
+const model_info *model_get_info(const model *m);
+pool *model_pool(model *m);
+
+/* --- KV memory ---------------------------------------------------------- */
+model_kv_pool *model_kv_pool_create(model *m, int n_blocks, di_err *err);
+void model_kv_pool_free(model_kv_pool *kv);
+size_t model_kv_block_bytes(const model *m);
+int model_kv_n_free(const model_kv_pool *kv);
+int model_kv_alloc(model_kv_pool *kv);            /* block id, or -1 when exhausted */
+void model_kv_release(model_kv_pool *kv, int block);
+
+/* One sequence's cache state. Create with model_seq_init, which allocates the
+ * sliding-window ring buffers; the block table is filled by the caller (or by
+ * model_seq_reserve) before a forward pass needs it. */
+typedef struct model_seq {
+    int n_past;        /* tokens already in the cache */
+    int *blocks;       /* block table: blocks[i] holds positions [i*128, (i+1)*128) */
+    int n_blocks, cap_blocks;
+    void *swa;         /* model-owned ring buffers for sliding-window layers */
+    int mtp_n_past;    /* tokens in the MTP layers' cache */
+} model_seq;
+
+void model_seq_init(model *m, model_seq *s);
+/* Releases the sequence's blocks to kv (kv may be NULL if the caller already
+ * released them) and frees its ring buffers. */
+void model_seq_free(model *m, model_kv_pool *kv, model_seq *s);
+/* Ensures blocks for n_tokens positions; -1 with err when the pool is empty. */
+int model_seq_reserve(model_kv_pool *kv, model_seq *s, int n_tokens, di_err *err);
+
+/* One entry of a forward batch: n_tokens new tokens of seq, appended at
+ * positions seq->n_past ... (a prefill chunk, or 1 token for decode). */
+typedef struct model_batch_seq {
+    model_seq *seq;
+    const int *tokens;
+    int n_tokens;
+    float *logits;     /* NULL: none; else vocab floats for the last token, or
+                          n_tokens * vocab when all_logits */
+    bool all_logits;
+    float *hidden;     /* optional: hidden_size floats, the last token's final
+                          hidden state (after the final norm), input to MTP */
+} model_batch_seq;
+
+/* Runs the batch through every layer. Blocks must be reserved for each
+ * sequence up to n_past + n_tokens. Advances each seq->n_past. */
+int model_forward(model *m, model_kv_pool *kv, model_batch_seq *batch, int n_batch, di_err *err);
+
+/* MTP (num_nextn_predict_layers): layer `depth` (0-based) predicts the token
+ * after `next_token` from `hidden` (the previous depth's output hidden, or the
+ * main model's final hidden for depth 0) at position seq->mtp_n_past.
+ * Writes logits (vocab) and, if hidden_out, this depth's hidden for the next
+ * depth. Uses and advances the sequence's MTP cache. */
+int model_mtp_forward(model *m, model_kv_pool *kv, model_seq *seq, int depth, const float *hidden,
+                      int next_token, float *logits, float *hidden_out, di_err *err);
+
+#endif

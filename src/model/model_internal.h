@@ -1,0 +1,213 @@
+/* model_internal.h — what the model subsystem's own files share: the parsed
+ * config, the immutable weights, and the loader's tensor lookup. Nothing
+ * outside src/model/ includes this.
+ *
+ * Ownership: config.c fills model_config; loader.c (safetensors, dtype
+ * conversion, quantization) fills model_weights through model_get_mat /
+ * model_get_vec; llama.c runs the Llama-family layers, deepseek.c the MLA and
+ * MoE layers and MTP. Weights never change after load. */
+#ifndef DI_MODEL_INTERNAL_H
+#define DI_MODEL_INTERNAL_H
+
+#include "kernels/kernels.h"
+#include "model/model.h"
+
+typedef enum {
+    ARCH_LLAMA = 0,
+    ARCH_QWEN2,
+    ARCH_QWEN3,
+    ARCH_MISTRAL,
+    ARCH_DEEPSEEK_V2,
+    ARCH_DEEPSEEK_V3,
+} model_arch;
+
+typedef enum { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN } model_rope_kind;
+typedef enum { SCORE_SOFTMAX = 0, SCORE_SIGMOID } model_score_fn;
+typedef enum { TOPK_GREEDY = 0, TOPK_GROUP_LIMITED, TOPK_NOAUX_TC } model_topk_method;
+
+typedef struct model_config {
+    model_arch arch;
+    char model_type[32];
+    int vocab_size, hidden_size, intermediate_size, n_layers;
+    int n_heads, n_kv_heads, head_dim;
+    int max_position_embeddings;
+    float rms_norm_eps;
+    bool tie_word_embeddings;
+    bool attention_bias; /* qwen2: q/k/v biases */
+    bool qk_norm;        /* qwen3: per-head RMSNorm on q and k */
+
+    /* RoPE */
+    float rope_theta;
+    model_rope_kind rope_kind;
+    float rope_factor;                     /* linear, llama3, yarn */
+    float rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
+    int rope_original_max_pos;             /* llama3, yarn */
+    float yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
+    bool rope_interleaved; /* DeepSeek: adjacent pairs; Llama family: half-split */
+
+    /* Sliding window: layer_swa[l] tells which layers attend to the last
+     * `sliding_window` positions only (the query's own position included:
+     * position j is visible from i when i - sliding_window < j <= i). */
+    int sliding_window;
+    bool *layer_swa; /* n_layers (+ MTP layers) entries */
+
+    /* DeepSeek MLA (arch DEEPSEEK_*) */
+    int q_lora_rank; /* 0: no q compression (q_proj) */
+    int kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+
+    /* DeepSeekMoE */
+    int n_routed_experts, n_shared_experts, num_experts_per_tok;
+    int moe_intermediate_size, first_k_dense_replace, moe_layer_freq;
+    int n_group, topk_group;
+    float routed_scaling_factor;
+    bool norm_topk_prob;
+    model_score_fn scoring_func;
+    model_topk_method topk_method;
+    int num_nextn_predict_layers;
+
+    int bos_token_id;
+    int eos_ids[MODEL_MAX_EOS], n_eos;
+} model_config;
+
+/* Parses dir/config.json (and generation_config.json for eos ids, if present). */
+int model_config_load(model_config *c, const char *dir, di_err *err);
+void model_config_free(model_config *c);
+/* True when layer l is a MoE layer (DeepSeek: l >= first_k_dense_replace and
+ * l % moe_layer_freq == 0, n_routed_experts > 0). */
+bool model_layer_is_moe(const model_config *c, int l);
+
+typedef struct model_layer {
+    bool swa, moe;
+    const float *attn_norm, *ffn_norm; /* input_layernorm, post_attention_layernorm (f32) */
+
+    /* GQA attention (Llama family) */
+    kern_mat wq, wk, wv, wo;
+    const float *bq, *bk, *bv;     /* qwen2 biases (f32) or NULL */
+    const float *q_norm, *k_norm;  /* qwen3, head_dim each (f32) or NULL */
+
+    /* MLA attention (DeepSeek) */
+    kern_mat q_proj;               /* when q_lora_rank == 0 */
+    kern_mat q_a, q_b;             /* q_a_proj, q_b_proj */
+    const float *q_a_norm;         /* q_a_layernorm */
+    kern_mat kv_a;                 /* kv_a_proj_with_mqa: kv_lora_rank + rope dims rows */
+    const float *kv_a_norm;        /* kv_a_layernorm */
+    kern_mat kv_b;                 /* kv_b_proj: n_heads*(nope+v) x kv_lora_rank */
+    kern_mat o_proj;
+    /* Absorbed decode path, derived from kv_b at load (deepseek.c owns them):
+     * per head h, w_uk_t[h] is kv_lora x nope (transposed k up-projection),
+     * w_uv[h] is v_head x kv_lora. */
+    kern_mat *w_uk_t, *w_uv;
+
+    /* Dense FFN (SwiGLU) */
+    kern_mat gate, up, down;
+
+    /* DeepSeekMoE */
+    kern_mat router;               /* mlp.gate.weight: n_routed x hidden (kept f32) */
+    const float *e_bias;           /* e_score_correction_bias or NULL */
+    kern_mat *exp_gate, *exp_up, *exp_down; /* n_routed_experts each */
+    kern_mat sh_gate, sh_up, sh_down;       /* shared experts (fused, as stored) */
+} model_layer;
+
+/* MTP module k lives in the checkpoint as model.layers.{n_layers + k}. Its
+ * input is the previous hidden state (the main model's final hidden after the
+ * final norm for k = 0) and the embedding of the next token:
+ *   h = eh_proj(concat(enorm(embed(tok)), hnorm(hidden)))
+ *   h = decoder_layer(h)          (the same layer shapes as the main model)
+ *   logits = head(shared_head.norm(h))
+ * (vLLM's deepseek_mtp order; the reference implements the same.) */
+typedef struct model_mtp {
+    model_layer layer;
+    const float *enorm, *hnorm, *head_norm;
+    kern_mat eh_proj, head; /* head: shared_head.head, or the main lm_head if absent */
+    kern_mat embed;         /* own embed_tokens, or the main one if absent */
+} model_mtp;
+
+typedef struct model_weights {
+    kern_mat embed;        /* model.embed_tokens.weight: vocab x hidden */
+    const float *final_norm;
+    kern_mat lm_head;      /* lm_head.weight, or embed when tied */
+    model_layer *layers;   /* n_layers */
+    model_mtp *mtp;        /* num_nextn_predict_layers */
+} model_weights;
+
+/* The loader: open safetensors shards, find tensors by name, convert. */
+typedef struct model_loader model_loader;
+
+/* Looks tensor `name` up, checks it is rows x cols (cols == 0: 1-D of rows),
+ * and returns it in the compute dtype (bf16 in place when stored bf16;
+ * converted/quantized copies otherwise; `keep_f32` forces f32, e.g. for
+ * routers). fp8 tensors are dequantized with their weight_scale_inv blocks.
+ * Errors name the file and tensor. */
+int model_get_mat(model_loader *ld, const char *name, int rows, int cols, bool keep_f32,
+                  kern_mat *out, di_err *err);
+/* A 1-D tensor of n elements as f32 (norm weights, biases). */
+int model_get_vec(model_loader *ld, const char *name, int n, const float **out, di_err *err);
+bool model_has_tensor(model_loader *ld, const char *name);
+/* Memory the loader allocated (converted copies), freed with the model. */
+void *model_loader_alloc(model_loader *ld, size_t bytes);
+
+struct model {
+    model_config cfg;
+    model_weights w;
+    model_info info;
+    model_opts opts;
+    pool *pool;
+    model_loader *ld;      /* keeps the mappings alive */
+    void *rope;            /* precomputed cos/sin tables (llama.c/deepseek.c) */
+};
+
+/* --- one forward step, as forward.c lays it out ------------------------- */
+/* forward.c flattens the batch into tokens; attention and FFN implementations
+ * see the whole step. */
+typedef struct model_step {
+    model_kv_pool *kv;
+    model_batch_seq *batch;
+    int n_batch;
+    int n_tokens;       /* all tokens of the step */
+    const int *pos;     /* n_tokens: absolute position of each token */
+    const int *seq_of;  /* n_tokens: index into batch of each token's sequence */
+    const int *first;   /* n_batch: index of each sequence's first token in the step */
+    void *scratch;      /* forward.c's per-step scratch (KV staging for SWA layers) */
+} model_step;
+
+/* The per-token cache entry of layer l: K then V (2 * n_kv_heads * head_dim
+ * floats) for GQA layers; the normalised latent then the roped k_pe
+ * (kv_lora_rank + qk_rope_head_dim floats) for MLA layers. Layers 0..n_layers-1
+ * are the main model, n_layers + k is MTP module k. */
+int model_kv_entry_floats(const model *m, int l);
+/* Stores the entry of step token t for layer l (paged block for full layers,
+ * step staging for sliding-window layers). */
+void model_kv_put(model *m, const model_step *st, int l, int t, const float *entry);
+/* The entry of batch sequence b at absolute position pos for layer l: the
+ * cache for earlier positions, this step's entries for new ones. Valid for
+ * every pos < n_past + n_tokens on full layers, and for the last
+ * sliding_window positions before each of the step's tokens on SWA layers. */
+const float *model_kv_get(model *m, const model_step *st, int l, int b, int pos);
+/* After layer l's attention: moves staged sliding-window entries into the
+ * sequences' ring buffers. No-op for full layers. */
+void model_kv_commit(model *m, const model_step *st, int l);
+/* First position token t may attend to on layer l (0, or the window start). */
+int model_attn_start(const model *m, int l, int pos);
+
+/* Attention of layer l for every token of the step. x: n_tokens x hidden
+ * (already normed); out: n_tokens x hidden (after the output projection).
+ * Each stores its new cache entries (model_kv_put), attends causally, and
+ * calls model_kv_commit. */
+void gqa_attention(model *m, const model_step *st, int l, const float *x, float *out);
+void mla_attention(model *m, const model_step *st, int l, const float *x, float *out);
+/* Feed-forward: x n x hidden (normed) -> out n x hidden. */
+void dense_ffn(model *m, const model_layer *L, const float *x, float *out, int n);
+void moe_ffn(model *m, const model_layer *L, const float *x, float *out, int n);
+
+/* RoPE tables: cos/sin of `dim` rotated dims at position pos (dim/2 each),
+ * with the config's scaling (Llama 3, linear, YaRN) folded in. */
+void model_rope_at(const model *m, int pos, int dim, float *cos, float *sin);
+/* YaRN attention-scale factor (mscale^2 for DeepSeek), 1 otherwise. */
+float model_attn_mscale(const model *m);
+
+/* Per-family tensor loading (model.layers.*). */
+int llama_load_layer(model *m, int l, model_layer *L, const char *prefix, di_err *err);
+int deepseek_load_layer(model *m, int l, model_layer *L, const char *prefix, di_err *err);
+int deepseek_load_mtp(model *m, int k, model_mtp *mtp, di_err *err);
+
+#endif
