@@ -4,6 +4,10 @@
 #ifndef DI_CLI_H
 #define DI_CLI_H
 
+#include <stddef.h>
+
+#include "model/model.h"
+
 int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
@@ -11,5 +15,14 @@ int cmd_render(int argc, char **argv);
 /* Developer command used by the reference tests: runs a prompt, then decode
  * steps, and writes every position's logits as raw f32 to a file. */
 int cmd_logits(int argc, char **argv);
+
+
+/* Shared by the model-running commands (common.c). */
+/* Parses "bf16" | "f32" | "int8" (also "int8:G" for G columns per scale). */
+int cli_parse_dtype(const char *s, model_opts *o);
+/* Loads a model with a one-line error on stderr; NULL on failure. */
+model *cli_load_model(const char *dir, const char *dtype, int threads);
+/* Resident set size of this process in bytes (0 if unknown). */
+size_t cli_rss_bytes(void);
 
 #endif

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, each printing its figure and its fraction of
+# the machine's limit (or its ratio to a baseline) measured in the same run.
+# The 1B-scale benchmark models are made once into build/models (a few GB).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=build/deepinfer
+MODELS=build/models
+THREADS="${THREADS:-2}"
+for p in llama-1b dsv3-1b; do
+  [ -f "$MODELS/$p/config.json" ] || /usr/bin/python3 tools/make_model.py --preset "$p" --out "$MODELS/$p" || exit 1
+done
+echo "== kernels"
+$BIN bench --kernels --threads "$THREADS" || true
+for spec in "llama-1b bf16" "llama-1b int8" "dsv3-1b bf16"; do
+  set -- $spec
+  echo "== $1, --dtype $2, $THREADS threads"
+  $BIN bench --model "$MODELS/$1" --dtype "$2" --threads "$THREADS" --batch 8 --prompt-len 512 --gen-len 32
+done
+for extra in scripts/bench_*.sh; do
+  [ -x "$extra" ] || continue
+  echo "== $(basename "$extra" .sh)"
+  "$extra"
+done

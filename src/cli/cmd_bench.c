@@ -1,0 +1,190 @@
+/* cmd_bench.c — `deepinfer bench`: speed against the machine's own limits,
+ * all measured in the same run. Read bandwidth and FMA peak come first; then
+ * prefill of --prompt-len tokens (fraction of FMA peak: matmul FLOPs / time /
+ * peak), decode at batch 1 (fraction of the bandwidth roofline: bandwidth /
+ * weight bytes read per token, active experts only for MoE), and decode at
+ * batch B (B sequences stepping together). --json prints one object. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "engine/sampler.h"
+#include "kernels/kernels.h"
+
+typedef struct bench_result {
+    double bandwidth_gbs, fma_gflops;
+    double load_s, rss_after_load_mb, weight_mb;
+    double prefill_tok_s, prefill_peak_frac;
+    double decode_tok_s_b1, decode_roofline_frac_b1;
+    double decode_tok_s_bB, decode_bB_over_b1;
+    int batch, prompt_len, gen_len;
+} bench_result;
+
+static void random_ids(int *ids, int n, int vocab, uint64_t *state) {
+    for (int i = 0; i < n; i++) {
+        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int)((*state >> 33) % (uint64_t)vocab);
+    }
+}
+
+/* Prefill L tokens of one sequence in one pass; then G greedy decode steps.
+ * Returns -1 on error. */
+static int bench_single(model *m, model_kv_pool *kv, int L, int G, bench_result *r, di_err *err) {
+    const model_info *info = model_get_info(m);
+    int V = info->vocab_size;
+    uint64_t st = 1;
+    int *ids = malloc(sizeof(int) * (size_t)L);
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    random_ids(ids, L, V < 1000 ? V : 1000, &st);
+    model_seq s;
+    model_seq_init(m, &s);
+    int rc = model_seq_reserve(kv, &s, L + G, err);
+    double t0 = di_now();
+    model_batch_seq b = {.seq = &s, .tokens = ids, .n_tokens = L, .logits = logits};
+    if (!rc) rc = model_forward(m, kv, &b, 1, err);
+    double t_prefill = di_now() - t0;
+    int next = sampler_argmax(logits, V);
+    t0 = di_now();
+    for (int i = 0; !rc && i < G; i++) {
+        b = (model_batch_seq){.seq = &s, .tokens = &next, .n_tokens = 1, .logits = logits};
+        rc = model_forward(m, kv, &b, 1, err);
+        next = sampler_argmax(logits, V);
+    }
+    double t_decode = di_now() - t0;
+    model_seq_free(m, kv, &s);
+    free(ids);
+    free(logits);
+    if (rc) return rc;
+    r->prefill_tok_s = L / t_prefill;
+    r->prefill_peak_frac = info->flops_per_token * L / t_prefill / (r->fma_gflops * 1e9);
+    r->decode_tok_s_b1 = G / t_decode;
+    double roof = r->bandwidth_gbs * 1e9 / (double)info->active_bytes_per_token;
+    r->decode_roofline_frac_b1 = r->decode_tok_s_b1 / roof;
+    return 0;
+}
+
+/* B sequences with short prompts decode G steps together. */
+static int bench_batch(model *m, model_kv_pool *kv, int B, int G, bench_result *r, di_err *err) {
+    const model_info *info = model_get_info(m);
+    int V = info->vocab_size, P = 16, rc = 0;
+    uint64_t st = 7;
+    model_seq *seqs = calloc((size_t)B, sizeof *seqs);
+    model_batch_seq *batch = calloc((size_t)B, sizeof *batch);
+    int *ids = malloc(sizeof(int) * (size_t)(B * P)), *next = malloc(sizeof(int) * (size_t)B);
+    float *logits = malloc(sizeof(float) * (size_t)V * (size_t)B);
+    random_ids(ids, B * P, V < 1000 ? V : 1000, &st);
+    for (int i = 0; i < B; i++) {
+        model_seq_init(m, &seqs[i]);
+        if (!rc) rc = model_seq_reserve(kv, &seqs[i], P + G, err);
+        batch[i] = (model_batch_seq){.seq = &seqs[i], .tokens = ids + i * P, .n_tokens = P,
+                                     .logits = logits + (size_t)i * V};
+    }
+    if (!rc) rc = model_forward(m, kv, batch, B, err);
+    double t0 = di_now();
+    for (int step = 0; !rc && step < G; step++) {
+        for (int i = 0; i < B; i++) {
+            next[i] = sampler_argmax(logits + (size_t)i * V, V);
+            batch[i].tokens = &next[i];
+            batch[i].n_tokens = 1;
+        }
+        rc = model_forward(m, kv, batch, B, err);
+    }
+    double t = di_now() - t0;
+    for (int i = 0; i < B; i++) model_seq_free(m, kv, &seqs[i]);
+    free(seqs);
+    free(batch);
+    free(ids);
+    free(next);
+    free(logits);
+    if (rc) return rc;
+    r->decode_tok_s_bB = (double)B * G / t;
+    r->decode_bB_over_b1 = r->decode_tok_s_bB / r->decode_tok_s_b1;
+    return 0;
+}
+
+static void print_result(const bench_result *r, const model_info *info, bool json) {
+    if (json) {
+        json_t *o = json_pack(
+            "{s:s,s:f,s:f,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:i,s:s}", "arch", info->arch,
+            "bandwidth_gbs", r->bandwidth_gbs, "fma_gflops", r->fma_gflops, "weight_mb",
+            r->weight_mb, "rss_after_load_mb", r->rss_after_load_mb, "load_s", r->load_s,
+            "prompt_len", r->prompt_len, "prefill_tok_s", r->prefill_tok_s, "prefill_peak_frac",
+            r->prefill_peak_frac, "decode_tok_s_b1", r->decode_tok_s_b1, "decode_roofline_frac_b1",
+            r->decode_roofline_frac_b1, "decode_tok_s_bB", r->decode_tok_s_bB,
+            "decode_bB_over_b1", r->decode_bB_over_b1, "batch", r->batch, "gen_len", r->gen_len,
+            "kernels", kern_isa());
+        char *s = json_dumps(o, JSON_COMPACT);
+        printf("%s\n", s);
+        free(s);
+        json_decref(o);
+        return;
+    }
+    printf("model            %s, %.0f MB of weights (%.0f MB read per decoded token), kernels %s\n",
+           info->arch, r->weight_mb, info->active_bytes_per_token / 1e6, kern_isa());
+    printf("load             %.2f s, RSS after load %.0f MB\n", r->load_s, r->rss_after_load_mb);
+    printf("machine          read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s\n",
+           r->bandwidth_gbs, r->fma_gflops);
+    printf("prefill %-5d    %.1f tok/s  = %.1f %% of FMA peak\n", r->prompt_len, r->prefill_tok_s,
+           100 * r->prefill_peak_frac);
+    printf("decode batch 1   %.2f tok/s  = %.1f %% of bandwidth roofline (%.2f tok/s)\n",
+           r->decode_tok_s_b1, 100 * r->decode_roofline_frac_b1,
+           r->decode_tok_s_b1 / r->decode_roofline_frac_b1);
+    printf("decode batch %-3d %.2f tok/s  = %.2fx batch 1\n", r->batch, r->decode_tok_s_bB,
+           r->decode_bB_over_b1);
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *dir = NULL, *dtype = "bf16";
+    int batch = 8, prompt_len = 512, gen_len = 32, threads = 0, json = 0;
+    const cli_opt opts[] = {
+        {"--model", OPT_STR, &dir, "checkpoint directory"},
+        {"--batch", OPT_INT, &batch, "sequences decoding together (default 8)"},
+        {"--prompt-len", OPT_INT, &prompt_len, "prefill length (default 512)"},
+        {"--gen-len", OPT_INT, &gen_len, "decode steps (default 32)"},
+        {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
+        {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
+        {"--json", OPT_FLAG, &json, "print one JSON object"},
+    };
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
+    const char *syn = "deepinfer bench --model DIR [options]";
+    int rc = cli_parse(argc, argv, opts, n_opts, syn);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (!dir || batch < 1 || prompt_len < 1 || gen_len < 1) {
+        cli_usage(stderr, opts, n_opts, syn);
+        return 2;
+    }
+    bench_result r = {.batch = batch, .prompt_len = prompt_len, .gen_len = gen_len};
+    double t0 = di_now();
+    model *m = cli_load_model(dir, dtype, threads);
+    if (!m) return 1;
+    r.load_s = di_now() - t0;
+    r.rss_after_load_mb = cli_rss_bytes() / 1e6;
+    const model_info *info = model_get_info(m);
+    r.weight_mb = info->weight_bytes / 1e6;
+    if (prompt_len + gen_len > info->max_context) {
+        fprintf(stderr, "deepinfer bench: --prompt-len + --gen-len exceed the context (%d)\n",
+                info->max_context);
+        model_free(m);
+        return 2;
+    }
+    r.bandwidth_gbs = kern_measure_read_bandwidth(model_pool(m), (size_t)1 << 30);
+    r.fma_gflops = kern_measure_fma_peak(model_pool(m));
+
+    di_err err = {{0}};
+    int per_seq = (prompt_len + gen_len) / MODEL_KV_BLOCK + 1;
+    int blocks = per_seq > batch * ((16 + gen_len) / MODEL_KV_BLOCK + 1)
+                     ? per_seq
+                     : batch * ((16 + gen_len) / MODEL_KV_BLOCK + 1);
+    model_kv_pool *kv = model_kv_pool_create(m, blocks, &err);
+    rc = kv ? 0 : -1;
+    if (!rc) rc = bench_single(m, kv, prompt_len, gen_len, &r, &err);
+    if (!rc) rc = bench_batch(m, kv, batch, gen_len, &r, &err);
+    if (rc) fprintf(stderr, "deepinfer bench: %s\n", err.msg);
+    else print_result(&r, info, json);
+    if (kv) model_kv_pool_free(kv);
+    model_free(m);
+    return rc ? 1 : 0;
+}
