@@ -1,0 +1,208 @@
+/* render.c — the renderer front: format names and guessing, dispatch to the
+ * per-format renderers (render_<format>.c), the segment list, and segments ->
+ * string / ids.
+ *
+ * Segments are the one place where "control" and "text" meet: rs_text is the
+ * only way content enters a prompt and it always lands in a TEXT segment;
+ * CONTROL segments are made only from marker strings written in the
+ * renderers. render_to_ids keeps that split when it tokenizes. No global
+ * state. */
+#include "recipe/render_internal.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const format_names[] = {
+    [RENDER_DEEPSEEK_V3] = "deepseek-v3",
+    [RENDER_DEEPSEEK_V4] = "deepseek-v4",
+    [RENDER_CHATML] = "chatml",
+    [RENDER_LLAMA3] = "llama3",
+};
+
+int render_format_parse(const char *name, render_format *out) {
+    for (size_t i = 0; i < sizeof format_names / sizeof format_names[0]; i++)
+        if (!strcmp(name, format_names[i])) {
+            *out = (render_format)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *render_format_name(render_format f) {
+    return (size_t)f < sizeof format_names / sizeof format_names[0] ? format_names[f] : "?";
+}
+
+/* A special-token field of tokenizer_config.json: a string or {"content": ...}. */
+static const char *token_field(json_t *cfg, const char *key) {
+    json_t *v = json_object_get(cfg, key);
+    if (json_is_object(v)) v = json_object_get(v, "content");
+    return json_is_string(v) ? json_string_value(v) : "";
+}
+
+int render_format_guess(const char *model_dir, render_format *out, di_err *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", model_dir);
+    json_error_t jerr;
+    json_t *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr);
+    if (!cfg) return di_errf(err, "%s: %s", path, jerr.text);
+    /* chat_template is a string, or a list of {"name", "template"}: look at all. */
+    rbuf tpl = {0};
+    json_t *ct = json_object_get(cfg, "chat_template");
+    if (json_is_string(ct)) rbuf_addz(&tpl, json_string_value(ct));
+    size_t i;
+    json_t *e;
+    if (json_is_array(ct)) json_array_foreach(ct, i, e) {
+            const char *s = json_string_value(json_object_get(e, "template"));
+            if (s) rbuf_addz(&tpl, s);
+        }
+    rbuf_addz(&tpl, "");
+    const char *t = tpl.s, *bos = token_field(cfg, "bos_token"),
+               *eos = token_field(cfg, "eos_token");
+    int rc = 0;
+    if (strstr(t, "｜DSML｜"))
+        *out = RENDER_DEEPSEEK_V4;
+    else if (strstr(t, "<｜User｜>") || strstr(bos, "begin▁of▁sentence"))
+        *out = RENDER_DEEPSEEK_V3;
+    else if (strstr(t, "<|im_start|>") || !strcmp(eos, "<|im_end|>"))
+        *out = RENDER_CHATML;
+    else if (strstr(t, "<|start_header_id|>") || !strcmp(bos, "<|begin_of_text|>"))
+        *out = RENDER_LLAMA3;
+    else
+        rc = di_errf(err,
+                     "%s: cannot tell the prompt format from its chat_template or special "
+                     "tokens; pass --format",
+                     path);
+    rbuf_free(&tpl);
+    json_decref(cfg);
+    return rc;
+}
+
+int render_conversation(render_format f, const conversation *c, render_segs *out, di_err *err) {
+    switch (f) {
+    case RENDER_DEEPSEEK_V3:
+        return render_deepseek_v3(c, out, err);
+    case RENDER_DEEPSEEK_V4:
+        return render_deepseek_v4(c, out, err);
+    case RENDER_CHATML:
+        return render_chatml(c, out, err);
+    case RENDER_LLAMA3:
+        return render_llama3(c, out, err);
+    }
+    return di_errf(err, "render: unknown format %d", (int)f);
+}
+
+void render_segs_free(render_segs *s) {
+    for (size_t i = 0; i < s->n; i++) free(s->v[i].s);
+    free(s->v);
+    s->v = NULL;
+    s->n = s->cap = 0;
+}
+
+static render_seg *push_seg(render_segs *o, render_kind kind, const char *s, size_t len) {
+    if (o->n == o->cap) {
+        o->cap = o->cap ? 2 * o->cap : 16;
+        o->v = di_realloc(o->v, o->cap * sizeof *o->v);
+    }
+    render_seg *g = &o->v[o->n++];
+    g->kind = kind;
+    g->soft = false;
+    g->s = di_malloc(len + 1);
+    memcpy(g->s, s, len);
+    g->s[len] = 0;
+    g->len = len;
+    return g;
+}
+
+void rs_text(render_segs *o, const char *s, size_t len) {
+    if (!len) return;
+    render_seg *last = o->n ? &o->v[o->n - 1] : NULL;
+    if (!last || last->kind != RENDER_TEXT) {
+        push_seg(o, RENDER_TEXT, s, len);
+        return;
+    }
+    last->s = di_realloc(last->s, last->len + len + 1);
+    memcpy(last->s + last->len, s, len);
+    last->len += len;
+    last->s[last->len] = 0;
+}
+
+void rs_textz(render_segs *o, const char *s) {
+    rs_text(o, s, strlen(s));
+}
+
+void rs_control(render_segs *o, const char *marker, bool soft) {
+    push_seg(o, RENDER_CONTROL, marker, strlen(marker))->soft = soft;
+}
+
+void rs_lit(render_segs *o, const render_marker *markers, const char *lit) {
+    while (*lit) {
+        const char *best = NULL;
+        const render_marker *bm = NULL;
+        for (const render_marker *m = markers; m && m->s; m++) {
+            const char *p = strstr(lit, m->s);
+            if (p && (!best || p < best || (p == best && strlen(m->s) > strlen(bm->s))))
+                best = p, bm = m;
+        }
+        if (!best) {
+            rs_textz(o, lit);
+            return;
+        }
+        rs_text(o, lit, (size_t)(best - lit));
+        rs_control(o, bm->s, bm->soft);
+        lit = best + strlen(bm->s);
+    }
+}
+
+int rs_content(render_segs *o, const conv_message *m, size_t idx, const render_marker *markers,
+               const char *image_lit, const char *fmt, di_err *err) {
+    for (size_t i = 0; i < m->n_parts; i++) {
+        const conv_part *p = &m->parts[i];
+        if (p->kind == CONV_PART_TEXT)
+            rs_text(o, p->text, p->len);
+        else if (image_lit)
+            rs_lit(o, markers, image_lit);
+        else
+            return di_errf(err, "messages[%zu]: format %s has no image token", idx, fmt);
+    }
+    return 0;
+}
+
+char *render_to_string(const render_segs *s, size_t *len) {
+    size_t n = 0;
+    for (size_t i = 0; i < s->n; i++) n += s->v[i].len;
+    char *out = di_malloc(n + 1), *w = out;
+    for (size_t i = 0; i < s->n; i++) {
+        memcpy(w, s->v[i].s, s->v[i].len);
+        w += s->v[i].len;
+    }
+    *w = 0;
+    if (len) *len = n;
+    return out;
+}
+
+/* Text runs are accumulated across soft markers the tokenizer lacks, so
+ * they are encoded exactly as the same text in one piece would be. */
+int render_to_ids(const tokenizer *t, const render_segs *s, tok_ids *out, di_err *err) {
+    rbuf run = {0};
+    int rc = 0;
+    for (size_t i = 0; i < s->n && !rc; i++) {
+        const render_seg *g = &s->v[i];
+        int id = g->kind == RENDER_CONTROL ? tok_control_id(t, g->s) : -1;
+        if (g->kind == RENDER_TEXT || (id < 0 && g->soft)) {
+            rbuf_add(&run, g->s, g->len);
+            continue;
+        }
+        if (id < 0) {
+            rc = di_errf(err, "render: the tokenizer has no control token \"%s\"", g->s);
+            break;
+        }
+        if (run.n) rc = tok_encode_text(t, run.s, run.n, out, err);
+        run.n = 0;
+        if (!rc) tok_ids_push(out, id);
+    }
+    if (!rc && run.n) rc = tok_encode_text(t, run.s, run.n, out, err);
+    rbuf_free(&run);
+    return rc;
+}
