@@ -1,0 +1,210 @@
+/* scheduler.c — the step planner (policy in scheduler.h). Both queues are
+ * arrays kept sorted by seq_cmp; they hold at most a few thousand entries,
+ * so sorted insertion by memmove is cheaper than any tree. */
+#include "engine/scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+typedef struct seq_list {
+    seq **v;
+    int n, cap;
+} seq_list;
+
+struct sched {
+    bm *b;
+    sched_opts o;
+    seq_list waiting, running;
+    sched_plan plan;
+    int cap_items, cap_pre, cap_fail;
+};
+
+static void list_insert(seq_list *l, seq *q) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 16;
+        l->v = di_realloc(l->v, sizeof(seq *) * (size_t)l->cap);
+    }
+    int i = l->n;
+    while (i > 0 && seq_cmp(l->v[i - 1], q) > 0) i--;
+    memmove(l->v + i + 1, l->v + i, sizeof(seq *) * (size_t)(l->n - i));
+    l->v[i] = q;
+    l->n++;
+}
+
+static bool list_remove(seq_list *l, seq *q) {
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i] == q) {
+            memmove(l->v + i, l->v + i + 1, sizeof(seq *) * (size_t)(l->n - i - 1));
+            l->n--;
+            return true;
+        }
+    return false;
+}
+
+sched *sched_create(bm *b, const sched_opts *o) {
+    sched *s = di_calloc(1, sizeof *s);
+    s->b = b;
+    s->o = *o;
+    if (s->o.token_budget < 1) s->o.token_budget = 1;
+    if (s->o.max_running < 1) s->o.max_running = 1;
+    return s;
+}
+
+void sched_free(sched *s) {
+    if (!s) return;
+    free(s->waiting.v);
+    free(s->running.v);
+    free(s->plan.items);
+    free(s->plan.cows);
+    free(s->plan.preempted);
+    free(s->plan.failed);
+    free(s);
+}
+
+void sched_set_budget(sched *s, int token_budget) {
+    s->o.token_budget = token_budget < 1 ? 1 : token_budget;
+}
+
+void sched_add_waiting(sched *s, seq *q) {
+    q->state = SEQ_WAITING;
+    list_insert(&s->waiting, q);
+}
+
+void sched_add_running(sched *s, seq *q) {
+    q->state = SEQ_RUNNING;
+    list_insert(&s->running, q);
+}
+
+void sched_remove(sched *s, seq *q) {
+    if (!list_remove(&s->running, q)) list_remove(&s->waiting, q);
+    bm_release(s->b, &q->table);
+    q->state = SEQ_FINISHED;
+}
+
+int sched_n_waiting(const sched *s) {
+    return s->waiting.n;
+}
+int sched_n_running(const sched *s) {
+    return s->running.n;
+}
+
+/* --- plan building -------------------------------------------------------- */
+static void plan_reserve(sched *s) {
+    int need = s->running.n + s->waiting.n + 1;
+    sched_plan *p = &s->plan;
+    if (need > s->cap_items) {
+        s->cap_items = need * 2;
+        p->items = di_realloc(p->items, sizeof *p->items * (size_t)s->cap_items);
+        p->cows = di_realloc(p->cows, sizeof *p->cows * (size_t)s->cap_items);
+    }
+    if (s->running.n + 1 > s->cap_pre) {
+        s->cap_pre = (s->running.n + 1) * 2;
+        p->preempted = di_realloc(p->preempted, sizeof(seq *) * (size_t)s->cap_pre);
+    }
+    if (need > s->cap_fail) {
+        s->cap_fail = need * 2;
+        p->failed = di_realloc(p->failed, sizeof(seq *) * (size_t)s->cap_fail);
+    }
+    p->n_items = p->n_cows = p->n_preempted = p->n_failed = 0;
+    p->n_decode = p->n_prefill_tokens = 0;
+}
+
+static void preempt(sched *s, seq *q) {
+    list_remove(&s->running, q);
+    bm_release(s->b, &q->table);
+    q->n_computed = 0;
+    q->n_preempt++;
+    sched_add_waiting(s, q);
+    s->plan.preempted[s->plan.n_preempted++] = q;
+}
+
+static void fail(sched *s, seq *q) {
+    sched_remove(s, q);
+    s->plan.failed[s->plan.n_failed++] = q;
+}
+
+static void add_item(sched *s, seq *q, int n, const bm_cow *cow) {
+    sched_plan *p = &s->plan;
+    if (cow->src >= 0) {
+        if (s->o.can_copy) {
+            p->cows[p->n_cows++] = *cow;
+        } else {
+            /* Copy-on-write by recomputation: the new block is filled again
+             * from its first position (at most one block of extra tokens). */
+            q->n_computed -= q->n_computed % BM_BLOCK;
+            n = seq_pending(q);
+        }
+    }
+    p->items[p->n_items++] = (sched_item){q, n, q->n_computed + n == q->n_tokens};
+    if (n == 1 && seq_pending(q) == 1)
+        p->n_decode++;
+    else
+        p->n_prefill_tokens += n;
+}
+
+const sched_plan *sched_schedule(sched *s) {
+    plan_reserve(s);
+    int budget = s->o.token_budget;
+    bm_cow cow;
+
+    /* 1. Running sequences: decodes always, prefill chunks within budget. */
+    for (int i = 0; i < s->running.n; i++) {
+        seq *q = s->running.v[i];
+        int pending = seq_pending(q);
+        int n = pending == 1 ? 1 : (pending < budget ? pending : budget);
+        if (n <= 0) continue;
+        bool placed = true;
+        while (bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) != 0) {
+            seq *victim = s->running.v[s->running.n - 1];
+            if (victim == q && s->running.n == 1 && i == 0) {
+                /* Alone and still too big: no preemption can make room. */
+                fail(s, q);
+                i--;
+                placed = false;
+                break;
+            }
+            preempt(s, victim);
+            if (victim == q) {
+                placed = false;
+                i--;
+                break;
+            }
+        }
+        if (!placed) continue;
+        add_item(s, q, n, &cow);
+        budget -= s->plan.items[s->plan.n_items - 1].n_tokens;
+    }
+
+    /* 2. Admissions, unless this step had to preempt. */
+    while (s->plan.n_preempted == 0 && budget > 0 && s->waiting.n > 0 &&
+           s->running.n < s->o.max_running) {
+        seq *q = s->waiting.v[0];
+        if (q->table.n == 0) {
+            q->n_computed =
+                bm_attach_prefix(s->b, &q->table, q->tokens, q->n_tokens, q->n_tokens - 1);
+            if (!q->admitted)
+                q->n_cached = q->n_computed < q->n_prompt ? q->n_computed : q->n_prompt;
+        }
+        int pending = seq_pending(q);
+        int n = pending < budget ? pending : budget;
+        if (bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) != 0) {
+            bm_release(s->b, &q->table);
+            q->n_computed = 0;
+            if (s->running.n == 0 && s->plan.n_items == 0) { /* the whole pool is too small */
+                list_remove(&s->waiting, q);
+                q->state = SEQ_FINISHED;
+                s->plan.failed[s->plan.n_failed++] = q;
+                continue;
+            }
+            break;
+        }
+        q->admitted = true;
+        list_remove(&s->waiting, q);
+        sched_add_running(s, q);
+        add_item(s, q, n, &cow);
+        budget -= n;
+    }
+    return &s->plan;
+}

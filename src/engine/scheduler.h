@@ -1,0 +1,66 @@
+/* scheduler.h — continuous batching: which sequences run in the next step
+ * and how many tokens each, under a per-step token budget.
+ *
+ * Policy (one plan per step):
+ *   1. running sequences first, in (priority, arrival) order: a decode gets
+ *      its one token whatever the budget, a sequence mid-prefill gets a chunk
+ *      of what the budget has left — so prefill never starves decodes;
+ *   2. then waiting sequences are admitted FCFS within priority classes while
+ *      budget and the running bound allow; admission first attaches the
+ *      longest cached prefix, so only the missing tokens are computed.
+ * When blocks run out, the running sequence that comes last in that order is
+ * preempted by recomputation: its blocks are released and it goes back to
+ * the waiting queue with its generated tokens kept, to be prefilled again.
+ *
+ * The scheduler only decides and does block bookkeeping; the engine executes
+ * the plan and reports back by advancing n_computed, so the next plan can be
+ * made while a step runs once the engine overlaps them. */
+#ifndef DI_SCHEDULER_H
+#define DI_SCHEDULER_H
+
+#include <stdbool.h>
+
+#include "engine/block_manager.h"
+#include "engine/sequence.h"
+
+typedef struct sched_opts {
+    int token_budget; /* tokens per step (decodes always run) */
+    int max_running;  /* bound on running sequences */
+    bool can_copy;    /* runner copies blocks; else copy-on-write recomputes the block */
+} sched_opts;
+
+typedef struct sched_item {
+    seq *s;
+    int n_tokens; /* tokens[n_computed .. n_computed + n_tokens) run this step */
+    bool logits;  /* the chunk ends at the sequence's last token: sample after it */
+} sched_item;
+
+typedef struct sched_plan {
+    sched_item *items;
+    int n_items;
+    bm_cow *cows; /* block copies to do before the step */
+    int n_cows;
+    seq **preempted; /* moved back to waiting this step (their model state must be reset) */
+    int n_preempted;
+    seq **failed; /* can never fit in the pool: removed, blocks released */
+    int n_failed;
+    int n_decode, n_prefill_tokens;
+} sched_plan;
+
+typedef struct sched sched;
+
+sched *sched_create(bm *b, const sched_opts *o);
+void sched_free(sched *s); /* does not free sequences */
+void sched_set_budget(sched *s, int token_budget);
+/* Queues a new (or preempted) sequence. */
+void sched_add_waiting(sched *s, seq *q);
+/* Adds a sequence that already holds blocks (a fork) to the running set. */
+void sched_add_running(sched *s, seq *q);
+/* Takes a sequence out of whichever queue holds it and releases its blocks. */
+void sched_remove(sched *s, seq *q);
+int sched_n_waiting(const sched *s);
+int sched_n_running(const sched *s);
+/* Makes the next step's plan (valid until the next call). */
+const sched_plan *sched_schedule(sched *s);
+
+#endif

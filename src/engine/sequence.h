@@ -1,0 +1,62 @@
+/* sequence.h — one generation stream's state: its tokens (prompt, then
+ * generated), how many of them are in the KV cache, its block table, and the
+ * per-stream sampling and stop state. A request with n > 1 owns n sequences.
+ *
+ * The one number that drives scheduling is n_computed: tokens whose KV is in
+ * the cache. tokens[n_computed..n_tokens) still have to go through the model
+ * (a whole prompt, a prefill chunk, or the single last sampled token), so
+ * prefill, decode, resumption after preemption (n_computed = 0, generated
+ * tokens kept) and copy-on-write by recomputation are the same operation. */
+#ifndef DI_SEQUENCE_H
+#define DI_SEQUENCE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/block_manager.h"
+#include "engine/stop.h"
+#include "model/model.h"
+
+typedef enum { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_FINISHED } seq_state;
+
+typedef struct seq {
+    uint64_t id;      /* unique within the engine; FCFS tie-break */
+    int priority;     /* lower runs first */
+    uint64_t arrival; /* submission order of the request */
+    seq_state state;
+
+    int *tokens;
+    int n_tokens, cap;
+    int n_prompt;   /* the request's prompt length (usage) */
+    int n_computed; /* tokens with KV in the cache */
+    int n_cached;   /* prompt tokens served by the prefix cache at first admission */
+    bool admitted;  /* has been admitted once (n_cached is final) */
+    int n_preempt;  /* times preempted */
+
+    bm_table table;
+    model_seq mseq; /* the model's view: blocks point into table */
+
+    /* Engine-side state (engine.c). */
+    void *owner; /* the request */
+    int branch;  /* index among the request's n sequences */
+    uint64_t rng;
+    stop_state stop;
+    void *detok; /* incremental detokenizer stream, or NULL */
+} seq;
+
+seq *seq_new(uint64_t id, const int *prompt, int n_prompt, int priority, uint64_t arrival);
+/* A copy of parent's tokens and counters (not its blocks, stop or detok state). */
+seq *seq_clone(const seq *parent, uint64_t id);
+/* Frees the tokens and the table array (blocks must be released already). */
+void seq_free(seq *s);
+void seq_append(seq *s, int token);
+static inline int seq_pending(const seq *s) {
+    return s->n_tokens - s->n_computed;
+}
+static inline int seq_generated(const seq *s) {
+    return s->n_tokens - s->n_prompt;
+}
+/* Ordering of the scheduler's queues: priority, then arrival, then id. */
+int seq_cmp(const seq *a, const seq *b);
+
+#endif

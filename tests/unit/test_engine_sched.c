@@ -1,0 +1,115 @@
+/* test_engine_sched.c — the scheduler on its own: a simulated executor
+ * advances n_computed and appends a token after each finished chunk. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/scheduler.h"
+#include "harness.h"
+
+static bm *make_bm(int n) {
+    int ids[256];
+    for (int i = 0; i < n; i++) ids[i] = i;
+    return bm_create(ids, n);
+}
+
+static seq *mk(uint64_t id, int n_prompt, int prio) {
+    int *p = malloc(sizeof(int) * (size_t)n_prompt);
+    for (int i = 0; i < n_prompt; i++) p[i] = (int)(id * 1000 + (uint64_t)i) % 977;
+    seq *s = seq_new(id, p, n_prompt, prio, id);
+    free(p);
+    return s;
+}
+
+/* Executes a plan: tokens computed, one token appended where logits. */
+static void run_plan(bm *b, const sched_plan *p) {
+    for (int i = 0; i < p->n_items; i++) {
+        seq *q = p->items[i].s;
+        q->n_computed += p->items[i].n_tokens;
+        bm_commit(b, &q->table, q->tokens, q->n_computed);
+        if (p->items[i].logits) seq_append(q, 7);
+    }
+}
+
+TEST(engine_sched_decodes_first_and_chunking) {
+    bm *b = make_bm(64);
+    sched *s = sched_create(b, &(sched_opts){.token_budget = 100, .max_running = 8});
+    seq *a = mk(1, 10, 0), *c = mk(2, 250, 0);
+    sched_add_waiting(s, a);
+    sched_add_waiting(s, c);
+    const sched_plan *p = sched_schedule(s);
+    CHECK(p->n_items == 2 && p->items[0].s == a && p->items[0].n_tokens == 10 &&
+          p->items[0].logits);
+    CHECK(p->items[1].s == c && p->items[1].n_tokens == 90 && !p->items[1].logits);
+    run_plan(b, p);
+    p = sched_schedule(s);
+    /* a decodes (1 token), c continues with the other 99. */
+    CHECK(p->n_items == 2 && p->items[0].s == a && p->items[0].n_tokens == 1);
+    CHECKF(p->items[1].s == c && p->items[1].n_tokens == 99, "n %d", p->items[1].n_tokens);
+    CHECK(p->n_decode == 1 && p->n_prefill_tokens == 99);
+    run_plan(b, p);
+    p = sched_schedule(s);
+    CHECK(p->items[1].n_tokens == 61 && p->items[1].logits);
+    run_plan(b, p);
+    sched_remove(s, a);
+    sched_remove(s, c);
+    CHECK(bm_get_stats(b).used == 0);
+    seq_free(a);
+    seq_free(c);
+    sched_free(s);
+    bm_free(b);
+}
+
+TEST(engine_sched_priority_and_bound) {
+    bm *b = make_bm(64);
+    sched *s = sched_create(b, &(sched_opts){.token_budget = 1000, .max_running = 2});
+    seq *q[4] = {mk(1, 5, 1), mk(2, 5, 0), mk(3, 5, 1), mk(4, 5, 0)};
+    for (int i = 0; i < 4; i++) sched_add_waiting(s, q[i]);
+    const sched_plan *p = sched_schedule(s);
+    CHECK(p->n_items == 2 && p->items[0].s == q[1] && p->items[1].s == q[3]);
+    CHECK(sched_n_running(s) == 2 && sched_n_waiting(s) == 2);
+    run_plan(b, p);
+    sched_remove(s, q[1]);
+    p = sched_schedule(s);
+    CHECK(p->n_items == 2 && p->items[1].s == q[0]); /* FCFS within class 1 */
+    for (int i = 0; i < 4; i++) {
+        sched_remove(s, q[i]);
+        seq_free(q[i]);
+    }
+    CHECK(bm_get_stats(b).used == 0);
+    sched_free(s);
+    bm_free(b);
+}
+
+TEST(engine_sched_preempts_last) {
+    bm *b = make_bm(4); /* 512 tokens */
+    sched *s = sched_create(b, &(sched_opts){.token_budget = 1000, .max_running = 8});
+    seq *x = mk(1, 200, 0), *y = mk(2, 200, 0);
+    sched_add_waiting(s, x);
+    sched_add_waiting(s, y);
+    const sched_plan *p = sched_schedule(s);
+    CHECK(p->n_items == 2 && bm_get_stats(b).used == 4);
+    run_plan(b, p);
+    /* Both decode until x needs a third block at position 256: y goes. */
+    for (int step = 0; step < 60; step++) {
+        p = sched_schedule(s);
+        run_plan(b, p);
+    }
+    CHECKF(x->n_preempt == 0 && y->n_preempt == 1, "x %d y %d", x->n_preempt, y->n_preempt);
+    CHECK(y->state == SEQ_WAITING && y->n_computed == 0 && y->n_tokens > 200);
+    sched_remove(s, x);
+    p = sched_schedule(s); /* y resumes: its prompt+generated tokens, prefix-cached block */
+    CHECK(p->n_items == 1 && p->items[0].s == y && p->items[0].logits);
+    CHECKF(y->n_computed == 128, "resumed from %d", y->n_computed);
+    sched_remove(s, y);
+    seq_free(x);
+    seq_free(y);
+    /* A prompt larger than the whole pool fails instead of looping. */
+    seq *z = mk(3, 600, 0);
+    sched_add_waiting(s, z);
+    p = sched_schedule(s);
+    CHECK(p->n_failed == 1 && p->failed[0] == z && sched_n_waiting(s) == 0);
+    seq_free(z);
+    CHECK(bm_get_stats(b).used == 0);
+    sched_free(s);
+    bm_free(b);
+}
