@@ -1,0 +1,124 @@
+/* outp_internal.h — what the output parser's two files share and nobody else
+ * sees: the parser state, the marker scanner and event emitters
+ * (output_parser.c) and the DSML tool-block states (outp_dsml.c).
+ *
+ * Shape: every accepted byte (already made valid UTF-8) is appended to one
+ * buffer of undecided input, buf[off..len). The state's step function decides
+ * what a prefix of it is, emits events and consumes it, or returns without
+ * progress when it needs more input. Because a step never looks past what it
+ * consumes except to decide, and every decision depends only on the bytes
+ * seen, the results cannot depend on where the chunks were cut. */
+#ifndef DI_OUTP_INTERNAL_H
+#define DI_OUTP_INTERNAL_H
+
+#include "recipe/output_parser.h"
+
+typedef enum {
+    OUTP_S_THINK_START, /* reasoning on: optional leading <think> */
+    OUTP_S_REASONING,   /* until </think> */
+    OUTP_S_ANSWER,      /* answer text: tool-block openers and stop strings */
+    OUTP_S_BLOCK,       /* inside a tool block, between invokes */
+    OUTP_S_INVOKE,      /* inside an invoke, between parameters */
+    OUTP_S_PARAM_STR,   /* string="true" value */
+    OUTP_S_PARAM_JSON,  /* string="false" value */
+    OUTP_S_DONE,        /* a stop string matched: everything after is dropped */
+} outp_state;
+
+/* JSON-mode filter over answer text. */
+typedef enum { OUTP_J_START, OUTP_J_VALUE, OUTP_J_PLAIN, OUTP_J_DONE } outp_jstate;
+
+typedef struct outp_buf {
+    char *s;
+    size_t n, cap;
+} outp_buf;
+void outp_buf_add(outp_buf *b, const char *s, size_t len);
+void outp_buf_free(outp_buf *b);
+
+/* A marker the scanner looks for. */
+typedef struct outp_marker {
+    const char *s;
+    size_t len;
+} outp_marker;
+
+/* Scanner result over b[0..n): the earliest position where a marker matches
+ * in full (the shortest one there) or could still match (a proper prefix at
+ * the end of b; not when `final`). */
+typedef enum { OUTP_SCAN_NONE, OUTP_SCAN_HOLD, OUTP_SCAN_FOUND } outp_scan_result;
+outp_scan_result outp_scan(const char *b, size_t n, const outp_marker *m, size_t nm, bool final,
+                           size_t *at, size_t *which);
+
+#define OUTP_MAX_MARKERS (OUTP_MAX_STOPS + 4)
+
+struct outp_parser {
+    outp_config cfg;
+    outp_state st;
+    bool think_seen_open; /* THINK_START: reasoning is already open (prompt opened it) */
+    bool lead_trim;       /* ANSWER: drop leading whitespace */
+    bool finished;
+    outp_event_fn cb;
+    void *ctx;
+
+    /* UTF-8 assembly of the raw input. */
+    unsigned char u8[4];
+    int u8_n, u8_need;
+    unsigned char u8_lo, u8_hi;
+
+    outp_buf in; /* undecided bytes: in.s[off..in.n) */
+    size_t off;
+
+    /* Answer-state markers: tool openers first, then stops. */
+    outp_marker amk[OUTP_MAX_MARKERS];
+    size_t n_amk, n_openers;
+    char **stops; /* copies, by cfg index (NULL for "" stops) */
+    int *stop_of; /* amk index -> cfg stop index */
+
+    /* JSON mode. */
+    outp_jstate js;
+    int jdepth;
+    bool jstr, jesc;
+    int jfence;     /* J_START: 0 leading ws, 1-3 backticks, 4 language, 5 ws after it */
+    outp_buf jhold; /* J_START: held bytes, emitted verbatim if no JSON follows */
+    outp_buf jtext; /* emitted answer text, for the validity check */
+
+    /* Tool calls. */
+    int n_calls;  /* calls started */
+    int cur_call; /* index of the open call, -1 if none */
+    char *cur_name;
+    bool first_param;
+    char *param_key; /* PARAM_JSON: the JSON-escaped key, emitted with the value */
+    outp_buf pval;   /* PARAM_JSON: the raw value so far */
+    outp_buf scratch;
+    uint64_t id_state;
+
+    outp_summary sum;
+};
+
+/* Emitters (output_parser.c). */
+void outp_emit(outp_parser *p, outp_event_kind k, const char *s, size_t n);
+void outp_emit_error(outp_parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Answer text: through the JSON-mode filter when on. */
+void outp_emit_answer(outp_parser *p, const char *s, size_t n);
+
+/* Undecided input. */
+static inline const char *outp_cur(const outp_parser *p) {
+    return p->in.s + p->off;
+}
+static inline size_t outp_avail(const outp_parser *p) {
+    return p->in.n - p->off;
+}
+static inline void outp_consume(outp_parser *p, size_t n) {
+    p->off += n;
+}
+static inline bool outp_is_ws(char c) {
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+/* DSML states (outp_dsml.c). Each returns true if it made progress. */
+bool outp_step_block(outp_parser *p, bool final);
+bool outp_step_invoke(outp_parser *p, bool final);
+bool outp_step_param_str(outp_parser *p, bool final);
+bool outp_step_param_json(outp_parser *p, bool final);
+/* End of output inside a tool block: close what is open, report it. */
+void outp_dsml_truncated(outp_parser *p);
+
+#endif

@@ -1,0 +1,848 @@
+/* test_output_parser.c — the streaming output parser (src/recipe/output_parser.h).
+ *
+ * A table of cases, each fed whole, split into two chunks at every byte
+ * position, byte by byte and in random chunkings: the parsed result (deltas
+ * concatenated per channel, tool calls with ids, names, arguments and
+ * completeness, stop, errors, summary) must equal the expectation and be
+ * identical across all modes. Every delta must be non-empty valid UTF-8 and
+ * every call's arguments a valid JSON object. Then: early emission (what is
+ * held back and what is not), and randomized outputs built from tricky pieces. */
+#include "harness.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "recipe/output_parser.h"
+
+/* Table rows leave the trailing expectation fields (errors, incomplete, ...) at zero. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+/* ---- collecting a parse --------------------------------------------------- */
+
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        b->cap = (b->n + n + 1) * 2;
+        b->s = realloc(b->s, b->cap);
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+static const char *sb_str(const sbuf *b) {
+    return b->s ? b->s : "";
+}
+
+#define MAX_CALLS 16
+typedef struct call {
+    char name[128], id[64];
+    sbuf args;
+    bool ended, complete;
+} call;
+
+typedef struct res {
+    sbuf reasoning, text, errors;
+    call calls[MAX_CALLS];
+    int n_calls, open_call;
+    int stop_index, n_stop_events, n_finish;
+    bool stopped; /* outp_feed returned 1 */
+    outp_summary sum;
+    char bad[256]; /* first protocol violation seen by the callback */
+} res;
+
+static void res_free(res *r) {
+    free(r->reasoning.s);
+    free(r->text.s);
+    free(r->errors.s);
+    for (int i = 0; i < MAX_CALLS; i++) free(r->calls[i].args.s);
+}
+
+static bool utf8_ok(const char *s, size_t n) {
+    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)s;
+    while (n) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate(p, (utf8proc_ssize_t)n, &cp);
+        if (k <= 0) return false;
+        p += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+static void bad(res *r, const char *what) {
+    if (!r->bad[0]) snprintf(r->bad, sizeof r->bad, "%s", what);
+}
+
+static void on_event(void *ctx, const outp_event *ev) {
+    res *r = ctx;
+    if (r->n_finish) bad(r, "event after FINISH");
+    if (r->n_stop_events && ev->kind != OUTP_EV_FINISH) bad(r, "event after STOP");
+    bool is_text =
+        ev->kind == OUTP_EV_REASONING || ev->kind == OUTP_EV_TEXT || ev->kind == OUTP_EV_TOOL_ARGS;
+    if (is_text && ev->len == 0) bad(r, "empty delta");
+    if (is_text && !utf8_ok(ev->text, ev->len)) bad(r, "delta is not whole valid UTF-8");
+    if ((ev->kind == OUTP_EV_REASONING || ev->kind == OUTP_EV_TEXT) && r->open_call >= 0)
+        bad(r, "text inside a tool call");
+    switch (ev->kind) {
+    case OUTP_EV_REASONING:
+        sb_add(&r->reasoning, ev->text, ev->len);
+        break;
+    case OUTP_EV_TEXT:
+        sb_add(&r->text, ev->text, ev->len);
+        break;
+    case OUTP_EV_TOOL_START:
+        if (r->open_call >= 0) bad(r, "TOOL_START inside a call");
+        if (ev->index != r->n_calls || r->n_calls == MAX_CALLS) {
+            bad(r, "TOOL_START index out of order");
+            break;
+        }
+        if (strncmp(ev->id, "call_", 5) || strlen(ev->id) != 29) bad(r, "bad tool-call id");
+        snprintf(r->calls[r->n_calls].name, 128, "%s", ev->name);
+        snprintf(r->calls[r->n_calls].id, 64, "%s", ev->id);
+        r->open_call = r->n_calls++;
+        break;
+    case OUTP_EV_TOOL_ARGS:
+        if (ev->index != r->open_call || r->open_call < 0) {
+            bad(r, "TOOL_ARGS outside its call");
+            break;
+        }
+        sb_add(&r->calls[ev->index].args, ev->text, ev->len);
+        break;
+    case OUTP_EV_TOOL_END:
+        if (ev->index != r->open_call || r->open_call < 0) {
+            bad(r, "TOOL_END outside its call");
+            break;
+        }
+        r->calls[ev->index].ended = true;
+        r->calls[ev->index].complete = ev->complete;
+        r->open_call = -1;
+        break;
+    case OUTP_EV_STOP:
+        r->stop_index = ev->index;
+        r->n_stop_events++;
+        break;
+    case OUTP_EV_ERROR:
+        if (strlen(ev->text) != ev->len || !utf8_ok(ev->text, ev->len)) bad(r, "bad error text");
+        sb_add(&r->errors, ev->text, ev->len);
+        sb_add(&r->errors, "\n", 1);
+        break;
+    case OUTP_EV_FINISH:
+        r->n_finish++;
+        r->sum = *ev->summary;
+        break;
+    }
+}
+
+/* Feeds `in` cut at the given offsets (ascending, within (0, n)). */
+static void parse(const outp_config *cfg0, const char *in, size_t n, const size_t *cuts,
+                  size_t n_cuts, res *r) {
+    memset(r, 0, sizeof *r);
+    r->open_call = -1;
+    r->stop_index = -1;
+    outp_config cfg = *cfg0;
+    cfg.id_seed = 42;
+    di_err err;
+    outp_parser *p = outp_new(&cfg, &err);
+    if (!p) {
+        bad(r, err.msg);
+        return;
+    }
+    size_t at = 0;
+    for (size_t i = 0; i <= n_cuts; i++) {
+        size_t end = i < n_cuts ? cuts[i] : n;
+        if (outp_feed(p, in + at, end - at, on_event, r)) r->stopped = true;
+        at = end;
+    }
+    const outp_summary *s = outp_finish(p, on_event, r);
+    if (s->n_tool_calls != r->n_calls) bad(r, "summary call count");
+    outp_free(p);
+    if (r->n_finish != 1) bad(r, "FINISH not exactly once");
+    if (r->open_call >= 0) bad(r, "call left open");
+    for (int i = 0; i < r->n_calls; i++) {
+        json_error_t je;
+        json_t *j = json_loadb(sb_str(&r->calls[i].args), r->calls[i].args.n, JSON_ALLOW_NUL, &je);
+        if (!j || !json_is_object(j)) bad(r, "tool arguments are not a JSON object");
+        json_decref(j);
+    }
+}
+
+/* "" if equal, else what differs. */
+static const char *res_diff(const res *a, const res *b) {
+    if (strcmp(sb_str(&a->reasoning), sb_str(&b->reasoning))) return "reasoning";
+    if (strcmp(sb_str(&a->text), sb_str(&b->text))) return "text";
+    if (strcmp(sb_str(&a->errors), sb_str(&b->errors))) return "errors";
+    if (a->n_calls != b->n_calls) return "number of calls";
+    for (int i = 0; i < a->n_calls; i++) {
+        const call *x = &a->calls[i], *y = &b->calls[i];
+        if (strcmp(x->name, y->name) || strcmp(x->id, y->id)) return "call name/id";
+        if (strcmp(sb_str(&x->args), sb_str(&y->args))) return "call arguments";
+        if (x->complete != y->complete || x->ended != y->ended) return "call completeness";
+    }
+    if (a->stop_index != b->stop_index || a->stopped != b->stopped) return "stop";
+    if (memcmp(&a->sum, &b->sum, sizeof a->sum)) return "summary";
+    return "";
+}
+
+/* ---- the case table -------------------------------------------------------- */
+
+#define D        "｜DSML｜"
+#define TC_OPEN  "<" D "tool_calls>"
+#define TC_CLOSE "</" D "tool_calls>"
+#define INV(n)   "<" D "invoke name=\"" n "\">"
+#define INV_END  "</" D "invoke>"
+#define PS(k, v) "<" D "parameter name=\"" k "\" string=\"true\">" v "</" D "parameter>"
+#define PJ(k, v) "<" D "parameter name=\"" k "\" string=\"false\">" v "</" D "parameter>"
+/* V4.1: `calls` block tag and a space before every inner tag name. */
+#define C1_OPEN   "<" D " calls>"
+#define C1_CLOSE  "</" D " calls>"
+#define INV1(n)   "<" D " invoke name=\"" n "\">"
+#define INV1_END  "</" D " invoke>"
+#define PS1(k, v) "<" D " parameter name=\"" k "\" string=\"true\">" v "</" D " parameter>"
+#define PJ1(k, v) "<" D " parameter name=\"" k "\" string=\"false\">" v "</" D " parameter>"
+
+#define WEATHER                                                                                    \
+    TC_OPEN "\n" INV("get_weather") "\n" PS("city", "Paris") "\n" PJ("days", "3") "\n" INV_END     \
+                                                                                  "\n" TC_CLOSE
+#define WEATHER_ARGS "{\"city\": \"Paris\", \"days\": 3}"
+
+#define STOPS(...)                                                                                 \
+    .stops = (const char *const[]){__VA_ARGS__},                                                   \
+    .n_stops = sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)
+
+typedef struct tcase {
+    const char *name;
+    outp_config cfg;
+    const char *in;
+    const char *reasoning, *text;
+    const char *calls[2 * 8 + 1]; /* name, arguments, ...; NULL-terminated */
+    int stop;                     /* expected stop index, -1 none */
+    int errors;                   /* expected ERROR events */
+    int incomplete;               /* expected calls ended with complete == false */
+    int json_valid;               /* JSON mode: expected summary.json_valid (0/1) */
+    bool ropen;                   /* expected summary.reasoning_open */
+} tcase;
+
+static const tcase cases[] = {
+    {"plain",
+     {.tools = true},
+     "Hello, world! 1 < 2 and <b>bold</b>.",
+     "",
+     "Hello, world! 1 < 2 and <b>bold</b>.",
+     {NULL},
+     -1},
+    {"plain_tools_off_block_is_text", {0}, "a " WEATHER " b", "", "a " WEATHER " b", {NULL}, -1},
+    {"partial_marker_lookalikes",
+     {.tools = true},
+     "x < y <｜DS z <｜DSML｜tool <｜DSML｜tool_call> <｜DSML｜invoke name=\"f\"> "
+     "</｜DSML｜tool_calls> "
+     "<｜ <",
+     "",
+     "x < y <｜DS z <｜DSML｜tool <｜DSML｜tool_call> <｜DSML｜invoke name=\"f\"> "
+     "</｜DSML｜tool_calls> "
+     "<｜ <",
+     {NULL},
+     -1},
+    {"lookalike_at_end",
+     {.tools = true, STOPS("STOP")},
+     "ends with <｜DSML｜tool_ca",
+     "",
+     "ends with <｜DSML｜tool_ca",
+     {NULL},
+     -1},
+    {"reasoning_prompt_opened",
+     {.reasoning = true, .think_opened = true},
+     "Let me think.\nOK.</think>\n\nThe answer is 4.",
+     "Let me think.\nOK.",
+     "The answer is 4.",
+     {NULL},
+     -1},
+    {"reasoning_model_opens",
+     {.reasoning = true},
+     "\n<think>\nhmm, 2+2</think>Answer: 4",
+     "\nhmm, 2+2",
+     "Answer: 4",
+     {NULL},
+     -1},
+    {"reasoning_on_but_skipped",
+     {.reasoning = true},
+     "  Direct answer",
+     "",
+     "  Direct answer",
+     {NULL},
+     -1},
+    {"reasoning_repeated_open",
+     {.reasoning = true, .think_opened = true},
+     "<think>x</think>y",
+     "x",
+     "y",
+     {NULL},
+     -1},
+    {"reasoning_lookalikes",
+     {.reasoning = true},
+     "<think>a </thin b <think> </think>c </think>",
+     "a </thin b <think> ",
+     "c </think>",
+     {NULL},
+     -1},
+    {"reasoning_not_think_tag", {.reasoning = true}, "<thinking>", "", "<thinking>", {NULL}, -1},
+    {"reasoning_unclosed",
+     {.reasoning = true, .think_opened = true},
+     "thinking forever ",
+     "thinking forever ",
+     "",
+     {NULL},
+     -1,
+     .ropen = true},
+    {"reasoning_only_open_tag", {.reasoning = true}, "<think>", "", "", {NULL}, -1, .ropen = true},
+    {"reasoning_off_think_is_text", {0}, "a</think>b", "", "a</think>b", {NULL}, -1},
+    {"tool_markup_in_reasoning_is_reasoning",
+     {.reasoning = true, .think_opened = true, .tools = true},
+     "plan " WEATHER "</think>ok",
+     "plan " WEATHER,
+     "ok",
+     {NULL},
+     -1},
+    {"one_call_v4", {.tools = true}, WEATHER, "", "", {"get_weather", WEATHER_ARGS, NULL}, -1},
+    {"text_around_call",
+     {.tools = true},
+     "Let me check.\n\n" WEATHER "\n\nDone.",
+     "",
+     "Let me check.Done.",
+     {"get_weather", WEATHER_ARGS, NULL},
+     -1},
+    {"reasoning_then_call",
+     {.reasoning = true, .think_opened = true, .tools = true},
+     "I need the weather.</think>\n\n" WEATHER,
+     "I need the weather.",
+     "",
+     {"get_weather", WEATHER_ARGS, NULL},
+     -1},
+    {"parallel_v4",
+     {.tools = true},
+     TC_OPEN "\n" INV("get_weather") "\n" PS("city", "Paris") "\n" INV_END "\n" INV(
+         "get_time") "\n" PS("tz", "Europe/Paris") "\n" PJ("h24", "true") "\n" INV_END
+                                                                          "\n" TC_CLOSE,
+     "",
+     "",
+     {"get_weather", "{\"city\": \"Paris\"}", "get_time",
+      "{\"tz\": \"Europe/Paris\", \"h24\": true}", NULL},
+     -1},
+    {"parallel_v41_nested_json",
+     {.tools = true},
+     C1_OPEN "\n" INV1("search") "\n" PJ1(
+         "filter", "{\"a\": [1, 2.5e3, {\"b\": null}], \"c\": "
+                   "\"x<y</z>\"}") "\n" PS1("q", "cats") "\n" INV1_END
+                                                         "\n" INV1("noop") "\n" INV1_END
+                                                                           "\n" C1_CLOSE,
+     "",
+     "",
+     {"search",
+      "{\"filter\": {\"a\": [1, 2.5e3, {\"b\": null}], \"c\": \"x<y</z>\"}, \"q\": \"cats\"}",
+      "noop", "{}", NULL},
+     -1},
+    {"v32_function_calls",
+     {.tools = true},
+     "<" D "function_calls>" INV("f") PS("a", "1") INV_END "</" D "function_calls>",
+     "",
+     "",
+     {"f", "{\"a\": \"1\"}", NULL},
+     -1},
+    {"unicode_and_escapes",
+     {.tools = true},
+     TC_OPEN INV("say") PS("text", "Zürich \"q\" back\\slash\nnew\ttab \x01 日本語 😀")
+         PS("città", "ü") INV_END TC_CLOSE,
+     "",
+     "",
+     {"say",
+      "{\"text\": \"Zürich \\\"q\\\" back\\\\slash\\nnew\\ttab \\u0001 日本語 😀\", \"città\": "
+      "\"ü\"}",
+      NULL},
+     -1},
+    {"json_param_fallbacks",
+     {.tools = true},
+     TC_OPEN INV("f") PJ("bad", "not json") PJ("ws", "\n 42 \n") PJ("empty", "")
+         PS("s", "") "<" D "parameter name=\"nostr\">raw</" D "parameter>" INV_END TC_CLOSE,
+     "",
+     "",
+     {"f", "{\"bad\": \"not json\", \"ws\": 42, \"empty\": \"\", \"s\": \"\", \"nostr\": \"raw\"}",
+      NULL},
+     -1},
+    {"quoted_gt_in_name",
+     {.tools = true},
+     TC_OPEN INV("a>b") INV_END TC_CLOSE,
+     "",
+     "",
+     {"a>b", "{}", NULL},
+     -1},
+    {"fixed_v4_ignores_v41",
+     {.tools = true, .dsml = OUTP_DSML_V4},
+     C1_OPEN INV1("f") INV1_END C1_CLOSE,
+     "",
+     C1_OPEN INV1("f") INV1_END C1_CLOSE,
+     {NULL},
+     -1},
+    {"fixed_v41",
+     {.tools = true, .dsml = OUTP_DSML_V41},
+     "hi " C1_OPEN INV1("f") INV1_END C1_CLOSE,
+     "",
+     "hi",
+     {"f", "{}", NULL},
+     -1},
+    {"json_fenced",
+     {.json_mode = true},
+     "```json\n{\"a\": 1, \"b\": \"}\\\"]\"}\n```\nExtra words",
+     "",
+     "{\"a\": 1, \"b\": \"}\\\"]\"}",
+     {NULL},
+     -1,
+     .json_valid = 1},
+    {"json_raw",
+     {.json_mode = true},
+     "  [1, 2, {\"x\": \"]\"}] trailing",
+     "",
+     "[1, 2, {\"x\": \"]\"}]",
+     {NULL},
+     -1,
+     .json_valid = 1},
+    {"json_plain",
+     {.json_mode = true},
+     "Sure! {\"a\":1}",
+     "",
+     "Sure! {\"a\":1}",
+     {NULL},
+     -1,
+     .json_valid = 0},
+    {"json_fence_then_text",
+     {.json_mode = true},
+     "``` not json",
+     "",
+     "``` not json",
+     {NULL},
+     -1,
+     .json_valid = 0},
+    {"json_truncated",
+     {.json_mode = true},
+     "{\"a\": [1, 2",
+     "",
+     "{\"a\": [1, 2",
+     {NULL},
+     -1,
+     .json_valid = 0},
+    {"json_after_reasoning",
+     {.json_mode = true, .reasoning = true, .think_opened = true},
+     "x</think>\n```json\n{}\n```",
+     "x",
+     "{}",
+     {NULL},
+     -1,
+     .json_valid = 1},
+    {"json_only_fence_start",
+     {.json_mode = true},
+     "  ```js",
+     "",
+     "  ```js",
+     {NULL},
+     -1,
+     .json_valid = 0},
+    {"stop_simple", {STOPS("STOP")}, "Hello STOP world", "", "Hello ", {NULL}, 0},
+    {"stop_overlapping", {STOPS("abcd", "bc")}, "xxabcex", "", "xxa", {NULL}, 1},
+    {"stop_shortest_at_same_place", {STOPS("abc", "ab")}, "zabc", "", "z", {NULL}, 1},
+    {"stop_not_in_reasoning",
+     {.reasoning = true, .think_opened = true, STOPS("STOP")},
+     "has STOP inside</think>answer STOP tail",
+     "has STOP inside",
+     "answer ",
+     {NULL},
+     0},
+    {"stop_not_in_tool_markup",
+     {.tools = true, STOPS("STOP", "name")},
+     TC_OPEN INV("f") PS("v", "a STOP b") INV_END TC_CLOSE "ok STOP x " WEATHER,
+     "",
+     "ok ",
+     {"f", "{\"v\": \"a STOP b\"}", NULL},
+     0},
+    {"stop_unicode", {STOPS("日本")}, "これは日本語", "", "これは", {NULL}, 0},
+    {"stop_near_miss_at_end", {STOPS("END")}, "the EN", "", "the EN", {NULL}, -1},
+    {"stop_with_newlines_and_tools",
+     {.tools = true, STOPS("\n\n")},
+     "para1\n\npara2",
+     "",
+     "para1",
+     {NULL},
+     0},
+    {"stop_empty_ignored", {STOPS("", "x")}, "abxc", "", "ab", {NULL}, 1},
+    {"stop_before_tool_block",
+     {.tools = true, STOPS("<｜DSML｜")},
+     "t " WEATHER,
+     "",
+     "t ",
+     {NULL},
+     0},
+    {"utf8_multibyte",
+     {.tools = true},
+     "naïve café 😀 — 中文 ｜",
+     "",
+     "naïve café 😀 — 中文 ｜",
+     {NULL},
+     -1},
+    {"utf8_invalid_bytes",
+     {0},
+     "a\xff"
+     "b\xe2\x28\xa1"
+     "c\xed\xa0\x80"
+     "d\xe2\x82",
+     "",
+     "a\xef\xbf\xbd"
+     "b\xef\xbf\xbd(\xef\xbf\xbd"
+     "c\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+     "d\xef\xbf\xbd",
+     {NULL},
+     -1},
+    {"whitespace_tail_kept", {.tools = true}, "a \n", "", "a \n", {NULL}, -1},
+    {"empty_output", {.tools = true, .reasoning = true}, "", "", "", {NULL}, -1, .ropen = false},
+    {"malformed_garbage_in_block", {.tools = true}, TC_OPEN "\nhello", "", "hello", {NULL}, -1, 1},
+    {"malformed_invoke_without_name",
+     {.tools = true},
+     TC_OPEN "<" D "invoke>x",
+     "",
+     "<" D "invoke>x",
+     {NULL},
+     -1,
+     1},
+    {"malformed_in_invoke",
+     {.tools = true},
+     TC_OPEN INV("f") PS("a", "1") "oops" INV_END TC_CLOSE,
+     "",
+     "oops" INV_END TC_CLOSE,
+     {"f", "{\"a\": \"1\"}", NULL},
+     -1,
+     1,
+     1},
+    {"malformed_nested_opener",
+     {.tools = true},
+     TC_OPEN TC_OPEN INV("f") INV_END TC_CLOSE "after",
+     "",
+     "after",
+     {"f", "{}", NULL},
+     -1,
+     1},
+    {"truncated_in_string_param",
+     {.tools = true},
+     "x" TC_OPEN INV("f") "<" D "parameter name=\"city\" string=\"true\">Par",
+     "",
+     "x",
+     {"f", "{\"city\": \"Par\"}", NULL},
+     -1,
+     1,
+     1},
+    {"truncated_in_closing_tag",
+     {.tools = true},
+     TC_OPEN INV("f") "<" D "parameter name=\"city\" string=\"true\">Paris</" D "param",
+     "",
+     "",
+     {"f", "{\"city\": \"Paris\"}", NULL},
+     -1,
+     1,
+     1},
+    {"truncated_in_json_param",
+     {.tools = true},
+     TC_OPEN INV("f") PS("a", "x") "<" D "parameter name=\"b\" string=\"false\">[1, 2",
+     "",
+     "",
+     {"f", "{\"a\": \"x\"}", NULL},
+     -1,
+     1,
+     1},
+    {"truncated_mid_tag", {.tools = true}, "t" TC_OPEN "\n<" D "inv", "", "t", {NULL}, -1, 1},
+    {"truncated_after_invoke",
+     {.tools = true},
+     TC_OPEN INV("f") INV_END "\n",
+     "",
+     "",
+     {"f", "{}", NULL},
+     -1,
+     1},
+    {"truncated_in_invoke",
+     {.tools = true},
+     TC_OPEN INV("f") PJ("n", "1"),
+     "",
+     "",
+     {"f", "{\"n\": 1}", NULL},
+     -1,
+     1,
+     1},
+    {"truncated_right_after_opener", {.tools = true}, "a " TC_OPEN, "", "a", {NULL}, -1, 1},
+};
+#define N_CASES (sizeof cases / sizeof cases[0])
+
+static const char *check_expect(const tcase *c, const res *r) {
+    static char why[512];
+    if (r->bad[0]) return snprintf(why, sizeof why, "protocol: %s", r->bad), why;
+    if (strcmp(sb_str(&r->reasoning), c->reasoning))
+        return snprintf(why, sizeof why, "reasoning [%s]", sb_str(&r->reasoning)), why;
+    if (strcmp(sb_str(&r->text), c->text))
+        return snprintf(why, sizeof why, "text [%s]", sb_str(&r->text)), why;
+    int n = 0;
+    while (c->calls[2 * n]) n++;
+    if (n != r->n_calls) return snprintf(why, sizeof why, "%d calls, want %d", r->n_calls, n), why;
+    int incomplete = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(r->calls[i].name, c->calls[2 * i]))
+            return snprintf(why, sizeof why, "call %d name [%s]", i, r->calls[i].name), why;
+        if (strcmp(sb_str(&r->calls[i].args), c->calls[2 * i + 1]))
+            return snprintf(why, sizeof why, "call %d args [%s]", i, sb_str(&r->calls[i].args)),
+                   why;
+        incomplete += !r->calls[i].complete;
+    }
+    if (incomplete != c->incomplete)
+        return snprintf(why, sizeof why, "%d incomplete calls", incomplete), why;
+    if (r->stop_index != c->stop || r->sum.stop_index != c->stop || r->stopped != (c->stop >= 0))
+        return snprintf(why, sizeof why, "stop %d", r->stop_index), why;
+    if (r->sum.n_errors != c->errors)
+        return snprintf(why, sizeof why, "%d errors: %s", r->sum.n_errors, sb_str(&r->errors)), why;
+    if (c->cfg.json_mode && r->sum.json_valid != (c->json_valid == 1)) return "json_valid";
+    if (r->sum.reasoning_open != c->ropen) return "reasoning_open";
+    return "";
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Random cut points: n_cuts sorted distinct offsets in (0, n). */
+static size_t random_cuts(uint64_t *rng, size_t n, size_t *cuts, size_t max) {
+    if (n < 2) return 0;
+    size_t k = 0;
+    for (size_t at = 0;;) {
+        at += 1 + rng_next(rng) % 7;
+        if (at >= n || k == max) break;
+        cuts[k++] = at;
+    }
+    return k;
+}
+
+/* Whole, every two-chunk split, byte by byte, random chunkings: all equal to
+ * the whole parse, and the whole parse to the expectation. */
+static const char *run_all_modes(const outp_config *cfg, const char *in, const tcase *c,
+                                 int n_random, uint64_t seed) {
+    static char why[600];
+    size_t n = strlen(in);
+    res whole, r;
+    parse(cfg, in, n, NULL, 0, &whole);
+    const char *e = c ? check_expect(c, &whole) : (whole.bad[0] ? whole.bad : "");
+    if (*e) {
+        snprintf(why, sizeof why, "whole: %s", e);
+        res_free(&whole);
+        return why;
+    }
+    size_t *cuts = malloc((n + 1) * sizeof *cuts);
+    for (size_t i = 0; i < n; i++) cuts[i] = i + 1;
+    why[0] = 0;
+    parse(cfg, in, n, cuts, n ? n - 1 : 0, &r); /* byte by byte */
+    if (r.bad[0] || *res_diff(&whole, &r))
+        snprintf(why, sizeof why, "byte by byte: %s%s", r.bad, res_diff(&whole, &r));
+    res_free(&r);
+    /* Every two-chunk split for the table; a sample of them for random inputs. */
+    size_t step = c || n < 64 ? 1 : n / 32;
+    for (size_t k = 1; k < n && !why[0]; k += step) {
+        parse(cfg, in, n, &k, 1, &r);
+        if (r.bad[0] || *res_diff(&whole, &r))
+            snprintf(why, sizeof why, "split at %zu: %s%s", k, r.bad, res_diff(&whole, &r));
+        res_free(&r);
+    }
+    uint64_t rng = seed;
+    for (int t = 0; t < n_random && !why[0]; t++) {
+        size_t nc = random_cuts(&rng, n, cuts, n);
+        parse(cfg, in, n, cuts, nc, &r);
+        if (r.bad[0] || *res_diff(&whole, &r))
+            snprintf(why, sizeof why, "random chunking %d: %s%s", t, r.bad, res_diff(&whole, &r));
+        res_free(&r);
+    }
+    free(cuts);
+    res_free(&whole);
+    return why;
+}
+
+TEST(outp_cases_all_chunkings) {
+    for (size_t i = 0; i < N_CASES; i++) {
+        const char *why = run_all_modes(&cases[i].cfg, cases[i].in, &cases[i], 8, i + 1);
+        CHECKF(!*why, "case %s: %s", cases[i].name, why);
+    }
+}
+
+/* ---- early emission ------------------------------------------------------------ */
+
+static res *fresh(res *r) {
+    memset(r, 0, sizeof *r);
+    r->open_call = -1;
+    r->stop_index = -1;
+    return r;
+}
+
+#define FEED(p, s, r) outp_feed(p, s, strlen(s), on_event, r)
+
+TEST(outp_emits_early) {
+    res r;
+    outp_config cfg = {.tools = true, STOPS("STOP")};
+    outp_parser *p = outp_new(&cfg, NULL);
+    FEED(p, "Hello wor", fresh(&r));
+    CHECKF(!strcmp(sb_str(&r.text), "Hello wor"), "[%s]", sb_str(&r.text));
+    FEED(p, "ld <｜DS", &r); /* possible block opener; the space before it too */
+    CHECKF(!strcmp(sb_str(&r.text), "Hello world"), "[%s]", sb_str(&r.text));
+    FEED(p, "x ST", &r); /* not an opener after all; " ST" may begin " STOP"... */
+    CHECKF(!strcmp(sb_str(&r.text), "Hello world <｜DSx"), "[%s]", sb_str(&r.text));
+    FEED(p, "\xe4\xb8", &r); /* ...and half a character cannot be emitted */
+    CHECKF(!strcmp(sb_str(&r.text), "Hello world <｜DSx"), "[%s]", sb_str(&r.text));
+    FEED(p, "\xad", &r);
+    CHECKF(!strcmp(sb_str(&r.text), "Hello world <｜DSx ST中"), "[%s]", sb_str(&r.text));
+    outp_finish(p, on_event, &r);
+    outp_free(p);
+    res_free(&r);
+
+    /* Without tools, whitespace and "<" are not held. */
+    outp_config plain = {0};
+    p = outp_new(&plain, NULL);
+    FEED(p, "a <｜DSML｜tool_calls", fresh(&r));
+    CHECKF(!strcmp(sb_str(&r.text), "a <｜DSML｜tool_calls"), "[%s]", sb_str(&r.text));
+    outp_finish(p, on_event, &r);
+    outp_free(p);
+    res_free(&r);
+
+    /* Reasoning: only a possible "</think>" is held. */
+    outp_config think = {.reasoning = true, .think_opened = true};
+    p = outp_new(&think, NULL);
+    FEED(p, "abc </th", fresh(&r));
+    CHECKF(!strcmp(sb_str(&r.reasoning), "abc "), "[%s]", sb_str(&r.reasoning));
+    FEED(p, "ink>", &r);
+    CHECK(r.text.n == 0 && !strcmp(sb_str(&r.reasoning), "abc "));
+    outp_finish(p, on_event, &r);
+    outp_free(p);
+    res_free(&r);
+}
+
+TEST(outp_streams_tool_arguments) {
+    res r;
+    outp_config cfg = {.tools = true};
+    outp_parser *p = outp_new(&cfg, NULL);
+    FEED(p, TC_OPEN INV("get_weather"), fresh(&r));
+    CHECK(r.n_calls == 1 && !strcmp(r.calls[0].name, "get_weather"));
+    CHECKF(!strcmp(sb_str(&r.calls[0].args), "{"), "[%s]", sb_str(&r.calls[0].args));
+    FEED(p, "<" D "parameter name=\"city\" string=\"true\">Par", &r);
+    CHECKF(!strcmp(sb_str(&r.calls[0].args), "{\"city\": \"Par"), "[%s]", sb_str(&r.calls[0].args));
+    FEED(p, "is\n</" D "par", &r);
+    CHECKF(!strcmp(sb_str(&r.calls[0].args), "{\"city\": \"Paris\\n"), "[%s]",
+           sb_str(&r.calls[0].args));
+    FEED(p, "ameter>" PJ("days", "[3,") " " INV_END, &r);
+    CHECKF(!strcmp(sb_str(&r.calls[0].args), "{\"city\": \"Paris\\n\", \"days\": \"[3,\"}"), "[%s]",
+           sb_str(&r.calls[0].args));
+    CHECK(r.calls[0].ended && r.calls[0].complete);
+    outp_finish(p, on_event, &r);
+    CHECK(r.sum.n_errors == 1); /* the block was never closed */
+    outp_free(p);
+    res_free(&r);
+}
+
+TEST(outp_stop_ends_feeding_and_config_errors) {
+    res r;
+    outp_config cfg = {STOPS("\n\nUser:")};
+    outp_parser *p = outp_new(&cfg, NULL);
+    CHECK(FEED(p, "answer\n\nUs", fresh(&r)) == 0);
+    CHECK(FEED(p, "er: more", &r) == 1);
+    CHECK(FEED(p, "ignored", &r) == 1);
+    outp_finish(p, on_event, &r);
+    CHECK(!strcmp(sb_str(&r.text), "answer") && r.stop_index == 0 && r.n_finish == 1);
+    outp_free(p);
+    res_free(&r);
+
+    di_err err;
+    outp_config badcfg = {STOPS("ok", "\xff")};
+    CHECK(outp_new(&badcfg, &err) == NULL);
+    CHECKF(strstr(err.msg, "stop[1]") != NULL, "%s", err.msg);
+}
+
+/* ---- randomized ------------------------------------------------------------------- */
+
+static const char *const pieces[] = {
+    "a",  " ",   "\n",        "<",    "｜",       "DSML",   "<｜DSML｜", "</think>", "<think>",
+    "é",  "😀",   "{",         "}",    "[",        "]",      "\"",        "\\",       "STOP",
+    "ST", "```", "```json\n", "\xff", "\xe4\xb8", "日本語", "</",        ">",        "\t",
+};
+#define N_PIECES (sizeof pieces / sizeof pieces[0])
+
+static void add_block(sbuf *o, uint64_t *rng) {
+    bool v41 = rng_next(rng) & 1;
+    const char *sp = v41 ? " " : "";
+    char t[256];
+    snprintf(t, sizeof t, "<" D "%s>\n", v41 ? " calls" : "tool_calls");
+    sb_add(o, t, strlen(t));
+    int n_inv = 1 + (int)(rng_next(rng) % 3);
+    for (int i = 0; i < n_inv; i++) {
+        snprintf(t, sizeof t, "<" D "%sinvoke name=\"fn%d\">\n", sp, i);
+        sb_add(o, t, strlen(t));
+        int n_par = (int)(rng_next(rng) % 4);
+        for (int k = 0; k < n_par; k++) {
+            static const char *const vals[] = {
+                "x",      "42", "{\"a\": [1, \"}\"]}", "a \"q\" \\ 😀", "not json", "",
+                " true ", "<",  "</" D "para"};
+            const char *v = vals[rng_next(rng) % 9];
+            bool str = rng_next(rng) & 1;
+            snprintf(t, sizeof t, "<" D "%sparameter name=\"p%d\" string=\"%s\">", sp, k,
+                     str ? "true" : "false");
+            sb_add(o, t, strlen(t));
+            sb_add(o, v, strlen(v));
+            snprintf(t, sizeof t, "</" D "%sparameter>\n", sp);
+            sb_add(o, t, strlen(t));
+        }
+        snprintf(t, sizeof t, "</" D "%sinvoke>\n", sp);
+        sb_add(o, t, strlen(t));
+    }
+    snprintf(t, sizeof t, "</" D "%s>", v41 ? " calls" : "tool_calls");
+    sb_add(o, t, strlen(t));
+}
+
+TEST(outp_randomized_chunkings) {
+    uint64_t rng = 12345;
+    for (int it = 0; it < 300; it++) {
+        sbuf o = {0};
+        int n = 1 + (int)(rng_next(&rng) % 40);
+        for (int i = 0; i < n; i++) {
+            if (rng_next(&rng) % 12 == 0)
+                add_block(&o, &rng);
+            else {
+                const char *pc = pieces[rng_next(&rng) % N_PIECES];
+                sb_add(&o, pc, strlen(pc));
+            }
+        }
+        /* Corrupt some: truncate, or flip one byte. */
+        if (o.n && rng_next(&rng) % 3 == 0) o.n = rng_next(&rng) % o.n;
+        if (o.n && rng_next(&rng) % 4 == 0)
+            o.s[rng_next(&rng) % o.n] = (char)('<' + (char)(rng_next(&rng) % 3));
+        sb_add(&o, "", 0);
+        uint64_t f = rng_next(&rng);
+        outp_config cfg = {.reasoning = f & 1,
+                           .think_opened = f & 2,
+                           .tools = !(f & 4),
+                           .json_mode = (f & 24) == 8,
+                           .dsml = (outp_dsml)((f >> 5) % 4)};
+        static const char *const stops[] = {"STOP", "日本", "\n\n"};
+        if (f & 256) {
+            cfg.stops = stops;
+            cfg.n_stops = 3;
+        }
+        uint64_t seed = rng_next(&rng);
+        const char *why = run_all_modes(&cfg, o.s, NULL, 4, seed);
+        if (*why) {
+            CHECKF(0, "iteration %d: %s; input [%s]", it, why, o.s);
+        }
+        free(o.s);
+    }
+}
