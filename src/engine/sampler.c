@@ -9,9 +9,13 @@
 
 #include "base/base.h"
 
+uint64_t sampler_seed_state(uint64_t seed) {
+    return seed ^ 0x9E3779B97F4A7C15ull;
+}
+
 void sampler_init(sampler *s, const sampler_params *p, int vocab) {
     s->p = *p;
-    s->rng = p->seed ^ 0x9E3779B97F4A7C15ull;
+    s->rng = sampler_seed_state(p->seed);
     s->vocab = vocab;
     s->idx = di_malloc(sizeof(int) * (size_t)vocab);
     s->prob = di_malloc(sizeof(float) * (size_t)vocab);
@@ -31,7 +35,13 @@ static uint64_t splitmix64(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
-double sampler_uniform(sampler *s) { return (double)(splitmix64(&s->rng) >> 11) * 0x1.0p-53; }
+static double uniform(uint64_t *rng) {
+    return (double)(splitmix64(rng) >> 11) * 0x1.0p-53;
+}
+
+double sampler_uniform(sampler *s) {
+    return uniform(&s->rng);
+}
 
 int sampler_argmax(const float *logits, int n) {
     int best = 0;
@@ -49,41 +59,58 @@ static int by_prob_desc(const void *a, const void *b, void *key) {
 }
 
 int sampler_sample(sampler *s, const float *logits) {
-    const sampler_params *p = &s->p;
-    int n = s->vocab;
+    return sampler_draw(&s->p, &s->rng, logits, s->vocab, s->idx, s->prob);
+}
+
+int sampler_draw(const sampler_params *p, uint64_t *rng, const float *logits, int n, int *idx,
+                 float *prob) {
     if (p->temperature <= 0.0f) return sampler_argmax(logits, n);
 
     /* Softmax with temperature over the whole vocabulary. */
-    float mx = logits[sampler_argmax(logits, n)];
+    int top = sampler_argmax(logits, n);
+    float mx = logits[top];
     double sum = 0;
     for (int i = 0; i < n; i++) {
-        s->prob[i] = expf((logits[i] - mx) / p->temperature);
-        sum += s->prob[i];
+        prob[i] = expf((logits[i] - mx) / p->temperature);
+        sum += prob[i];
     }
-    for (int i = 0; i < n; i++) s->prob[i] = (float)(s->prob[i] / sum);
+    for (int i = 0; i < n; i++) prob[i] = (float)(prob[i] / sum);
+
+    /* No filter: draw in id order, no sort needed. */
+    if (p->top_k <= 0 && !(p->top_p > 0 && p->top_p < 1) && p->min_p <= 0) {
+        double r = uniform(rng), acc = 0;
+        int last = top;
+        for (int i = 0; i < n; i++) {
+            if (prob[i] <= 0) continue;
+            acc += prob[i];
+            last = i;
+            if (r < acc) return i;
+        }
+        return last;
+    }
 
     /* Candidate list: keep only what the filters can admit before sorting. */
     int m = 0;
-    float floor_p = p->min_p > 0 ? p->min_p * s->prob[sampler_argmax(logits, n)] : 0.0f;
+    float floor_p = p->min_p > 0 ? p->min_p * prob[top] : 0.0f;
     for (int i = 0; i < n; i++)
-        if (s->prob[i] > 0 && s->prob[i] >= floor_p) s->idx[m++] = i;
-    qsort_r(s->idx, (size_t)m, sizeof(int), by_prob_desc, s->prob);
+        if (prob[i] > 0 && prob[i] >= floor_p) idx[m++] = i;
+    qsort_r(idx, (size_t)m, sizeof(int), by_prob_desc, prob);
     if (p->top_k > 0 && p->top_k < m) m = p->top_k;
     if (p->top_p > 0 && p->top_p < 1) {
         double acc = 0;
         int keep = 0;
         while (keep < m) {
-            acc += s->prob[s->idx[keep++]];
+            acc += prob[idx[keep++]];
             if (acc >= p->top_p) break;
         }
         m = keep;
     }
     double total = 0;
-    for (int i = 0; i < m; i++) total += s->prob[s->idx[i]];
-    double r = sampler_uniform(s) * total, acc = 0;
+    for (int i = 0; i < m; i++) total += prob[idx[i]];
+    double r = uniform(rng) * total, acc = 0;
     for (int i = 0; i < m; i++) {
-        acc += s->prob[s->idx[i]];
-        if (r < acc) return s->idx[i];
+        acc += prob[idx[i]];
+        if (r < acc) return idx[i];
     }
-    return s->idx[m - 1];
+    return idx[m - 1];
 }

@@ -18,10 +18,10 @@ typedef struct sampler_params {
 
 typedef struct sampler {
     sampler_params p;
-    uint64_t rng;      /* splitmix64 state */
+    uint64_t rng; /* splitmix64 state */
     int vocab;
-    int *idx;          /* scratch: candidate ids */
-    float *prob;       /* scratch: candidate probabilities */
+    int *idx;    /* scratch: candidate ids */
+    float *prob; /* scratch: candidate probabilities */
 } sampler;
 
 void sampler_init(sampler *s, const sampler_params *p, int vocab);
@@ -32,5 +32,13 @@ int sampler_argmax(const float *logits, int n);
 int sampler_sample(sampler *s, const float *logits);
 /* Uniform double in [0, 1) from the sampler's generator. */
 double sampler_uniform(sampler *s);
+
+/* The same draw without a sampler object, for callers that keep many
+ * generators and share scratch: *rng is the splitmix64 state (advanced),
+ * idx and prob are n-entry scratch arrays. logits are not modified. */
+int sampler_draw(const sampler_params *p, uint64_t *rng, const float *logits, int n, int *idx,
+                 float *prob);
+/* A generator state for seed (what sampler_init uses). */
+uint64_t sampler_seed_state(uint64_t seed);
 
 #endif

@@ -1,0 +1,329 @@
+/* engine.c — the engine's public face and its step thread: creation (KV
+ * blocks taken from the runner, the start-up cost model that sets the
+ * per-step token budget), thread-safe submit / cancel / stats, and the loop
+ * that drains the inbox and runs steps. The step's work itself is in
+ * engine_step.c.
+ *
+ * Concurrency: submitters and the step thread meet only at the mutex-guarded
+ * inbox, cancel list and published stats snapshot; everything else (the
+ * scheduler, block manager, sequences) belongs to the step thread alone, so
+ * the hot path takes the lock once per step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+/* --- start-up cost model -------------------------------------------------- */
+/* Times a P-token prefill and a 1-token decode (after a warm-up pass) and
+ * fits step_time = fixed + n_tokens * per_token; the budget is what fits in
+ * step_ms. */
+static void measure_budget(engine *e) {
+    int P = 128;
+    if (P > e->max_len - 2) P = e->max_len - 2;
+    int budget = 256;
+    double t1 = 1e30, tp = 1e30;
+    bm_table t = {0};
+    bm_cow cow;
+    float *lg = di_malloc(sizeof(float) * (size_t)e->run.vocab);
+    int *tok = di_malloc(sizeof(int) * (size_t)(P + 1));
+    for (int i = 0; i <= P; i++) tok[i] = (i * 7 + 1) % e->run.vocab;
+    bool ok = P >= 2 && bm_reserve(e->bm, &t, 0, P + 1, &cow) == 0;
+    for (int rep = 0; ok && rep < 2; rep++) {
+        model_seq ms;
+        e->run.seq_init(e->run.ctx, &ms);
+        ms.blocks = t.blocks;
+        ms.n_blocks = t.n;
+        ms.cap_blocks = t.cap;
+        model_batch_seq b = {&ms, tok, P, lg, false, NULL};
+        di_err err;
+        double a = di_now();
+        ok = e->run.forward(e->run.ctx, &b, 1, &err) == 0;
+        double m = di_now();
+        b = (model_batch_seq){&ms, tok + P, 1, lg, false, NULL};
+        ok = ok && e->run.forward(e->run.ctx, &b, 1, &err) == 0;
+        double z = di_now();
+        if (rep > 0 && ok) {
+            tp = m - a;
+            t1 = z - m;
+        }
+        if (!ok) di_log(DI_LOG_WARN, "engine: cost model pass failed: %s", err.msg);
+        ms.blocks = NULL;
+        ms.n_blocks = ms.cap_blocks = 0;
+        e->run.seq_free(e->run.ctx, &ms);
+    }
+    if (ok) {
+        double per_tok = (tp - t1) / (P - 1);
+        if (per_tok < 1e-7) per_tok = 1e-7;
+        double b = (e->o.step_ms / 1000.0 - t1) / per_tok;
+        budget = b < 16 ? 16 : b > 16384 ? 16384 : (int)b;
+        e->st.step_fixed_ms = t1 * 1000;
+        e->st.token_ms = per_tok * 1000;
+    }
+    bm_release(e->bm, &t);
+    bm_table_free(&t);
+    free(lg);
+    free(tok);
+    e->st.token_budget = budget;
+}
+
+/* --- the step thread ------------------------------------------------------ */
+static void publish(engine *e) {
+    bm_stats b = bm_get_stats(e->bm);
+    engine_stats s = e->st;
+    s.running = sched_n_running(e->sched);
+    s.waiting = sched_n_waiting(e->sched);
+    s.blocks_total = b.total;
+    s.blocks_used = b.used;
+    s.blocks_free = b.free;
+    s.blocks_cached = b.cached;
+    s.prefix_hit_tokens = b.hit_tokens;
+    s.cows = b.cows;
+    s.evictions = b.evictions;
+    pthread_mutex_lock(&e->mu);
+    e->pub = s;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void fail_all(engine *e, const char *msg) {
+    while (e->active) engine_cancel_now(e, e->active->id, ENGINE_FINISH_ERROR, msg);
+}
+
+static void *engine_main(void *arg) {
+    engine *e = arg;
+    uint64_t *cancels = NULL;
+    int cap = 0;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->stop && !e->inbox && e->n_cancels == 0 && !e->active) {
+            e->busy = false;
+            pthread_cond_broadcast(&e->idle);
+            pthread_cond_wait(&e->work, &e->mu);
+        }
+        if (e->stop) break;
+        e->busy = true;
+        ereq *in = e->inbox;
+        e->inbox = e->inbox_tail = NULL;
+        int nc = e->n_cancels;
+        if (nc > cap) {
+            cap = nc * 2;
+            cancels = di_realloc(cancels, sizeof *cancels * (size_t)cap);
+        }
+        if (nc) memcpy(cancels, e->cancels, sizeof *cancels * (size_t)nc);
+        e->n_cancels = 0;
+        pthread_mutex_unlock(&e->mu);
+
+        while (in) {
+            ereq *next = in->next;
+            engine_ingest(e, in);
+            in = next;
+        }
+        for (int i = 0; i < nc; i++)
+            engine_cancel_now(e, cancels[i], ENGINE_FINISH_CANCELLED, NULL);
+        if (e->active) {
+            di_err err = {{0}};
+            if (engine_step(e, &err)) {
+                di_log(DI_LOG_ERROR, "engine: step failed: %s", err.msg);
+                fail_all(e, err.msg);
+            }
+        }
+        publish(e);
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    free(cancels);
+    return NULL;
+}
+
+/* --- lifecycle ------------------------------------------------------------ */
+engine *engine_create_runner(const engine_runner *r, const engine_detok *detok,
+                             const engine_opts *opts, di_err *err) {
+    engine_opts o = opts ? *opts : (engine_opts){0};
+    if (o.step_ms <= 0) o.step_ms = 50;
+    if (o.max_running <= 0) o.max_running = 256;
+    if (r->vocab <= 0 || !r->forward || !r->kv_alloc || !r->kv_release || !r->seq_init ||
+        !r->seq_free) {
+        di_errf(err, "engine: runner is missing its vocabulary size or a required function");
+        if (r->destroy) r->destroy(r->ctx);
+        return NULL;
+    }
+    engine *e = di_calloc(1, sizeof *e);
+    e->run = *r;
+    if (detok && detok->open) {
+        e->detok = *detok;
+        e->has_detok = true;
+    }
+    e->o = o;
+    e->max_len = o.max_model_len > 0 && (r->max_context <= 0 || o.max_model_len < r->max_context)
+                     ? o.max_model_len
+                 : r->max_context > 0 ? r->max_context
+                                      : 1 << 30;
+    int want = o.kv_blocks > 0 ? o.kv_blocks : 1 << 30;
+    int cap = 64;
+    e->block_ids = di_malloc(sizeof(int) * (size_t)cap);
+    while (e->n_block_ids < want) {
+        int id = r->kv_alloc(r->ctx);
+        if (id < 0) break;
+        if (e->n_block_ids == cap) {
+            cap *= 2;
+            e->block_ids = di_realloc(e->block_ids, sizeof(int) * (size_t)cap);
+        }
+        e->block_ids[e->n_block_ids++] = id;
+    }
+    if (e->n_block_ids == 0) {
+        di_errf(err, "engine: the KV pool has no blocks");
+        engine_free(e);
+        return NULL;
+    }
+    e->bm = bm_create(e->block_ids, e->n_block_ids);
+    bm_set_caching(e->bm, !o.no_prefix_cache && !r->has_swa);
+    e->samp = samp_ctx_new(r->vocab);
+    if (o.step_tokens > 0)
+        e->st.token_budget = o.step_tokens;
+    else
+        measure_budget(e);
+    e->sched = sched_create(e->bm, &(sched_opts){.token_budget = e->st.token_budget,
+                                                 .max_running = o.max_running,
+                                                 .can_copy = r->copy_block != NULL});
+    e->next_req_id = 1;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->idle, NULL);
+    publish(e);
+    e->busy = true; /* until the thread first finds nothing to do */
+    if (pthread_create(&e->thread, NULL, engine_main, e)) {
+        di_errf(err, "engine: cannot start the step thread");
+        pthread_mutex_destroy(&e->mu);
+        pthread_cond_destroy(&e->work);
+        pthread_cond_destroy(&e->idle);
+        sched_free(e->sched);
+        e->sched = NULL; /* tells engine_free there is no thread */
+        engine_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void engine_free(engine *e) {
+    if (!e) return;
+    if (e->sched) { /* the thread runs */
+        pthread_mutex_lock(&e->mu);
+        e->stop = true;
+        pthread_cond_broadcast(&e->work);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+        /* Requests still queued or running end as cancelled. */
+        while (e->inbox) {
+            ereq *r = e->inbox;
+            e->inbox = r->next;
+            engine_ingest(e, r);
+        }
+        while (e->active) engine_cancel_now(e, e->active->id, ENGINE_FINISH_CANCELLED, NULL);
+        sched_free(e->sched);
+        pthread_mutex_destroy(&e->mu);
+        pthread_cond_destroy(&e->work);
+        pthread_cond_destroy(&e->idle);
+    }
+    bm_free(e->bm);
+    for (int i = 0; i < e->n_block_ids; i++) e->run.kv_release(e->run.ctx, e->block_ids[i]);
+    free(e->block_ids);
+    samp_ctx_free(e->samp);
+    free(e->batch);
+    free(e->logits);
+    free(e->text);
+    free(e->cancels);
+    if (e->run.destroy) e->run.destroy(e->run.ctx);
+    free(e);
+}
+
+/* --- API ------------------------------------------------------------------ */
+static int check_request(engine *e, const engine_request *q, di_err *err) {
+    if (!q->prompt || q->n_prompt < 1) return di_errf(err, "request: empty prompt");
+    if (q->n_prompt >= e->max_len)
+        return di_errf(err, "request: prompt of %d tokens leaves no room in the %d-token context",
+                       q->n_prompt, e->max_len);
+    for (int i = 0; i < q->n_prompt; i++)
+        if (q->prompt[i] < 0 || q->prompt[i] >= e->run.vocab)
+            return di_errf(err,
+                           "request: prompt token %d at position %d outside the vocabulary (%d)",
+                           q->prompt[i], i, e->run.vocab);
+    int need = (q->n_prompt + 1 + BM_BLOCK - 1) / BM_BLOCK;
+    if (need > e->n_block_ids)
+        return di_errf(err, "request: prompt needs %d KV blocks, the pool has %d", need,
+                       e->n_block_ids);
+    if (q->n > ENGINE_MAX_N)
+        return di_errf(err, "request: n = %d (at most %d)", q->n, ENGINE_MAX_N);
+    if ((unsigned)q->traffic >= ENGINE_N_TRAFFIC)
+        return di_errf(err, "request: unknown traffic class %d", (int)q->traffic);
+    if (samp_params_check(&q->sampling, e->run.vocab, err)) return -1;
+    char msg[256];
+    if (stop_params_check(&q->stop, msg, sizeof msg)) return di_errf(err, "request: %s", msg);
+    if (q->stop.n_strs > 0 && !e->has_detok)
+        return di_errf(err, "request: stop strings need a tokenizer");
+    return 0;
+}
+
+static ereq *copy_request(const engine_request *q) {
+    ereq *r = di_calloc(1, sizeof *r);
+    r->r = *q;
+    if (r->r.n <= 0) r->r.n = 1;
+    r->prompt = di_malloc(sizeof(int) * (size_t)q->n_prompt);
+    memcpy(r->prompt, q->prompt, sizeof(int) * (size_t)q->n_prompt);
+    r->r.prompt = r->prompt;
+    if (q->sampling.n_bias > 0) {
+        r->bias = di_malloc(sizeof *r->bias * (size_t)q->sampling.n_bias);
+        memcpy(r->bias, q->sampling.bias, sizeof *r->bias * (size_t)q->sampling.n_bias);
+    }
+    r->r.sampling.bias = r->bias;
+    if (q->stop.n_ids > 0) {
+        r->stop_ids = di_malloc(sizeof(int) * (size_t)q->stop.n_ids);
+        memcpy(r->stop_ids, q->stop.ids, sizeof(int) * (size_t)q->stop.n_ids);
+    }
+    r->r.stop.ids = r->stop_ids;
+    if (q->stop.n_strs > 0) {
+        r->stop_strs = di_calloc((size_t)q->stop.n_strs, sizeof(char *));
+        for (int i = 0; i < q->stop.n_strs; i++) r->stop_strs[i] = di_strdup(q->stop.strs[i]);
+    }
+    r->r.stop.strs = (const char *const *)r->stop_strs;
+    return r;
+}
+
+uint64_t engine_submit(engine *e, const engine_request *q, di_err *err) {
+    if (check_request(e, q, err)) return 0;
+    ereq *r = copy_request(q);
+    pthread_mutex_lock(&e->mu);
+    uint64_t id = r->id = e->next_req_id++;
+    if (e->inbox_tail)
+        e->inbox_tail->next = r;
+    else
+        e->inbox = r;
+    e->inbox_tail = r;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    return id; /* r may be finished and freed already */
+}
+
+void engine_cancel(engine *e, uint64_t id) {
+    pthread_mutex_lock(&e->mu);
+    if (id > 0 && id < e->next_req_id) {
+        if (e->n_cancels == e->cap_cancels) {
+            e->cap_cancels = e->cap_cancels ? e->cap_cancels * 2 : 16;
+            e->cancels = di_realloc(e->cancels, sizeof *e->cancels * (size_t)e->cap_cancels);
+        }
+        e->cancels[e->n_cancels++] = id;
+        pthread_cond_signal(&e->work);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+engine_stats engine_get_stats(engine *e) {
+    pthread_mutex_lock(&e->mu);
+    engine_stats s = e->pub;
+    pthread_mutex_unlock(&e->mu);
+    return s;
+}
+
+void engine_wait_idle(engine *e) {
+    pthread_mutex_lock(&e->mu);
+    while (e->inbox || e->n_cancels || e->busy) pthread_cond_wait(&e->idle, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+}

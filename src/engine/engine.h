@@ -1,0 +1,125 @@
+/* engine.h — one deepinfer engine instance: many requests in flight, one
+ * forward pass per step over all of them (continuous batching), KV memory in
+ * 128-token blocks shared between requests with the same prefix.
+ *
+ *   engine *e = engine_create(model, tokenizer, &opts, &err);
+ *   uint64_t id = engine_submit(e, &req, &err);   // any thread
+ *   ... req.on_event(ev, req.user) runs on the engine's step thread ...
+ *   engine_cancel(e, id);                         // any thread
+ *   engine_free(e);
+ *
+ * Events: one per generated token (token id, the text it releases — stop
+ * strings may hold text back —, logprobs), the last one of each of the n
+ * branches with finish != ENGINE_FINISH_NONE and its usage. A cancelled or
+ * failed branch gets a final event with token -1. Callbacks run on the step
+ * thread with no engine lock held: they may call engine_submit,
+ * engine_cancel and engine_get_stats, never engine_free, and should be quick
+ * (they delay the next step). */
+#ifndef DI_ENGINE_H
+#define DI_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "engine/runner.h"
+#include "engine/sampling.h"
+#include "engine/stop.h"
+
+#define ENGINE_MAX_N 64
+
+typedef struct engine engine;
+typedef struct model model;
+typedef struct tokenizer tokenizer;
+
+typedef enum {
+    ENGINE_FINISH_NONE = 0,
+    ENGINE_FINISH_STOP,      /* EOS, a stop token id or a stop string */
+    ENGINE_FINISH_LENGTH,    /* max_tokens or the context limit */
+    ENGINE_FINISH_CANCELLED, /* engine_cancel, or the engine was freed */
+    ENGINE_FINISH_ERROR,     /* see event.error */
+} engine_finish;
+
+typedef enum { ENGINE_TRAFFIC_CHAT = 0, ENGINE_TRAFFIC_AGENT = 1, ENGINE_N_TRAFFIC } engine_traffic;
+
+typedef struct engine_usage {
+    int prompt_tokens;
+    int completion_tokens; /* of this branch */
+    int cached_tokens;     /* prompt tokens served by the prefix cache */
+} engine_usage;
+
+typedef struct engine_event {
+    uint64_t req_id;
+    int index; /* branch, 0..n-1 */
+    int token; /* -1: no token (cancel, error) */
+    const char *text;
+    size_t text_len;
+    bool has_logprobs;
+    float logprob;
+    const samp_logprob *top;
+    int n_top;
+    engine_finish finish;
+    engine_usage usage; /* on the final event */
+    const char *error;  /* ENGINE_FINISH_ERROR */
+} engine_event;
+
+typedef void (*engine_event_fn)(const engine_event *ev, void *user);
+
+/* Everything is copied by engine_submit. */
+typedef struct engine_request {
+    const int *prompt;
+    int n_prompt;
+    samp_params sampling;
+    stop_params stop;
+    int n;        /* completions sharing the prompt (<= 0: 1) */
+    int priority; /* lower runs first; FCFS within a priority */
+    engine_traffic traffic;
+    engine_event_fn on_event;
+    void *user;
+} engine_request;
+
+typedef struct engine_opts {
+    int kv_blocks;        /* KV pool size in blocks (0: from kv_memory) */
+    size_t kv_memory;     /* bytes for the KV pool when kv_blocks == 0 (0: 1 GiB) */
+    double step_ms;       /* per-step time budget (0: 50) */
+    int step_tokens;      /* > 0: fixed token budget, no start-up measurement */
+    int max_running;      /* bound on running sequences (0: 256) */
+    int max_model_len;    /* 0: the model's context */
+    bool no_prefix_cache; /* disable prefix reuse */
+} engine_opts;
+
+typedef struct engine_stats {
+    int running, waiting;
+    int blocks_total, blocks_used, blocks_free, blocks_cached;
+    long long prefix_hit_tokens; /* prompt tokens served by the prefix cache */
+    long long prompt_tokens;     /* prompt tokens of admitted requests */
+    long long computed_tokens;   /* tokens through the model */
+    long long generated_tokens;
+    long long steps, preemptions, cows, evictions;
+    long long requests_done, requests_cancelled;
+    long long traffic_requests[ENGINE_N_TRAFFIC];
+    int token_budget;               /* tokens per step */
+    double step_fixed_ms, token_ms; /* the cost model: step ~ fixed + n * token */
+} engine_stats;
+
+/* Builds the engine over a loaded model (KV pool sized by opts) and starts
+ * the step thread. tok may be NULL (no text, no stop strings). */
+engine *engine_create(model *m, tokenizer *tok, const engine_opts *opts, di_err *err);
+/* The same over any runner (tests: a fake model). detok may be NULL. The
+ * runner table is copied; its ctx must outlive the engine (or set destroy). */
+engine *engine_create_runner(const engine_runner *r, const engine_detok *detok,
+                             const engine_opts *opts, di_err *err);
+/* Cancels every request still in flight (their final events are delivered),
+ * stops the thread, and frees everything. */
+void engine_free(engine *e);
+
+/* Returns the request id (> 0), or 0 with err naming the bad field. */
+uint64_t engine_submit(engine *e, const engine_request *req, di_err *err);
+/* Cancels a request; a no-op when it already finished. */
+void engine_cancel(engine *e, uint64_t id);
+engine_stats engine_get_stats(engine *e);
+/* Blocks until no request is queued or running. */
+void engine_wait_idle(engine *e);
+
+#endif

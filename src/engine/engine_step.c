@@ -1,0 +1,278 @@
+/* engine_step.c — the step thread's work: turning requests into sequences,
+ * executing one scheduler plan through the runner, and turning each logits
+ * row into a sampled token, stop checks and an event. Runs only on the step
+ * thread, so nothing here locks; engine.c owns the thread and the API.
+ *
+ * n > 1: the request starts as one sequence; when its prompt is done, the
+ * n - 1 other branches fork from it (sharing every prompt block) and each
+ * branch samples its first token from the same logits row with its own
+ * generator. Models with sliding-window layers cannot share ring buffers, so
+ * there the n branches are independent sequences from the start. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+/* --- sequence lifecycle --------------------------------------------------- */
+static void seq_setup(engine *e, ereq *r, seq *q, int branch) {
+    q->owner = r;
+    q->branch = branch;
+    q->rng = samp_rng_init(r->r.sampling.seed, branch);
+    q->detok = e->has_detok ? e->detok.open(e->detok.ctx) : NULL;
+    e->run.seq_init(e->run.ctx, &q->mseq);
+    r->seqs[branch] = q;
+    r->n_live++;
+    if (branch >= r->n_seqs) r->n_seqs = branch + 1;
+}
+
+void engine_seq_model_free(engine *e, seq *q) {
+    q->mseq.blocks = NULL;
+    q->mseq.n_blocks = q->mseq.cap_blocks = 0;
+    e->run.seq_free(e->run.ctx, &q->mseq);
+    memset(&q->mseq, 0, sizeof q->mseq);
+}
+
+void engine_ingest(engine *e, ereq *r) {
+    int n_initial = e->run.has_swa ? r->r.n : 1;
+    for (int b = 0; b < n_initial; b++) {
+        seq *q = seq_new(e->next_seq_id++, r->prompt, r->r.n_prompt, r->r.priority, r->id);
+        seq_setup(e, r, q, b);
+        sched_add_waiting(e->sched, q);
+    }
+    if (e->run.has_swa || r->r.n == 1) r->forked = true; /* nothing left to fork */
+    r->next = e->active;
+    e->active = r;
+    e->st.prompt_tokens += r->r.n_prompt;
+    e->st.traffic_requests[r->r.traffic]++;
+}
+
+void engine_free_req(ereq *r) {
+    free(r->prompt);
+    free(r->bias);
+    free(r->stop_ids);
+    for (int i = 0; i < r->r.stop.n_strs; i++) free(r->stop_strs[i]);
+    free(r->stop_strs);
+    free(r);
+}
+
+static void text_reserve(engine *e, size_t n) {
+    if (n + 1 <= e->cap_text) return;
+    e->cap_text = (n + 1) * 2;
+    e->text = di_realloc(e->text, e->cap_text);
+}
+
+static void emit(engine *e, ereq *r, seq *q, int token, const char *text, size_t len,
+                 const samp_out *so, engine_finish fin, const char *error) {
+    engine_event ev = {
+        .req_id = r->id,
+        .index = q->branch,
+        .token = token,
+        .text = text ? text : "",
+        .text_len = text ? len : 0,
+        .finish = fin,
+        .error = error,
+    };
+    if (so && (r->r.sampling.logprobs || r->r.sampling.top_logprobs > 0)) {
+        ev.has_logprobs = true;
+        ev.logprob = so->logprob;
+        ev.top = so->top;
+        ev.n_top = so->n_top;
+    }
+    if (fin != ENGINE_FINISH_NONE)
+        ev.usage = (engine_usage){r->r.n_prompt, seq_generated(q), q->n_cached};
+    if (r->r.on_event) r->r.on_event(&ev, r->r.user);
+}
+
+static void unlink_req(engine *e, ereq *r) {
+    for (ereq **pp = &e->active; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            return;
+        }
+}
+
+/* Removes a finished branch; frees the request with its last branch. */
+static void finish_seq(engine *e, seq *q) {
+    ereq *r = q->owner;
+    sched_remove(e->sched, q);
+    engine_seq_model_free(e, q);
+    if (q->detok) e->detok.close(q->detok);
+    q->detok = NULL;
+    r->seqs[q->branch] = NULL;
+    seq_free(q);
+    if (--r->n_live > 0 || !r->forked) return;
+    unlink_req(e, r);
+    e->st.requests_done++;
+    engine_free_req(r);
+}
+
+/* Branches 1..n-1 of a request that ends before its fork still get their
+ * final event, so every branch of every request ends exactly once. */
+static void end_unforked(engine *e, ereq *r, engine_finish why, const char *error) {
+    if (r->forked) return;
+    r->forked = true;
+    for (int b = 1; b < r->r.n; b++) {
+        engine_event ev = {.req_id = r->id,
+                           .index = b,
+                           .token = -1,
+                           .text = "",
+                           .finish = why,
+                           .usage = {r->r.n_prompt, 0, 0},
+                           .error = error};
+        if (r->r.on_event) r->r.on_event(&ev, r->r.user);
+    }
+}
+
+static ereq *find_active(engine *e, uint64_t id) {
+    for (ereq *r = e->active; r; r = r->next)
+        if (r->id == id) return r;
+    return NULL;
+}
+
+void engine_cancel_now(engine *e, uint64_t id, engine_finish why, const char *error) {
+    ereq *r = find_active(e, id);
+    if (!r) return;
+    end_unforked(e, r, why, error);
+    if (why == ENGINE_FINISH_CANCELLED) e->st.requests_cancelled++;
+    for (int b = 0; b < r->n_seqs; b++) {
+        seq *q = r->seqs[b];
+        if (!q) continue;
+        bool last = r->n_live == 1;
+        emit(e, r, q, -1, NULL, 0, NULL, why, error);
+        finish_seq(e, q);
+        if (last) return; /* r is freed */
+    }
+    unlink_req(e, r); /* had no live branch (cannot happen; keeps the list finite) */
+    engine_free_req(r);
+}
+
+/* --- tokens --------------------------------------------------------------- */
+static void on_token(engine *e, seq *q, const float *row) {
+    ereq *r = q->owner;
+    samp_out so;
+    samp_next(e->samp, &r->r.sampling, &q->rng, row, q->tokens, q->n_prompt, q->n_tokens, &so);
+    seq_append(q, so.token);
+    e->st.generated_tokens++;
+
+    const stop_params *sp = &r->r.stop;
+    stop_reason why = stop_check_token(sp, e->run.eos_ids, e->run.n_eos, so.token);
+    const char *t = NULL;
+    size_t tl = 0, used = 0;
+    if (why == STOP_NONE && q->detok) {
+        size_t pl = 0;
+        const char *piece = e->detok.push(q->detok, so.token, &pl);
+        why = stop_feed(&q->stop, sp, piece, pl, &t, &tl);
+        text_reserve(e, tl);
+        memcpy(e->text, t, tl);
+        used = tl;
+    }
+    if (why == STOP_NONE) {
+        int gen = seq_generated(q);
+        if ((sp->max_tokens > 0 && gen >= sp->max_tokens) || q->n_tokens >= e->max_len)
+            why = STOP_LENGTH;
+    }
+    if (why == STOP_EOS || why == STOP_LENGTH) { /* release everything held back */
+        stop_flush(&q->stop, &t, &tl);
+        text_reserve(e, used + tl);
+        memcpy(e->text + used, t, tl);
+        used += tl;
+        if (q->detok) {
+            t = e->detok.flush(q->detok, &tl);
+            text_reserve(e, used + tl);
+            memcpy(e->text + used, t, tl);
+            used += tl;
+        }
+    }
+    if (e->text) e->text[used] = 0;
+    engine_finish fin = why == STOP_NONE     ? ENGINE_FINISH_NONE
+                        : why == STOP_LENGTH ? ENGINE_FINISH_LENGTH
+                                             : ENGINE_FINISH_STOP;
+    emit(e, r, q, so.token, e->text, used, &so, fin, NULL);
+    if (fin != ENGINE_FINISH_NONE) finish_seq(e, q);
+}
+
+/* The prompt is done: fork the other branches off q, then sample them all. */
+static void fork_and_sample(engine *e, seq *q, const float *row) {
+    ereq *r = q->owner;
+    r->forked = true;
+    seq *branch[ENGINE_MAX_N];
+    branch[0] = q;
+    for (int b = 1; b < r->r.n; b++) {
+        seq *c = seq_clone(q, e->next_seq_id++);
+        seq_setup(e, r, c, b);
+        bm_fork(e->bm, &q->table, &c->table);
+        c->mseq.n_past = q->mseq.n_past;
+        sched_add_running(e->sched, c);
+        branch[b] = c;
+    }
+    int n = r->r.n;
+    for (int b = 0; b < n; b++) on_token(e, branch[b], row); /* r may be freed by the last */
+}
+
+/* --- one step ------------------------------------------------------------- */
+static void fail_seq(engine *e, seq *q, const char *msg) {
+    ereq *r = q->owner;
+    emit(e, r, q, -1, NULL, 0, NULL, ENGINE_FINISH_ERROR, msg);
+    end_unforked(e, r, ENGINE_FINISH_ERROR, msg);
+    finish_seq(e, q);
+}
+
+int engine_step(engine *e, di_err *err) {
+    const sched_plan *p = sched_schedule(e->sched);
+    for (int i = 0; i < p->n_failed; i++) {
+        seq *q = p->failed[i];
+        q->state = SEQ_RUNNING; /* finish_seq removes it (already out of the queues) */
+        fail_seq(e, q, "engine: sequence does not fit in the KV pool (raise --kv-memory)");
+    }
+    for (int i = 0; i < p->n_preempted; i++) {
+        engine_seq_model_free(e, p->preempted[i]);
+        e->run.seq_init(e->run.ctx, &p->preempted[i]->mseq);
+        e->st.preemptions++;
+    }
+    if (p->n_items == 0) return 0;
+    for (int i = 0; i < p->n_cows; i++)
+        if (e->run.copy_block(e->run.ctx, p->cows[i].dst, p->cows[i].src, err)) return -1;
+
+    int n = p->n_items, rows = 0;
+    if (n > e->cap_batch) {
+        e->cap_batch = n * 2;
+        e->batch = di_realloc(e->batch, sizeof *e->batch * (size_t)e->cap_batch);
+    }
+    for (int i = 0; i < n; i++) rows += p->items[i].logits;
+    if (rows > e->cap_rows) {
+        e->cap_rows = rows * 2;
+        free(e->logits);
+        e->logits = di_malloc(sizeof(float) * (size_t)e->cap_rows * (size_t)e->run.vocab);
+    }
+    rows = 0;
+    for (int i = 0; i < n; i++) {
+        seq *q = p->items[i].s;
+        q->mseq.blocks = q->table.blocks;
+        q->mseq.n_blocks = q->table.n;
+        q->mseq.cap_blocks = q->table.cap;
+        q->mseq.n_past = q->n_computed; /* differs only after a recomputing rewind */
+        float *lg = p->items[i].logits ? e->logits + (size_t)rows++ * (size_t)e->run.vocab : NULL;
+        e->batch[i] = (model_batch_seq){
+            &q->mseq, q->tokens + q->n_computed, p->items[i].n_tokens, lg, false, NULL};
+    }
+    if (e->run.forward(e->run.ctx, e->batch, n, err)) return -1;
+    e->st.steps++;
+    e->st.computed_tokens += p->n_decode + p->n_prefill_tokens;
+
+    for (int i = 0; i < n; i++) {
+        seq *q = p->items[i].s;
+        q->n_computed += p->items[i].n_tokens;
+        bm_commit(e->bm, &q->table, q->tokens, q->n_computed);
+    }
+    /* Sampling last: it may fork, finish and free sequences. */
+    for (int i = 0; i < n; i++) {
+        if (!e->batch[i].logits) continue;
+        seq *q = p->items[i].s;
+        ereq *r = q->owner;
+        if (!r->forked && r->r.n > 1)
+            fork_and_sample(e, q, e->batch[i].logits);
+        else
+            on_token(e, q, e->batch[i].logits);
+    }
+    return 0;
+}

@@ -1,0 +1,52 @@
+/* runner.h — what the engine needs from an execution backend and from a
+ * detokenizer, as function-pointer tables, so the engine never depends on a
+ * particular model implementation: engine_model.c wires model.h and
+ * tokenizer.h in; tests plug in a deterministic fake model.
+ *
+ * KV blocks: the engine takes every block the runner's pool has once, at
+ * start-up (kv_alloc until -1 or kv_blocks), hands them to its block manager,
+ * and gives them back with kv_release when it is freed. */
+#ifndef DI_RUNNER_H
+#define DI_RUNNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/base.h"
+#include "model/model.h"
+
+typedef struct engine_runner {
+    void *ctx;
+    int vocab;
+    int max_context; /* positions the model supports */
+    int eos_ids[MODEL_MAX_EOS], n_eos;
+    /* Sliding-window layers keep per-sequence ring buffers that the engine
+     * can neither share nor rewind: no prefix reuse, no forking (n > 1 runs
+     * as independent sequences), no copy-on-write by recomputation. */
+    bool has_swa;
+    int (*kv_alloc)(void *ctx); /* a block id, or -1 when the pool is empty */
+    void (*kv_release)(void *ctx, int block);
+    /* Initialises / frees a sequence's model state (ring buffers). The
+     * engine owns s->blocks: seq_free must not free or release them (the
+     * engine sets s->blocks = NULL before the call). */
+    void (*seq_init)(void *ctx, model_seq *s);
+    void (*seq_free)(void *ctx, model_seq *s);
+    /* model_forward's contract (model.h). */
+    int (*forward)(void *ctx, model_batch_seq *batch, int n, di_err *err);
+    /* Optional: copies block src's KV to block dst (copy-on-write). NULL:
+     * the engine recomputes the copied block's tokens instead. */
+    int (*copy_block)(void *ctx, int dst, int src, di_err *err);
+    /* Optional: frees ctx when the engine is freed. */
+    void (*destroy)(void *ctx);
+} engine_runner;
+
+/* An incremental detokenizer (tok_stream_* semantics, tokenizer.h). */
+typedef struct engine_detok {
+    void *ctx;
+    void *(*open)(void *ctx);
+    const char *(*push)(void *stream, int id, size_t *len);
+    const char *(*flush)(void *stream, size_t *len);
+    void (*close)(void *stream);
+} engine_detok;
+
+#endif

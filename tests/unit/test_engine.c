@@ -1,0 +1,528 @@
+/* test_engine.c — the engine end to end on a deterministic fake model.
+ *
+ * The fake model keeps a real paged KV cache: each position stores a hash of
+ * (token, position) in its block, and the logits after a token are a hash of
+ * every entry the sequence's block table reaches. A wrong block table, a
+ * missed copy-on-write, a stale prefix block or a bad resume changes the
+ * output, so comparing with a direct computation over the token list checks
+ * the whole paging machinery. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "engine/engine.h"
+#include "harness.h"
+
+enum { FV = 50 }; /* fake vocabulary */
+
+typedef struct fake {
+    int n_blocks;
+    uint64_t *kv; /* n_blocks * 128 entries */
+    int *free_ids, n_free;
+    bool copy; /* offer copy_block */
+    int max_batch;
+    long long forwards;
+} fake;
+
+static uint64_t entry(int token, int pos) {
+    return XXH3_64bits_withSeed(&token, sizeof token, (uint64_t)pos + 1);
+}
+
+static void logits_from(uint64_t state, float *lg) {
+    for (int v = 0; v < FV; v++) {
+        uint64_t h = XXH3_64bits_withSeed(&v, sizeof v, state);
+        lg[v] = (float)(h >> 44) / 4096.0f; /* 0..256, distinct enough for a clear argmax */
+    }
+}
+
+/* The reference: greedy continuation computed straight from the tokens. */
+static int ref_next(const int *tokens, int n) {
+    uint64_t st = 0;
+    for (int i = 0; i < n; i++) st = XXH3_64bits_withSeed(&(uint64_t){entry(tokens[i], i)}, 8, st);
+    float lg[FV];
+    logits_from(st, lg);
+    int best = 0;
+    for (int v = 1; v < FV; v++)
+        if (lg[v] > lg[best]) best = v;
+    return best;
+}
+
+static int fake_kv_alloc(void *c) {
+    fake *f = c;
+    return f->n_free ? f->free_ids[--f->n_free] : -1;
+}
+static void fake_kv_release(void *c, int b) {
+    fake *f = c;
+    f->free_ids[f->n_free++] = b;
+}
+static void fake_seq_init(void *c, model_seq *s) {
+    memset(s, 0, sizeof *s);
+}
+static void fake_seq_free(void *c, model_seq *s) {}
+static int fake_copy(void *c, int dst, int src, di_err *err) {
+    fake *f = c;
+    memcpy(f->kv + (size_t)dst * 128, f->kv + (size_t)src * 128, sizeof(uint64_t) * 128);
+    return 0;
+}
+static int fake_forward(void *c, model_batch_seq *b, int n, di_err *err) {
+    fake *f = c;
+    f->forwards++;
+    if (n > f->max_batch) f->max_batch = n;
+    for (int i = 0; i < n; i++) {
+        model_seq *s = b[i].seq;
+        for (int j = 0; j < b[i].n_tokens; j++) {
+            int pos = s->n_past + j;
+            if (pos / 128 >= s->n_blocks)
+                return di_errf(err, "fake: no block for position %d", pos);
+            f->kv[(size_t)s->blocks[pos / 128] * 128 + pos % 128] = entry(b[i].tokens[j], pos);
+        }
+        int last = s->n_past + b[i].n_tokens;
+        if (b[i].logits) {
+            uint64_t st = 0;
+            for (int p = 0; p < last; p++)
+                st =
+                    XXH3_64bits_withSeed(&f->kv[(size_t)s->blocks[p / 128] * 128 + p % 128], 8, st);
+            logits_from(st, b[i].logits);
+        }
+        s->n_past = last;
+    }
+    return 0;
+}
+
+static fake *fake_new(int n_blocks, bool copy) {
+    fake *f = calloc(1, sizeof *f);
+    f->n_blocks = n_blocks;
+    f->kv = calloc((size_t)n_blocks * 128, sizeof(uint64_t));
+    f->free_ids = malloc(sizeof(int) * (size_t)n_blocks);
+    for (int i = 0; i < n_blocks; i++) f->free_ids[i] = n_blocks - 1 - i;
+    f->n_free = n_blocks;
+    f->copy = copy;
+    return f;
+}
+static void fake_free(fake *f) {
+    free(f->kv);
+    free(f->free_ids);
+    free(f);
+}
+
+/* Detokenizer: token v is the letter 'a' + v % 26. */
+static void *fd_open(void *c) {
+    return malloc(2);
+}
+static const char *fd_push(void *s, int id, size_t *len) {
+    char *b = s;
+    b[0] = (char)('a' + id % 26);
+    b[1] = 0;
+    *len = 1;
+    return b;
+}
+static const char *fd_flush(void *s, size_t *len) {
+    *len = 0;
+    return "";
+}
+static void fd_close(void *s) {
+    free(s);
+}
+
+static engine *fake_engine(fake *f, int budget, int max_running, bool swa) {
+    engine_runner r = {.ctx = f,
+                       .vocab = FV,
+                       .max_context = 4096,
+                       .eos_ids = {0},
+                       .n_eos = 1,
+                       .has_swa = swa,
+                       .kv_alloc = fake_kv_alloc,
+                       .kv_release = fake_kv_release,
+                       .seq_init = fake_seq_init,
+                       .seq_free = fake_seq_free,
+                       .forward = fake_forward,
+                       .copy_block = f->copy ? fake_copy : NULL};
+    engine_detok d = {.open = fd_open, .push = fd_push, .flush = fd_flush, .close = fd_close};
+    di_err err;
+    engine *e = engine_create_runner(
+        &r, &d, &(engine_opts){.step_tokens = budget, .max_running = max_running}, &err);
+    return e;
+}
+
+/* --- collecting events ---------------------------------------------------- */
+enum { MAXOUT = 600 };
+typedef struct result {
+    int tokens[ENGINE_MAX_N][MAXOUT];
+    int n[ENGINE_MAX_N];
+    char text[ENGINE_MAX_N][MAXOUT + 1];
+    size_t text_len[ENGINE_MAX_N];
+    engine_finish finish[ENGINE_MAX_N];
+    engine_usage usage[ENGINE_MAX_N];
+    int n_finished, n_events;
+    float logprob_sum;
+    int top_seen;
+    bool bad;
+} result;
+
+static void collect(const engine_event *ev, void *user) {
+    result *r = user;
+    int b = ev->index;
+    r->n_events++;
+    if (ev->token >= 0 && r->n[b] < MAXOUT) r->tokens[b][r->n[b]++] = ev->token;
+    if (r->text_len[b] + ev->text_len <= MAXOUT) {
+        memcpy(r->text[b] + r->text_len[b], ev->text, ev->text_len);
+        r->text_len[b] += ev->text_len;
+    }
+    if (ev->has_logprobs) {
+        r->logprob_sum += ev->logprob;
+        r->top_seen = ev->n_top;
+        for (int i = 1; i < ev->n_top; i++)
+            if (ev->top[i].logprob > ev->top[i - 1].logprob) r->bad = true;
+    }
+    if (ev->finish != ENGINE_FINISH_NONE) {
+        if (r->finish[b] != ENGINE_FINISH_NONE) r->bad = true; /* two final events */
+        r->finish[b] = ev->finish;
+        r->usage[b] = ev->usage;
+        r->n_finished++;
+    }
+}
+
+static void make_prompt(int *p, int n, int seed) {
+    for (int i = 0; i < n; i++) p[i] = 1 + (seed * 131 + i * 17 + i * i) % (FV - 1);
+}
+
+static uint64_t submit(engine *e, const int *p, int np, int max_tokens, int n, result *res) {
+    engine_request q = {.prompt = p,
+                        .n_prompt = np,
+                        .stop = {.max_tokens = max_tokens, .ignore_eos = true},
+                        .n = n,
+                        .on_event = collect,
+                        .user = res};
+    di_err err;
+    return engine_submit(e, &q, &err);
+}
+
+/* Checks a greedy branch against the reference computed from the tokens. */
+static bool matches_ref(const int *prompt, int np, const int *out, int n) {
+    int *all = malloc(sizeof(int) * (size_t)(np + n));
+    memcpy(all, prompt, sizeof(int) * (size_t)np);
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) {
+        ok = ref_next(all, np + i) == out[i];
+        all[np + i] = out[i];
+    }
+    free(all);
+    return ok;
+}
+
+TEST(engine_fake_batch_equals_solo_and_reference) {
+    enum { NR = 12 };
+    static int prompts[NR][400];
+    static result together[NR], alone;
+    int lens[NR];
+    fake *f = fake_new(64, true);
+    engine *e = fake_engine(f, 100, 8, false);
+    CHECK(e);
+    memset(together, 0, sizeof together);
+    for (int i = 0; i < NR; i++) {
+        lens[i] = 5 + (i * 53) % 390;
+        make_prompt(prompts[i], lens[i], i);
+        CHECK(submit(e, prompts[i], lens[i], 20 + i * 3, 1, &together[i]) > 0);
+    }
+    engine_wait_idle(e);
+    CHECK(f->max_batch > 1);
+    for (int i = 0; i < NR; i++) {
+        CHECK(together[i].finish[0] == ENGINE_FINISH_LENGTH && together[i].n[0] == 20 + i * 3);
+        CHECKF(matches_ref(prompts[i], lens[i], together[i].tokens[0], together[i].n[0]),
+               "request %d differs from the reference", i);
+        memset(&alone, 0, sizeof alone);
+        submit(e, prompts[i], lens[i], 20 + i * 3, 1, &alone);
+        engine_wait_idle(e);
+        CHECK(!memcmp(alone.tokens[0], together[i].tokens[0], sizeof(int) * (size_t)alone.n[0]));
+        CHECK(together[i].usage[0].prompt_tokens == lens[i]);
+        CHECK(together[i].usage[0].completion_tokens == 20 + i * 3);
+    }
+    engine_stats s = engine_get_stats(e);
+    CHECK(s.running == 0 && s.waiting == 0 && s.blocks_used == 0 && s.requests_done == 2 * NR);
+    engine_free(e);
+    CHECK(f->n_free == 64);
+    fake_free(f);
+}
+
+TEST(engine_fake_prefix_hits) {
+    static int p[700];
+    static result a, b;
+    fake *f = fake_new(32, true);
+    engine *e = fake_engine(f, 256, 8, false);
+    make_prompt(p, 700, 9);
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    submit(e, p, 600, 10, 1, &a);
+    engine_wait_idle(e);
+    CHECK(a.usage[0].cached_tokens == 0);
+    /* The same prefix, a longer prompt: the 4 full blocks are cached. */
+    submit(e, p, 700, 10, 1, &b);
+    engine_wait_idle(e);
+    CHECKF(b.usage[0].cached_tokens == 512, "cached %d", b.usage[0].cached_tokens);
+    CHECK(matches_ref(p, 700, b.tokens[0], b.n[0]));
+    /* A fully cached prompt still recomputes its last block for logits. */
+    memset(&b, 0, sizeof b);
+    submit(e, p, 600, 10, 1, &b);
+    engine_wait_idle(e);
+    CHECK(b.usage[0].cached_tokens == 512);
+    CHECK(!memcmp(a.tokens[0], b.tokens[0], sizeof(int) * 10));
+    engine_stats s = engine_get_stats(e);
+    CHECK(s.prefix_hit_tokens == 1024 && s.blocks_used == 0 && s.blocks_cached > 0);
+    engine_free(e);
+    CHECK(f->n_free == 32);
+    fake_free(f);
+}
+
+/* A pool too small for everyone at once: sequences get preempted, resume by
+ * recomputation, and still produce the reference output. */
+static void preempt_case(bool copy) {
+    enum { NR = 10 };
+    static int prompts[NR][200];
+    static result res[NR];
+    fake *f = fake_new(12, copy);
+    engine *e = fake_engine(f, 512, 16, false);
+    memset(res, 0, sizeof res);
+    for (int i = 0; i < NR; i++) {
+        make_prompt(prompts[i], 100 + i * 10, 100 + i);
+        submit(e, prompts[i], 100 + i * 10, 150, 1, &res[i]);
+    }
+    engine_wait_idle(e);
+    engine_stats s = engine_get_stats(e);
+    for (int i = 0; i < NR; i++) {
+        CHECKF(res[i].n[0] == 150 && res[i].finish[0] == ENGINE_FINISH_LENGTH, "req %d: %d tokens",
+               i, res[i].n[0]);
+        CHECKF(matches_ref(prompts[i], 100 + i * 10, res[i].tokens[0], 150), "req %d differs", i);
+    }
+    CHECKF(s.preemptions > 0, "no preemption happened");
+    CHECK(s.blocks_used == 0);
+    engine_free(e);
+    CHECK(f->n_free == 12);
+    fake_free(f);
+}
+
+TEST(engine_fake_preemption_resume) {
+    preempt_case(true);
+}
+
+/* n > 1: branches share the prompt blocks, each is a correct continuation
+ * (sampled with its own generator), both with a block-copying runner and
+ * with copy-on-write by recomputation. */
+static void fork_case(bool copy) {
+    static int p[300];
+    static result r;
+    fake *f = fake_new(40, copy);
+    engine *e = fake_engine(f, 1024, 16, false);
+    make_prompt(p, 300, 3);
+    memset(&r, 0, sizeof r);
+    engine_request q = {.prompt = p,
+                        .n_prompt = 300,
+                        .sampling = {.temperature = 1.0f, .seed = 42},
+                        .stop = {.max_tokens = 40, .ignore_eos = true},
+                        .n = 4,
+                        .on_event = collect,
+                        .user = &r};
+    di_err err;
+    CHECK(engine_submit(e, &q, &err) > 0);
+    /* Blocks used while the branches run: 2 shared full blocks + 4 private tails. */
+    int peak = 0;
+    for (int i = 0; i < 2000 && r.n_finished < 4; i++) {
+        engine_stats s = engine_get_stats(e);
+        if (s.blocks_used > peak) peak = s.blocks_used;
+    }
+    engine_wait_idle(e);
+    CHECKF(peak <= 6, "peak blocks %d (4 unshared copies would need 12)", peak);
+    CHECK(r.n_finished == 4);
+    int distinct = 0;
+    for (int b = 0; b < 4; b++) {
+        CHECK(r.n[b] == 40 && r.usage[b].completion_tokens == 40);
+        if (b > 0 && memcmp(r.tokens[b], r.tokens[0], sizeof(int) * 40)) distinct++;
+    }
+    CHECK(distinct > 0);
+    /* Every branch must be what the same seed gives when run alone. */
+    static result again;
+    memset(&again, 0, sizeof again);
+    q.user = &again;
+    engine_submit(e, &q, &err);
+    engine_wait_idle(e);
+    for (int b = 0; b < 4; b++) CHECK(!memcmp(again.tokens[b], r.tokens[b], sizeof(int) * 40));
+    /* Greedy branches are all the reference. */
+    memset(&r, 0, sizeof r);
+    q.sampling = (samp_params){0};
+    q.user = &r;
+    engine_submit(e, &q, &err);
+    engine_wait_idle(e);
+    for (int b = 0; b < 4; b++) CHECK(matches_ref(p, 300, r.tokens[b], 40));
+    engine_stats s = engine_get_stats(e);
+    CHECK(s.blocks_used == 0 && s.cows >= 3);
+    engine_free(e);
+    CHECK(f->n_free == 40);
+    fake_free(f);
+}
+
+TEST(engine_fake_fork_copy) {
+    fork_case(true);
+}
+TEST(engine_fake_fork_recompute) {
+    fork_case(false);
+}
+TEST(engine_fake_preemption_recompute_cow) {
+    preempt_case(false);
+}
+
+TEST(engine_fake_stop_conditions) {
+    static int p[50];
+    static result r;
+    fake *f = fake_new(8, true);
+    engine *e = fake_engine(f, 256, 8, false);
+    make_prompt(p, 50, 1);
+    /* Find the greedy text first, then stop on a string spanning tokens 5..7. */
+    memset(&r, 0, sizeof r);
+    submit(e, p, 50, 20, 1, &r);
+    engine_wait_idle(e);
+    char full[32];
+    memcpy(full, r.text[0], 20);
+    full[20] = 0;
+    CHECK(strlen(full) == 20);
+    char stop_s[4] = {full[5], full[6], full[7], 0};
+    const char *strs[1] = {stop_s};
+    memset(&r, 0, sizeof r);
+    engine_request q = {.prompt = p,
+                        .n_prompt = 50,
+                        .stop = {.strs = strs, .n_strs = 1, .max_tokens = 20, .ignore_eos = true},
+                        .on_event = collect,
+                        .user = &r};
+    di_err err;
+    engine_submit(e, &q, &err);
+    engine_wait_idle(e);
+    char *first = strstr(full, stop_s);
+    CHECK(first);
+    size_t want = (size_t)(first - full);
+    CHECKF(r.finish[0] == ENGINE_FINISH_STOP && r.text_len[0] == want, "len %zu want %zu",
+           r.text_len[0], want);
+    CHECK(!memcmp(r.text[0], full, want));
+    /* A stop token id ends the stream with that token, not in the text. */
+    int stop_id = r.tokens[0][3];
+    memset(&r, 0, sizeof r);
+    q.stop = (stop_params){.ids = &stop_id, .n_ids = 1, .max_tokens = 20, .ignore_eos = true};
+    engine_submit(e, &q, &err);
+    engine_wait_idle(e);
+    int k = 0;
+    while (k < 20 && r.tokens[0][k] != stop_id) k++;
+    CHECK(r.finish[0] == ENGINE_FINISH_STOP && r.n[0] == k + 1 && r.text_len[0] == (size_t)k);
+    /* Logprobs: top list sorted, chosen greedy token is the top one. */
+    memset(&r, 0, sizeof r);
+    q.stop = (stop_params){.max_tokens = 5, .ignore_eos = true};
+    q.sampling = (samp_params){.logprobs = true, .top_logprobs = 20};
+    engine_submit(e, &q, &err);
+    engine_wait_idle(e);
+    CHECK(r.top_seen == 20 && !r.bad && r.logprob_sum < 0);
+    /* Bad requests are refused with a message. */
+    q.sampling.top_logprobs = 21;
+    CHECK(engine_submit(e, &q, &err) == 0 && strstr(err.msg, "top_logprobs"));
+    q.sampling.top_logprobs = 0;
+    int badp[1] = {FV + 3};
+    q.prompt = badp;
+    q.n_prompt = 1;
+    CHECK(engine_submit(e, &q, &err) == 0 && strstr(err.msg, "vocabulary"));
+    engine_free(e);
+    CHECK(f->n_free == 8);
+    fake_free(f);
+}
+
+/* --- 10,000 random requests with random cancellations --------------------- */
+typedef struct stress {
+    pthread_mutex_t mu;
+    int finished, cancelled;
+    long long tokens;
+} stress;
+
+static void stress_cb(const engine_event *ev, void *user) {
+    stress *s = user;
+    pthread_mutex_lock(&s->mu);
+    if (ev->token >= 0) s->tokens++;
+    if (ev->finish != ENGINE_FINISH_NONE) {
+        s->finished++;
+        if (ev->finish == ENGINE_FINISH_CANCELLED) s->cancelled++;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static unsigned lcg(unsigned *r) {
+    *r = *r * 1103515245u + 12345u;
+    return *r >> 8;
+}
+
+TEST(engine_fake_stress_10k) {
+    enum { NR = 10000 };
+    fake *f = fake_new(48, false);
+    engine *e = fake_engine(f, 256, 64, false);
+    stress st = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    unsigned rng = 777;
+#define SR() lcg(&rng)
+    int p[600];
+    uint64_t *ids = malloc(sizeof(uint64_t) * NR);
+    int expected_branches = 0;
+    for (int i = 0; i < NR; i++) {
+        int np = 1 + (int)(SR() % (SR() % 8 == 0 ? 590 : 60));
+        int fam = (int)(SR() % 6); /* shared prefixes */
+        make_prompt(p, np, fam);
+        if (SR() % 3 == 0) p[np - 1] = (int)(SR() % FV);
+        int n = SR() % 10 == 0 ? 1 + (int)(SR() % 4) : 1;
+        engine_request q = {.prompt = p,
+                            .n_prompt = np,
+                            .sampling = {.temperature = SR() % 2 ? 0.8f : 0, .seed = i},
+                            .stop = {.max_tokens = 1 + (int)(SR() % 24), .ignore_eos = SR() % 2},
+                            .n = n,
+                            .priority = (int)(SR() % 3),
+                            .on_event = stress_cb,
+                            .user = &st};
+        di_err err;
+        ids[i] = engine_submit(e, &q, &err);
+        CHECKF(ids[i] > 0, "submit %d: %.200s", i, err.msg);
+        expected_branches += n;
+        if (SR() % 4 == 0) engine_cancel(e, ids[SR() % (unsigned)(i + 1)]);
+        if (i % 500 == 499) engine_wait_idle(e);
+    }
+    engine_wait_idle(e);
+    engine_stats s = engine_get_stats(e);
+    CHECKF(st.finished == expected_branches, "finished %d of %d", st.finished, expected_branches);
+    CHECK(s.running == 0 && s.waiting == 0 && s.blocks_used == 0);
+    CHECK(s.blocks_free + s.blocks_cached == 48);
+    CHECK(st.cancelled > 0 && s.prefix_hit_tokens > 0);
+    engine_free(e);
+    CHECK(f->n_free == 48);
+    fake_free(f);
+    free(ids);
+}
+
+/* Sliding-window runners: n > 1 runs as independent sequences, no prefix reuse. */
+TEST(engine_fake_swa_mode) {
+    static int p[300];
+    static result r;
+    fake *f = fake_new(16, false);
+    engine *e = fake_engine(f, 128, 8, true);
+    make_prompt(p, 300, 4);
+    memset(&r, 0, sizeof r);
+    submit(e, p, 300, 12, 3, &r);
+    engine_wait_idle(e);
+    for (int b = 0; b < 3; b++) CHECK(r.n[b] == 12 && matches_ref(p, 300, r.tokens[b], 12));
+    submit(e, p, 300, 12, 1, &r);
+    engine_wait_idle(e);
+    engine_stats s = engine_get_stats(e);
+    CHECK(s.prefix_hit_tokens == 0 && s.blocks_used == 0);
+    engine_free(e);
+    fake_free(f);
+}
+
+/* The start-up cost model picks a budget from timed passes. */
+TEST(engine_fake_cost_model) {
+    fake *f = fake_new(8, true);
+    engine *e = fake_engine(f, 0, 8, false);
+    engine_stats s = engine_get_stats(e);
+    CHECKF(s.token_budget >= 16 && s.token_budget <= 16384 && s.token_ms > 0, "budget %d",
+           s.token_budget);
+    engine_free(e);
+    CHECK(f->n_free == 8);
+    fake_free(f);
+}
