@@ -164,7 +164,7 @@ for (const [family, { pkg, format }] of Object.entries(FAMILIES)) {
     const tok = fromPreTrained();
     const t = templateOf(pkg);
     const dir = modelDir(pkg);
-    for (let seed = 1; seed <= 8; seed++) {
+    for (let seed = 1; seed <= 5; seed++) {
       const conv = conversation(family, seed);
       // Benign content only: HF would turn spelled control tokens into control ids.
       const s = JSON.stringify(conv).replace(/<\|[a-z_]+\|>|<｜[^｜]*｜>|<\/?(think|tool_call|tool_response)>/g, '[x]');
