@@ -1,0 +1,220 @@
+/* tok_internal.h — the tokenizer's private structures, shared by the tok_*.c
+ * files and tokenizer.c only (nothing outside src/recipe/tok* includes it,
+ * except the tokenizer's own unit tests).
+ *
+ * Pipeline for untrusted text: validate UTF-8 -> normalizers (whole text) ->
+ * pre-tokenizers (pieces) -> BPE per piece (word) -> ids. Decoding runs the
+ * decoder chain as a pipeline of streaming stages, so tok_decode and the
+ * incremental detokenizer share one code path. */
+#ifndef DI_TOK_INTERNAL_H
+#define DI_TOK_INTERNAL_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdint.h>
+
+#include "recipe/tokenizer.h"
+
+/* ---- string -> id map (open addressing, xxhash) -------------------------- */
+typedef struct tok_strmap {
+    uint32_t *slot; /* entry index + 1, 0 = empty */
+    size_t cap;     /* power of two */
+    struct tok_sment {
+        const char *s;
+        uint32_t len;
+        int id;
+    } * ent;
+    size_t n, ecap;
+} tok_strmap;
+void tok_strmap_init(tok_strmap *m, size_t expect);
+void tok_strmap_free(tok_strmap *m);
+/* s must outlive the map. Overwrites an existing key. */
+void tok_strmap_put(tok_strmap *m, const char *s, size_t len, int id);
+int tok_strmap_get(const tok_strmap *m, const char *s, size_t len); /* -1 if absent */
+
+/* ---- (id, id) -> (rank, merged id) --------------------------------------- */
+typedef struct tok_pairmap {
+    struct tok_pent {
+        uint64_t key; /* UINT64_MAX = empty */
+        uint32_t rank;
+        int32_t id;
+    } * e;
+    size_t cap, n;
+} tok_pairmap;
+void tok_pairmap_init(tok_pairmap *m, size_t expect);
+void tok_pairmap_free(tok_pairmap *m);
+void tok_pairmap_put(tok_pairmap *m, int a, int b, uint32_t rank, int id);
+static inline uint64_t tok_pair_hash(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    return k;
+}
+/* Returns the merged id (rank in *rank) or -1. */
+static inline int tok_pairmap_get(const tok_pairmap *m, int a, int b, uint32_t *rank) {
+    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    size_t mask = m->cap - 1, i = (size_t)tok_pair_hash(key) & mask;
+    for (;;) {
+        const struct tok_pent *p = &m->e[i];
+        if (p->key == key) {
+            *rank = p->rank;
+            return p->id;
+        }
+        if (p->key == UINT64_MAX) return -1;
+        i = (i + 1) & mask;
+    }
+}
+
+/* ---- normalizers, pre-tokenizers, decoders ------------------------------- */
+enum { TN_NFC, TN_NFKC, TN_NFD, TN_NFKD, TN_REPLACE, TN_PREPEND, TN_LOWERCASE, TN_STRIP };
+typedef struct tok_norm {
+    int kind;
+    char *a, *b;       /* Replace: pattern -> content; Prepend: a */
+    size_t alen, blen; /* Strip: alen = left, blen = right (bools) */
+} tok_norm;
+
+enum { TP_SPLIT, TP_BYTELEVEL, TP_DIGITS, TP_METASPACE };
+enum { TB_REMOVED, TB_ISOLATED, TB_MERGED_PREV, TB_MERGED_NEXT, TB_CONTIGUOUS };
+enum { TM_ALWAYS, TM_FIRST, TM_NEVER };
+typedef struct tok_pretok {
+    int kind;
+    pcre2_code *re; /* Split with a regex; ByteLevel with use_regex (GPT-2 pattern) */
+    bool jit;
+    char *lit; /* Split with a string pattern */
+    size_t lit_len;
+    int behavior;
+    bool invert;
+    bool individual_digits; /* Digits */
+    bool add_prefix_space;  /* ByteLevel */
+    char repl[8];           /* Metaspace replacement (UTF-8) */
+    size_t repl_len;
+    int prepend_scheme; /* Metaspace */
+    bool split;         /* Metaspace */
+    bool cut_safe;      /* Split regex on the parallel whitelist (tok_parallel.c) */
+} tok_pretok;
+
+enum { TD_BYTELEVEL, TD_METASPACE, TD_REPLACE, TD_BYTEFALLBACK, TD_FUSE, TD_STRIP };
+typedef struct tok_dec {
+    int kind;
+    char *a, *b; /* Replace pattern/content; Metaspace replacement in a; Strip content in a */
+    size_t alen, blen;
+    int start, stop;    /* Strip */
+    int prepend_scheme; /* Metaspace */
+} tok_dec;
+
+/* An added token as tokenizer.json declares it. */
+typedef struct tok_added {
+    char *content;
+    int id;
+    bool special, lstrip, rstrip, normalized, single_word;
+} tok_added;
+
+struct tokenizer {
+    int n_ids;        /* max id + 1 over vocab and added tokens */
+    char **str;       /* id -> token string (vocabulary spelling), NULL if unused */
+    uint32_t *slen;   /* id -> strlen */
+    uint8_t *control; /* id -> 1 for added tokens (except unk): never produced from text */
+    uint8_t *special; /* id -> 1 for added tokens marked special (skipped by skip_control) */
+    tok_strmap vocab; /* model vocabulary, control ids excluded: what text can reach */
+    tok_strmap added; /* added-token content -> id */
+    tok_added *adds;
+    int n_adds;
+    tok_pairmap merges;
+
+    /* model (BPE) */
+    bool byte_level;  /* initial symbols are bytes through the GPT-2 byte map */
+    int byte_id[256]; /* byte-level: byte -> id of its mapped char; else <0xNN> id or -1 */
+    tok_strmap raw;   /* byte-level: raw bytes of each token -> id (for ignore_merges) */
+    char *raw_arena;
+    bool byte_fallback, fuse_unk, ignore_merges;
+    int unk_id;
+
+    tok_norm *norms;
+    int n_norms;
+    tok_pretok *pretoks;
+    int n_pretoks;
+    tok_dec *decs;
+    int n_decs;
+    bool has_decoder;
+
+    /* Safe cuts (tok_parallel.c): 1 = after '\n' before an ASCII letter (the
+     * known byte-level split regexes), 2 = before "▁" that follows a non-"▁"
+     * (SentencePiece without pre-tokenizer), 0 = none (serial). */
+    int cut_rule;
+
+    int bos_id, eos_id;
+    int16_t cp_byte[324]; /* byte-level decoding: code point -> byte, -1 if none */
+};
+
+/* Byte-level (GPT-2) mapping: byte -> code point, and back (-1 if none). */
+uint32_t tok_byte_to_cp(uint8_t b);
+int tok_cp_to_byte(uint32_t cp);
+/* Decodes one UTF-8 char at s (n bytes available); returns its length
+ * (0 if invalid) and the code point in *cp. */
+size_t tok_utf8_next(const char *s, size_t n, uint32_t *cp);
+size_t tok_utf8_put(uint32_t cp, char *out);
+/* Byte offset of the first invalid UTF-8 sequence, or n when valid. */
+size_t tok_utf8_check(const char *s, size_t n);
+
+/* A growable byte buffer. */
+typedef struct tok_buf {
+    char *p;
+    size_t n, cap;
+} tok_buf;
+void tok_buf_put(tok_buf *b, const void *s, size_t n);
+static inline void tok_buf_putc(tok_buf *b, char c) {
+    tok_buf_put(b, &c, 1);
+}
+
+/* Load-time builders (tok_normalize.c, tok_pretok.c, tok_decode.c): parse one
+ * JSON object of the corresponding section, append to t. */
+struct json_t;
+int tok_parse_normalizer(tokenizer *t, struct json_t *j, di_err *err);
+int tok_parse_pretokenizer(tokenizer *t, struct json_t *j, di_err *err);
+int tok_parse_decoder(tokenizer *t, struct json_t *j, di_err *err);
+void tok_pipeline_free(tokenizer *t);
+
+/* Applies the normalizers to text; returns a malloc'd string (or NULL with
+ * err set), or sets *same when the text is unchanged (nothing allocated). */
+char *tok_normalize(const tokenizer *t, const char *text, size_t len, size_t *out_len, bool *same,
+                    di_err *err);
+
+/* Pre-tokenization of normalized text into pieces. Pieces are (offset, len)
+ * into buf, which the state owns (it may differ from the input when a
+ * pre-tokenizer rewrites text). first: the text starts the input (Metaspace
+ * prepend_scheme "first"). */
+typedef struct tok_piece {
+    size_t off, len;
+} tok_piece;
+typedef struct tok_pre {
+    tok_buf buf, tmp;
+    tok_piece *pc, *pc2;
+    size_t n, cap, n2, cap2;
+    pcre2_match_data *md;
+} tok_pre;
+int tok_pretokenize(const tokenizer *t, tok_pre *st, const char *text, size_t len, bool first,
+                    di_err *err);
+void tok_pre_free(tok_pre *st);
+
+/* BPE over pre-tokenized text with a per-call word cache (tok_bpe.c). */
+typedef struct tok_enc tok_enc;
+tok_enc *tok_enc_new(const tokenizer *t, size_t text_len);
+void tok_enc_free(tok_enc *e);
+/* Encodes already-normalized text (pre-tokenizers + BPE) and appends ids. */
+int tok_encode_normalized(const tokenizer *t, tok_enc *e, const char *text, size_t len, bool first,
+                          tok_ids *out, di_err *err);
+/* Parallel encoding with an explicit minimum piece size (tests force many cuts). */
+int tok_encode_parallel_min(const tokenizer *t, pool *p, const char *text, size_t len,
+                            size_t min_piece, tok_ids *out, di_err *err);
+/* Whether a Split regex (as tokenizer.json spells it) is one whose safe cuts
+ * have been reasoned out (tok_parallel.c). */
+bool tok_regex_cut_safe(const char *pattern);
+/* Decides the tokenizer's cut_rule at load (tok_parallel.c). */
+int tok_choose_cut_rule(const tokenizer *t);
+/* The safe cut at or after pos (text already normalized), or len if none. */
+size_t tok_next_cut(const tokenizer *t, const char *s, size_t len, size_t pos);
+
+/* Decoder pipeline (tok_decode.c). */
+int tok_load_config(tokenizer *t, const char *dir, di_err *err);
+
+#endif
