@@ -39,9 +39,9 @@ typedef struct model_config {
     /* RoPE */
     float rope_theta;
     model_rope_kind rope_kind;
-    float rope_factor;                     /* linear, llama3, yarn */
+    float rope_factor;                                 /* linear, llama3, yarn */
     float rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
-    int rope_original_max_pos;             /* llama3, yarn */
+    int rope_original_max_pos;                         /* llama3, yarn */
     float yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
     bool rope_interleaved; /* DeepSeek: adjacent pairs; Llama family: half-split */
 
@@ -82,16 +82,17 @@ typedef struct model_layer {
 
     /* GQA attention (Llama family) */
     kern_mat wq, wk, wv, wo;
-    const float *bq, *bk, *bv;     /* qwen2 biases (f32) or NULL */
-    const float *q_norm, *k_norm;  /* qwen3, head_dim each (f32) or NULL */
+    const float *bq, *bk, *bv;    /* qwen2 biases (f32) or NULL */
+    const float *bo;              /* llama attention_bias: o_proj bias (f32) or NULL */
+    const float *q_norm, *k_norm; /* qwen3, head_dim each (f32) or NULL */
 
     /* MLA attention (DeepSeek) */
-    kern_mat q_proj;               /* when q_lora_rank == 0 */
-    kern_mat q_a, q_b;             /* q_a_proj, q_b_proj */
-    const float *q_a_norm;         /* q_a_layernorm */
-    kern_mat kv_a;                 /* kv_a_proj_with_mqa: kv_lora_rank + rope dims rows */
-    const float *kv_a_norm;        /* kv_a_layernorm */
-    kern_mat kv_b;                 /* kv_b_proj: n_heads*(nope+v) x kv_lora_rank */
+    kern_mat q_proj;        /* when q_lora_rank == 0 */
+    kern_mat q_a, q_b;      /* q_a_proj, q_b_proj */
+    const float *q_a_norm;  /* q_a_layernorm */
+    kern_mat kv_a;          /* kv_a_proj_with_mqa: kv_lora_rank + rope dims rows */
+    const float *kv_a_norm; /* kv_a_layernorm */
+    kern_mat kv_b;          /* kv_b_proj: n_heads*(nope+v) x kv_lora_rank */
     kern_mat o_proj;
     /* Absorbed decode path, derived from kv_b at load (deepseek.c owns them):
      * per head h, w_uk_t[h] is kv_lora x nope (transposed k up-projection),
@@ -102,8 +103,8 @@ typedef struct model_layer {
     kern_mat gate, up, down;
 
     /* DeepSeekMoE */
-    kern_mat router;               /* mlp.gate.weight: n_routed x hidden (kept f32) */
-    const float *e_bias;           /* e_score_correction_bias or NULL */
+    kern_mat router;                        /* mlp.gate.weight: n_routed x hidden (kept f32) */
+    const float *e_bias;                    /* e_score_correction_bias or NULL */
     kern_mat *exp_gate, *exp_up, *exp_down; /* n_routed_experts each */
     kern_mat sh_gate, sh_up, sh_down;       /* shared experts (fused, as stored) */
 } model_layer;
@@ -123,11 +124,11 @@ typedef struct model_mtp {
 } model_mtp;
 
 typedef struct model_weights {
-    kern_mat embed;        /* model.embed_tokens.weight: vocab x hidden */
+    kern_mat embed; /* model.embed_tokens.weight: vocab x hidden */
     const float *final_norm;
-    kern_mat lm_head;      /* lm_head.weight, or embed when tied */
-    model_layer *layers;   /* n_layers */
-    model_mtp *mtp;        /* num_nextn_predict_layers */
+    kern_mat lm_head;    /* lm_head.weight, or embed when tied */
+    model_layer *layers; /* n_layers */
+    model_mtp *mtp;      /* num_nextn_predict_layers */
 } model_weights;
 
 /* The loader: open safetensors shards, find tensors by name, convert. */
@@ -143,7 +144,9 @@ int model_get_mat(model_loader *ld, const char *name, int rows, int cols, bool k
 /* A 1-D tensor of n elements as f32 (norm weights, biases). */
 int model_get_vec(model_loader *ld, const char *name, int n, const float **out, di_err *err);
 bool model_has_tensor(model_loader *ld, const char *name);
-/* Memory the loader allocated (converted copies), freed with the model. */
+/* Memory the loader allocated (converted copies), freed with the model:
+ * family loaders allocate their per-layer arrays (experts, absorbed
+ * matrices) here too, so model_free needs no per-family hook. Zeroed. */
 void *model_loader_alloc(model_loader *ld, size_t bytes);
 
 struct model {
@@ -152,9 +155,33 @@ struct model {
     model_info info;
     model_opts opts;
     pool *pool;
-    model_loader *ld;      /* keeps the mappings alive */
-    void *rope;            /* precomputed cos/sin tables (llama.c/deepseek.c) */
+    model_loader *ld; /* keeps the mappings alive */
+    void *rope;       /* rope.c: inverse frequencies with the scaling folded in */
+    void *fwd;        /* forward.c: step scratch, grown on demand, reused across
+                         steps (one model_forward at a time per model) */
 };
+
+/* rope.c: precomputes the rotary frequencies at load; freed by model_free. */
+int model_rope_init(model *m, di_err *err);
+void model_rope_free(model *m);
+/* forward.c: frees the step scratch. */
+void model_forward_free(model *m);
+/* forward.c: a scratch buffer of at least `floats` floats, one per slot,
+ * reused across steps and layers (grown when a step needs more). Slots
+ * FWD_SLOT_FAMILY0.. are free for attention/FFN implementations; a slot's
+ * contents are valid until the next call for the same slot. */
+enum {
+    FWD_SLOT_X = 0,
+    FWD_SLOT_XN,
+    FWD_SLOT_OUT,
+    FWD_SLOT_STAGE,
+    FWD_SLOT_LOGITS,
+    FWD_SLOT_FFN_GATE,
+    FWD_SLOT_FFN_UP,
+    FWD_SLOT_FAMILY0, /* gqa_attention / mla_attention / moe_ffn use FAMILY0 + k */
+    FWD_N_SLOTS = FWD_SLOT_FAMILY0 + 8
+};
+float *model_scratch(model *m, int slot, size_t floats);
 
 /* --- one forward step, as forward.c lays it out ------------------------- */
 /* forward.c flattens the batch into tokens; attention and FFN implementations
@@ -163,11 +190,12 @@ typedef struct model_step {
     model_kv_pool *kv;
     model_batch_seq *batch;
     int n_batch;
-    int n_tokens;       /* all tokens of the step */
-    const int *pos;     /* n_tokens: absolute position of each token */
-    const int *seq_of;  /* n_tokens: index into batch of each token's sequence */
-    const int *first;   /* n_batch: index of each sequence's first token in the step */
-    void *scratch;      /* forward.c's per-step scratch (KV staging for SWA layers) */
+    int n_tokens;      /* all tokens of the step */
+    const int *pos;    /* n_tokens: absolute position of each token */
+    const int *seq_of; /* n_tokens: index into batch of each token's sequence */
+    const int *first;  /* n_batch: index of each sequence's first token in the step */
+    void *scratch;     /* KV staging for SWA layers: n_tokens entries of the largest
+                          model_kv_entry_floats (forward.c's FWD_SLOT_STAGE) */
 } model_step;
 
 /* The per-token cache entry of layer l: K then V (2 * n_kv_heads * head_dim

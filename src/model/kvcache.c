@@ -1,0 +1,246 @@
+/* kvcache.c — KV memory: the paged pool for full-attention layers, the
+ * per-sequence ring buffers for sliding-window layers, and the per-step
+ * put/get/commit that attention implementations go through.
+ *
+ * Pool: n_blocks blocks of MODEL_KV_BLOCK positions. A block holds every
+ * full-attention layer (main and MTP) for its 128 positions, layer-major:
+ * [layer][position][entry], so one layer's keys are contiguous. Entries are
+ * f32 for now (GQA: K then V; MLA: latent then k_pe). Free blocks sit on a
+ * stack; the caller's block manager decides policy.
+ *
+ * Rings: each sliding-window layer keeps window + MODEL_SWA_SPARE entries per
+ * sequence at slot pos % ring; the spare lets a speculative rollback of up
+ * to MODEL_SWA_SPARE tokens still see its window. A step's new SWA entries
+ * are first staged (st->scratch, one per step token) so that a prefill chunk
+ * longer than the ring still reads its own earlier positions; after the
+ * layer, model_kv_commit moves the last ring-size entries into the ring.
+ *
+ * MTP layers (index >= n_layers) count their positions with seq->mtp_n_past.
+ * No global state; the pool is used by one forward pass at a time. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "model/model_internal.h"
+
+struct model_kv_pool {
+    int n_blocks;
+    int n_all;           /* main + MTP layers */
+    size_t block_floats; /* floats per block, all full layers */
+    long *layer_off;     /* n_all: offset of the layer within a block, -1 for SWA layers */
+    int *entry;          /* n_all: model_kv_entry_floats */
+    float *data;
+    size_t map_bytes;
+    int *free_stack, n_free;
+    unsigned char *in_use;
+};
+
+typedef struct {
+    int ring;    /* window + MODEL_SWA_SPARE */
+    size_t *off; /* n_all: offset of the layer's ring in data; SIZE_MAX for full layers */
+    float *data;
+} kv_rings;
+
+static int n_all_layers(const model *m) {
+    return m->cfg.n_layers + m->cfg.num_nextn_predict_layers;
+}
+
+int model_kv_entry_floats(const model *m, int l) {
+    const model_config *c = &m->cfg;
+    (void)l;
+    if (c->arch == ARCH_DEEPSEEK_V2 || c->arch == ARCH_DEEPSEEK_V3)
+        return c->kv_lora_rank + c->qk_rope_head_dim;
+    return 2 * c->n_kv_heads * c->head_dim;
+}
+
+static size_t block_floats(const model *m) {
+    size_t f = 0;
+    for (int l = 0; l < n_all_layers(m); l++)
+        if (!m->cfg.layer_swa[l]) f += (size_t)MODEL_KV_BLOCK * (size_t)model_kv_entry_floats(m, l);
+    return f;
+}
+
+size_t model_kv_block_bytes(const model *m) {
+    return block_floats(m) * sizeof(float);
+}
+
+model_kv_pool *model_kv_pool_create(model *m, int n_blocks, di_err *err) {
+    if (n_blocks < 0) {
+        di_errf(err, "KV pool: negative block count %d", n_blocks);
+        return NULL;
+    }
+    model_kv_pool *kv = di_calloc(1, sizeof *kv);
+    kv->n_blocks = n_blocks;
+    kv->n_all = n_all_layers(m);
+    kv->layer_off = di_calloc((size_t)kv->n_all, sizeof *kv->layer_off);
+    kv->entry = di_calloc((size_t)kv->n_all, sizeof *kv->entry);
+    long off = 0;
+    for (int l = 0; l < kv->n_all; l++) {
+        kv->entry[l] = model_kv_entry_floats(m, l);
+        kv->layer_off[l] = m->cfg.layer_swa[l] ? -1 : off;
+        if (!m->cfg.layer_swa[l]) off += (long)MODEL_KV_BLOCK * kv->entry[l];
+    }
+    kv->block_floats = (size_t)off;
+    size_t bytes;
+    if (__builtin_mul_overflow(kv->block_floats * sizeof(float), (size_t)n_blocks, &bytes)) {
+        model_kv_pool_free(kv);
+        di_errf(err, "KV pool: %d blocks overflow the address space", n_blocks);
+        return NULL;
+    }
+    if (bytes) {
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            model_kv_pool_free(kv);
+            di_errf(err, "KV pool: cannot map %zu bytes for %d blocks", bytes, n_blocks);
+            return NULL;
+        }
+        kv->data = p;
+        kv->map_bytes = bytes;
+    }
+    kv->free_stack = di_malloc((size_t)(n_blocks ? n_blocks : 1) * sizeof(int));
+    kv->in_use = di_calloc((size_t)(n_blocks ? n_blocks : 1), 1);
+    for (int i = 0; i < n_blocks; i++) kv->free_stack[i] = n_blocks - 1 - i; /* 0 pops first */
+    kv->n_free = n_blocks;
+    return kv;
+}
+
+void model_kv_pool_free(model_kv_pool *kv) {
+    if (!kv) return;
+    if (kv->data) munmap(kv->data, kv->map_bytes);
+    free(kv->layer_off);
+    free(kv->entry);
+    free(kv->free_stack);
+    free(kv->in_use);
+    free(kv);
+}
+
+int model_kv_n_free(const model_kv_pool *kv) {
+    return kv->n_free;
+}
+
+int model_kv_alloc(model_kv_pool *kv) {
+    if (!kv->n_free) return -1;
+    int b = kv->free_stack[--kv->n_free];
+    kv->in_use[b] = 1;
+    return b;
+}
+
+void model_kv_release(model_kv_pool *kv, int block) {
+    if (block < 0 || block >= kv->n_blocks || !kv->in_use[block]) {
+        di_log(DI_LOG_ERROR, "KV pool: release of block %d that is not allocated", block);
+        abort();
+    }
+    kv->in_use[block] = 0;
+    kv->free_stack[kv->n_free++] = block;
+}
+
+/* --- sequences ------------------------------------------------------------ */
+
+void model_seq_init(model *m, model_seq *s) {
+    memset(s, 0, sizeof *s);
+    int n_all = n_all_layers(m);
+    size_t total = 0;
+    bool any = false;
+    for (int l = 0; l < n_all; l++) any |= m->cfg.layer_swa[l];
+    if (!any) return;
+    kv_rings *r = di_calloc(1, sizeof *r);
+    r->ring = m->cfg.sliding_window + MODEL_SWA_SPARE;
+    r->off = di_malloc((size_t)n_all * sizeof *r->off);
+    for (int l = 0; l < n_all; l++) {
+        r->off[l] = SIZE_MAX;
+        if (!m->cfg.layer_swa[l]) continue;
+        r->off[l] = total;
+        total += (size_t)r->ring * (size_t)model_kv_entry_floats(m, l);
+    }
+    r->data = di_alloc_aligned(total * sizeof(float));
+    s->swa = r;
+}
+
+void model_seq_free(model *m, model_kv_pool *kv, model_seq *s) {
+    (void)m;
+    if (kv)
+        for (int i = 0; i < s->n_blocks; i++) model_kv_release(kv, s->blocks[i]);
+    free(s->blocks);
+    kv_rings *r = s->swa;
+    if (r) {
+        free(r->off);
+        di_free_aligned(r->data);
+        free(r);
+    }
+    memset(s, 0, sizeof *s);
+}
+
+int model_seq_reserve(model_kv_pool *kv, model_seq *s, int n_tokens, di_err *err) {
+    int need = (n_tokens + MODEL_KV_BLOCK - 1) / MODEL_KV_BLOCK;
+    if (need > s->cap_blocks) {
+        int cap = s->cap_blocks ? s->cap_blocks : 4;
+        while (cap < need) cap *= 2;
+        s->blocks = di_realloc(s->blocks, (size_t)cap * sizeof(int));
+        s->cap_blocks = cap;
+    }
+    while (s->n_blocks < need) {
+        int b = model_kv_alloc(kv);
+        if (b < 0)
+            return di_errf(err, "KV pool exhausted: %d more blocks needed for %d tokens",
+                           need - s->n_blocks, n_tokens);
+        s->blocks[s->n_blocks++] = b;
+    }
+    return 0;
+}
+
+/* --- per-step access -------------------------------------------------------- */
+
+static int seq_past(const model *m, const model_seq *s, int l) {
+    return l >= m->cfg.n_layers ? s->mtp_n_past : s->n_past;
+}
+
+static float *full_entry(const model_kv_pool *kv, const model_seq *s, int l, int pos) {
+    int blk = s->blocks[pos / MODEL_KV_BLOCK];
+    return kv->data + (size_t)blk * kv->block_floats + (size_t)kv->layer_off[l] +
+           (size_t)(pos % MODEL_KV_BLOCK) * (size_t)kv->entry[l];
+}
+
+void model_kv_put(model *m, const model_step *st, int l, int t, const float *entry) {
+    const model_kv_pool *kv = st->kv;
+    int n = kv->entry[l];
+    float *dst;
+    if (kv->layer_off[l] >= 0)
+        dst = full_entry(kv, st->batch[st->seq_of[t]].seq, l, st->pos[t]);
+    else
+        dst = (float *)st->scratch + (size_t)t * (size_t)n;
+    memcpy(dst, entry, (size_t)n * sizeof(float));
+}
+
+const float *model_kv_get(model *m, const model_step *st, int l, int b, int pos) {
+    const model_kv_pool *kv = st->kv;
+    const model_seq *s = st->batch[b].seq;
+    if (kv->layer_off[l] >= 0) return full_entry(kv, s, l, pos);
+    int past = seq_past(m, s, l);
+    size_t n = (size_t)kv->entry[l];
+    if (pos >= past) return (const float *)st->scratch + (size_t)(st->first[b] + pos - past) * n;
+    const kv_rings *r = s->swa;
+    return r->data + r->off[l] + (size_t)(pos % r->ring) * n;
+}
+
+void model_kv_commit(model *m, const model_step *st, int l) {
+    const model_kv_pool *kv = st->kv;
+    if (kv->layer_off[l] >= 0) return;
+    size_t n = (size_t)kv->entry[l];
+    for (int b = 0; b < st->n_batch; b++) {
+        const model_batch_seq *bs = &st->batch[b];
+        kv_rings *r = bs->seq->swa;
+        int past = seq_past(m, bs->seq, l);
+        int from = bs->n_tokens > r->ring ? bs->n_tokens - r->ring : 0;
+        for (int i = from; i < bs->n_tokens; i++) {
+            int pos = past + i;
+            memcpy(r->data + r->off[l] + (size_t)(pos % r->ring) * n,
+                   (const float *)st->scratch + (size_t)(st->first[b] + i) * n, n * sizeof(float));
+        }
+    }
+}
+
+int model_attn_start(const model *m, int l, int pos) {
+    if (!m->cfg.layer_swa[l]) return 0;
+    int s = pos - m->cfg.sliding_window + 1;
+    return s > 0 ? s : 0;
+}

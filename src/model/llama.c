@@ -1,0 +1,133 @@
+/* llama.c — the Llama-family layers (llama, qwen2, qwen3, mistral): tensor
+ * loading and grouped-query attention.
+ *
+ * One layer, as HF's LlamaAttention computes it:
+ *   q, k, v = x Wq (+bq), x Wk (+bk), x Wv (+bv)      (qwen2 biases)
+ *   q, k   = rmsnorm per head (q_norm, k_norm)          (qwen3, before rope)
+ *   q, k   = rope half-split (pairs i, i + d/2) at each token's position
+ *   o      = softmax(q k^T / sqrt(head_dim)) v over the visible positions
+ *            (causal; sliding layers: i - window < j <= i), kv head h / (nh/nkv)
+ *   out    = o Wo (+bo)
+ * The projections run once over all step tokens; the attention itself is
+ * spread over (token, head) pairs on the model's pool, each task with its own
+ * score row in scratch. K and V enter the cache (model_kv_put) before anyone
+ * attends, so a prefill chunk sees its own earlier tokens. No state. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+int llama_load_layer(model *m, int l, model_layer *L, const char *prefix, di_err *err) {
+    const model_config *c = &m->cfg;
+    model_loader *ld = m->ld;
+    int H = c->hidden_size, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    int I = c->intermediate_size;
+    char name[256];
+#define NAME(s) (snprintf(name, sizeof name, "%s%s", prefix, s), name)
+    if (model_get_vec(ld, NAME("input_layernorm.weight"), H, &L->attn_norm, err) ||
+        model_get_vec(ld, NAME("post_attention_layernorm.weight"), H, &L->ffn_norm, err) ||
+        model_get_mat(ld, NAME("self_attn.q_proj.weight"), qd, H, false, &L->wq, err) ||
+        model_get_mat(ld, NAME("self_attn.k_proj.weight"), kvd, H, false, &L->wk, err) ||
+        model_get_mat(ld, NAME("self_attn.v_proj.weight"), kvd, H, false, &L->wv, err) ||
+        model_get_mat(ld, NAME("self_attn.o_proj.weight"), H, qd, false, &L->wo, err) ||
+        model_get_mat(ld, NAME("mlp.gate_proj.weight"), I, H, false, &L->gate, err) ||
+        model_get_mat(ld, NAME("mlp.up_proj.weight"), I, H, false, &L->up, err) ||
+        model_get_mat(ld, NAME("mlp.down_proj.weight"), H, I, false, &L->down, err))
+        return -1;
+    if (c->attention_bias && (model_get_vec(ld, NAME("self_attn.q_proj.bias"), qd, &L->bq, err) ||
+                              model_get_vec(ld, NAME("self_attn.k_proj.bias"), kvd, &L->bk, err) ||
+                              model_get_vec(ld, NAME("self_attn.v_proj.bias"), kvd, &L->bv, err)))
+        return -1;
+    /* Llama's attention_bias also biases o_proj; Qwen2 never does. */
+    if (c->attention_bias && c->arch != ARCH_QWEN2 &&
+        model_get_vec(ld, NAME("self_attn.o_proj.bias"), H, &L->bo, err))
+        return -1;
+    if (c->qk_norm &&
+        (model_get_vec(ld, NAME("self_attn.q_norm.weight"), c->head_dim, &L->q_norm, err) ||
+         model_get_vec(ld, NAME("self_attn.k_norm.weight"), c->head_dim, &L->k_norm, err)))
+        return -1;
+#undef NAME
+    (void)l;
+    return 0;
+}
+
+typedef struct {
+    model *m;
+    const model_step *st;
+    int l;
+    const float *q; /* n_tokens x n_heads*head_dim, roped */
+    float *att;     /* n_tokens x n_heads*head_dim */
+    float *scores;  /* n_chunks x max_len */
+    int max_len, n_pairs;
+} attn_job;
+
+static void attn_task(void *ctx, int task, int n_tasks) {
+    attn_job *j = ctx;
+    const model_config *c = &j->m->cfg;
+    int nh = c->n_heads, hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    int kv_dim = c->n_kv_heads * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *sc = j->scores + (size_t)task * (size_t)j->max_len;
+    int p0 = (int)((long)j->n_pairs * task / n_tasks),
+        p1 = (int)((long)j->n_pairs * (task + 1) / n_tasks);
+    for (int p = p0; p < p1; p++) {
+        int t = p / nh, h = p % nh, kh = h / group;
+        int b = j->st->seq_of[t], pos = j->st->pos[t];
+        int s0 = model_attn_start(j->m, j->l, pos), len = pos - s0 + 1;
+        const float *qv = j->q + (size_t)t * nh * hd + (size_t)h * hd;
+        for (int i = 0; i < len; i++) {
+            const float *e = model_kv_get(j->m, j->st, j->l, b, s0 + i);
+            sc[i] = kern_dot(qv, e + (size_t)kh * hd, hd) * scale;
+        }
+        kern_softmax(sc, len);
+        float *o = j->att + (size_t)t * nh * hd + (size_t)h * hd;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        for (int i = 0; i < len; i++) {
+            const float *e = model_kv_get(j->m, j->st, j->l, b, s0 + i);
+            kern_axpy(o, sc[i], e + kv_dim + (size_t)kh * hd, hd);
+        }
+    }
+}
+
+void gqa_attention(model *m, const model_step *st, int l, const float *x, float *out) {
+    const model_config *c = &m->cfg;
+    const model_layer *L = &m->w.layers[l];
+    int n = st->n_tokens, nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
+    size_t qd = (size_t)nh * hd, kvd = (size_t)nkv * hd;
+    float *q = model_scratch(m, FWD_SLOT_FAMILY0, (size_t)n * qd);
+    float *k = model_scratch(m, FWD_SLOT_FAMILY0 + 1, (size_t)n * kvd);
+    float *v = model_scratch(m, FWD_SLOT_FAMILY0 + 2, (size_t)n * kvd);
+    float *att = model_scratch(m, FWD_SLOT_FAMILY0 + 3, (size_t)n * qd);
+    float *tmp = model_scratch(m, FWD_SLOT_FAMILY0 + 4, 2 * kvd + (size_t)hd);
+    kern_matmul(m->pool, q, x, &L->wq, L->bq, n);
+    kern_matmul(m->pool, k, x, &L->wk, L->bk, n);
+    kern_matmul(m->pool, v, x, &L->wv, L->bv, n);
+
+    float *cs = tmp + 2 * kvd, *sn = cs + hd / 2;
+    int max_pos = 0;
+    for (int t = 0; t < n; t++) {
+        float *qt = q + (size_t)t * qd, *kt = k + (size_t)t * kvd;
+        if (L->q_norm) {
+            for (int h = 0; h < nh; h++)
+                kern_rmsnorm(qt + h * hd, qt + h * hd, L->q_norm, hd, c->rms_norm_eps);
+            for (int h = 0; h < nkv; h++)
+                kern_rmsnorm(kt + h * hd, kt + h * hd, L->k_norm, hd, c->rms_norm_eps);
+        }
+        model_rope_at(m, st->pos[t], hd, cs, sn);
+        for (int h = 0; h < nh; h++) kern_rope(qt + h * hd, cs, sn, hd, false);
+        for (int h = 0; h < nkv; h++) kern_rope(kt + h * hd, cs, sn, hd, false);
+        memcpy(tmp, kt, kvd * sizeof(float));
+        memcpy(tmp + kvd, v + (size_t)t * kvd, kvd * sizeof(float));
+        model_kv_put(m, st, l, t, tmp);
+        if (st->pos[t] > max_pos) max_pos = st->pos[t];
+    }
+
+    attn_job j = {m, st, l, q, att, NULL, max_pos + 1, n * nh};
+    int n_tasks = pool_threads(m->pool) * 4;
+    if (n_tasks > j.n_pairs) n_tasks = j.n_pairs;
+    j.scores = model_scratch(m, FWD_SLOT_FAMILY0 + 5, (size_t)n_tasks * (size_t)j.max_len);
+    pool_run(m->pool, attn_task, &j, n_tasks);
+    model_kv_commit(m, st, l);
+    kern_matmul(m->pool, out, att, &L->wo, L->bo, n);
+}

@@ -1,0 +1,482 @@
+/* loader.c — model_load / model_free and the tensor lookup every family's
+ * layer loader uses (model_get_mat, model_get_vec).
+ *
+ * Shards: model.safetensors.index.json's weight_map names them; otherwise
+ * model.safetensors, otherwise every *.safetensors in the directory. Each is
+ * mapped read-only (safetensors.c validates it); tensor names go into one
+ * sorted table for lookup.
+ *
+ * Compute dtype: with bf16 (the default) bf16-stored matrices are used in
+ * place from the mapping, so resident memory is the checkpoint plus small
+ * f32 vectors; f16/f32/fp8 matrices become bf16 copies. f32 converts to f32
+ * (in place when already f32). int8 quantizes row by row at load (symmetric,
+ * per row or per int8_group columns). fp8-e4m3 is dequantized with its
+ * `<name>_scale_inv` 128x128 block scales (partial blocks at the edges).
+ * Norm weights and biases are always f32 copies. Conversion works one row at
+ * a time, so load never holds a whole f32 copy of a large matrix.
+ *
+ * State: the loader owns the mappings and every converted copy; both live
+ * until model_free. */
+#include <dirent.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model/model_internal.h"
+#include "model/safetensors.h"
+
+typedef struct {
+    const char *name;
+    int file, idx;
+} ld_entry;
+
+struct model_loader {
+    char *dir;
+    st_file *files;
+    int n_files;
+    ld_entry *entries;
+    int n_entries;
+    model_dtype dtype;
+    int int8_group;
+    void **allocs;
+    int n_allocs, cap_allocs;
+    size_t weight_bytes; /* bytes of every tensor handed out, as computed on */
+};
+
+void *model_loader_alloc(model_loader *ld, size_t bytes) {
+    if (ld->n_allocs == ld->cap_allocs) {
+        ld->cap_allocs = ld->cap_allocs ? 2 * ld->cap_allocs : 64;
+        ld->allocs = di_realloc(ld->allocs, (size_t)ld->cap_allocs * sizeof *ld->allocs);
+    }
+    void *p = di_alloc_aligned(bytes);
+    ld->allocs[ld->n_allocs++] = p;
+    return p;
+}
+
+static void loader_free(model_loader *ld) {
+    if (!ld) return;
+    for (int i = 0; i < ld->n_files; i++) st_close(&ld->files[i]);
+    for (int i = 0; i < ld->n_allocs; i++) di_free_aligned(ld->allocs[i]);
+    free(ld->files);
+    free(ld->entries);
+    free(ld->allocs);
+    free(ld->dir);
+    free(ld);
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const ld_entry *)a)->name, ((const ld_entry *)b)->name);
+}
+
+static const st_tensor *find(model_loader *ld, const char *name, const st_file **file) {
+    ld_entry key = {name, 0, 0};
+    const ld_entry *e = bsearch(&key, ld->entries, (size_t)ld->n_entries, sizeof key, by_name);
+    if (!e) return NULL;
+    if (file) *file = &ld->files[e->file];
+    return &ld->files[e->file].tensors[e->idx];
+}
+
+bool model_has_tensor(model_loader *ld, const char *name) {
+    return find(ld, name, NULL) != NULL;
+}
+
+static int add_file(model_loader *ld, const char *fname, const char *why, di_err *err) {
+    if (strchr(fname, '/') || !strcmp(fname, "..") || !*fname)
+        return di_errf(err, "%s/%s: shard name %s is not a plain file name", ld->dir, why, fname);
+    for (int i = 0; i < ld->n_files; i++) {
+        const char *base = strrchr(ld->files[i].path, '/') + 1;
+        if (!strcmp(base, fname)) return 0;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", ld->dir, fname);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return di_errf(err, "%s: missing (named in %s)", path, why);
+    ld->files = di_realloc(ld->files, (size_t)(ld->n_files + 1) * sizeof *ld->files);
+    if (st_open(&ld->files[ld->n_files], path, err)) return -1;
+    ld->n_files++;
+    return 0;
+}
+
+static int open_shards(model_loader *ld, di_err *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", ld->dir);
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        json_error_t jerr;
+        json_t *root = json_load_file(path, 0, &jerr);
+        if (!root) return di_errf(err, "%s: invalid JSON: %s", path, jerr.text);
+        json_t *wm = json_object_get(root, "weight_map");
+        if (!json_is_object(wm)) {
+            json_decref(root);
+            return di_errf(err, "%s: no weight_map object", path);
+        }
+        const char *key;
+        json_t *v;
+        json_object_foreach(wm, key, v) {
+            if (!json_is_string(v)) {
+                json_decref(root);
+                return di_errf(err, "%s: weight_map entry %s is not a file name", path, key);
+            }
+            if (add_file(ld, json_string_value(v), "model.safetensors.index.json", err)) {
+                json_decref(root);
+                return -1;
+            }
+        }
+        json_decref(root);
+    } else {
+        snprintf(path, sizeof path, "%s/model.safetensors", ld->dir);
+        if (stat(path, &sb) == 0) {
+            if (add_file(ld, "model.safetensors", "the directory", err)) return -1;
+        } else {
+            DIR *d = opendir(ld->dir);
+            if (!d) return di_errf(err, "%s: cannot open model directory", ld->dir);
+            struct dirent *de;
+            int rc = 0;
+            while (!rc && (de = readdir(d))) {
+                size_t n = strlen(de->d_name);
+                if (n > 12 && !strcmp(de->d_name + n - 12, ".safetensors"))
+                    rc = add_file(ld, de->d_name, "the directory", err);
+            }
+            closedir(d);
+            if (rc) return -1;
+        }
+    }
+    if (!ld->n_files) return di_errf(err, "%s: no *.safetensors files", ld->dir);
+    int n = 0;
+    for (int i = 0; i < ld->n_files; i++) n += ld->files[i].n_tensors;
+    ld->entries = di_calloc((size_t)n, sizeof *ld->entries);
+    for (int i = 0; i < ld->n_files; i++)
+        for (int j = 0; j < ld->files[i].n_tensors; j++)
+            ld->entries[ld->n_entries++] = (ld_entry){ld->files[i].tensors[j].name, i, j};
+    qsort(ld->entries, (size_t)n, sizeof *ld->entries, by_name);
+    for (int i = 1; i < n; i++)
+        if (!strcmp(ld->entries[i].name, ld->entries[i - 1].name))
+            return di_errf(err, "%s: tensor %s stored twice", ld->files[ld->entries[i].file].path,
+                           ld->entries[i].name);
+    return 0;
+}
+
+/* --- conversion ----------------------------------------------------------- */
+
+static float scale_at(const st_tensor *s, size_t i) {
+    return s->dtype == ST_F32 ? ((const float *)s->data)[i]
+                              : kern_bf16_to_f32(((const uint16_t *)s->data)[i]);
+}
+
+/* Row r of t (cols wide) as f32; scale: fp8 block scales or NULL. */
+static void row_f32(float *out, const st_tensor *t, const st_tensor *scale, size_t r, size_t cols) {
+    const uint8_t *p = (const uint8_t *)t->data;
+    switch (t->dtype) {
+    case ST_F32:
+        memcpy(out, p + r * cols * 4, cols * 4);
+        break;
+    case ST_F16: {
+        const uint8_t *q = p + r * cols * 2;
+        for (size_t c = 0; c < cols; c++) {
+            uint16_t h;
+            memcpy(&h, q + 2 * c, 2);
+            out[c] = kern_f16_to_f32(h);
+        }
+        break;
+    }
+    case ST_BF16: {
+        const uint8_t *q = p + r * cols * 2;
+        for (size_t c = 0; c < cols; c++) {
+            uint16_t h;
+            memcpy(&h, q + 2 * c, 2);
+            out[c] = kern_bf16_to_f32(h);
+        }
+        break;
+    }
+    case ST_F8_E4M3: {
+        const uint8_t *q = p + r * cols;
+        size_t scols = (cols + 127) / 128;
+        for (size_t c = 0; c < cols; c++) {
+            float s = scale ? scale_at(scale, (r / 128) * scols + c / 128) : 1.0f;
+            out[c] = kern_fp8e4m3_to_f32(q[c]) * s;
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static const char *shape_str(char *buf, size_t n, const st_tensor *t) {
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, n - o, "[");
+    for (int i = 0; i < t->ndim && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+    return buf;
+}
+
+/* Finds name, checks shape and dtype; rows x cols (cols 0: 1-D). */
+static const st_tensor *lookup(model_loader *ld, const char *name, int rows, int cols,
+                               const st_file **file, di_err *err) {
+    const st_tensor *t = find(ld, name, file);
+    if (!t) {
+        di_errf(err, "%s: tensor %s missing from the checkpoint", ld->dir, name);
+        return NULL;
+    }
+    bool ok = cols ? (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols)
+                   : (t->ndim == 1 && t->shape[0] == rows);
+    if (!ok) {
+        char got[128];
+        if (cols)
+            di_errf(err, "%s: tensor %s has shape %s, expected [%d, %d]", (*file)->path, name,
+                    shape_str(got, sizeof got, t), rows, cols);
+        else
+            di_errf(err, "%s: tensor %s has shape %s, expected [%d]", (*file)->path, name,
+                    shape_str(got, sizeof got, t), rows);
+        return NULL;
+    }
+    if (t->dtype == ST_OTHER) {
+        di_errf(err, "%s: tensor %s has unsupported dtype %s", (*file)->path, name, t->dtype_name);
+        return NULL;
+    }
+    return t;
+}
+
+static const st_tensor *fp8_scale(model_loader *ld, const char *name, const st_file *file,
+                                  size_t rows, size_t cols, di_err *err) {
+    char sname[512];
+    snprintf(sname, sizeof sname, "%s_scale_inv", name);
+    const st_file *sf;
+    const st_tensor *s = find(ld, sname, &sf);
+    if (!s) {
+        di_errf(err, "%s: fp8 tensor %s has no %s block scales", file->path, name, sname);
+        return NULL;
+    }
+    int64_t br = (int64_t)((rows + 127) / 128), bc = (int64_t)((cols + 127) / 128);
+    bool shape_ok = (s->ndim == 2 && s->shape[0] == br && s->shape[1] == bc) ||
+                    (cols == 1 && s->ndim == 1 && s->shape[0] == br);
+    if (!shape_ok || (s->dtype != ST_F32 && s->dtype != ST_BF16)) {
+        di_errf(err, "%s: tensor %s must be F32/BF16 of shape [%lld, %lld]", sf->path, sname,
+                (long long)br, (long long)bc);
+        return NULL;
+    }
+    return s;
+}
+
+int model_get_mat(model_loader *ld, const char *name, int rows, int cols, bool keep_f32,
+                  kern_mat *out, di_err *err) {
+    const st_file *file = NULL;
+    const st_tensor *t = lookup(ld, name, rows, cols, &file, err);
+    if (!t) return -1;
+    size_t R = (size_t)rows, C = cols ? (size_t)cols : 1;
+    const st_tensor *scale = NULL;
+    if (t->dtype == ST_F8_E4M3 && !(scale = fp8_scale(ld, name, file, R, C, err))) return -1;
+    memset(out, 0, sizeof *out);
+    out->rows = (int)R;
+    out->cols = (int)C;
+    model_dtype target = keep_f32 ? MODEL_DTYPE_F32 : ld->dtype;
+    uintptr_t addr = (uintptr_t)t->data;
+    if (target == MODEL_DTYPE_BF16) {
+        out->dtype = KT_BF16;
+        ld->weight_bytes += R * C * 2;
+        if (t->dtype == ST_BF16 && addr % 2 == 0) {
+            out->data = t->data; /* in place from the mapping */
+            return 0;
+        }
+        uint16_t *dst = model_loader_alloc(ld, R * C * 2);
+        float *row = di_malloc(C * sizeof(float));
+        for (size_t r = 0; r < R; r++) {
+            row_f32(row, t, scale, r, C);
+            for (size_t c = 0; c < C; c++) dst[r * C + c] = kern_f32_to_bf16(row[c]);
+        }
+        free(row);
+        out->data = dst;
+    } else if (target == MODEL_DTYPE_F32) {
+        out->dtype = KT_F32;
+        ld->weight_bytes += R * C * 4;
+        if (t->dtype == ST_F32 && addr % 4 == 0) {
+            out->data = t->data;
+            return 0;
+        }
+        float *dst = model_loader_alloc(ld, R * C * 4);
+        for (size_t r = 0; r < R; r++) row_f32(dst + r * C, t, scale, r, C);
+        out->data = dst;
+    } else {
+        size_t group =
+            ld->int8_group > 0 && C % (size_t)ld->int8_group == 0 ? (size_t)ld->int8_group : C;
+        size_t ng = C / group;
+        int8_t *q = model_loader_alloc(ld, R * C);
+        float *sc = model_loader_alloc(ld, R * ng * sizeof(float));
+        float *row = di_malloc(C * sizeof(float));
+        for (size_t r = 0; r < R; r++) {
+            row_f32(row, t, scale, r, C);
+            kern_quantize_i8(q + r * C, sc + r * ng, row, 1, (int)C, (int)group);
+        }
+        free(row);
+        out->dtype = KT_I8;
+        out->data = q;
+        out->scales = sc;
+        out->group = (int)group;
+        ld->weight_bytes += R * C + R * ng * sizeof(float);
+    }
+    return 0;
+}
+
+int model_get_vec(model_loader *ld, const char *name, int n, const float **out, di_err *err) {
+    const st_file *file = NULL;
+    const st_tensor *t = lookup(ld, name, n, 0, &file, err);
+    if (!t) return -1;
+    if (t->dtype == ST_F8_E4M3)
+        return di_errf(err, "%s: tensor %s: fp8 is not supported for vectors", file->path, name);
+    float *dst = model_loader_alloc(ld, (size_t)n * sizeof(float));
+    row_f32(dst, t, NULL, 0, (size_t)n);
+    ld->weight_bytes += (size_t)n * sizeof(float);
+    *out = dst;
+    return 0;
+}
+
+/* --- model_load ----------------------------------------------------------- */
+
+static size_t mat_bytes(const kern_mat *w) {
+    if (!w->data) return 0;
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    switch (w->dtype) {
+    case KT_F32:
+        return n * 4;
+    case KT_BF16:
+    case KT_F16:
+        return n * 2;
+    case KT_I8:
+        return n + (size_t)w->rows * (size_t)(w->cols / (w->group ? w->group : w->cols)) * 4;
+    }
+    return 0;
+}
+
+static double mat_params(const kern_mat *w) {
+    return w->data ? (double)w->rows * (double)w->cols : 0;
+}
+
+/* Bytes and matmul parameters one decoded token touches (MoE: active experts). */
+static void active_figures(const model *m, size_t *bytes, double *params) {
+    const model_config *c = &m->cfg;
+    size_t b = 0;
+    double p = 0;
+#define ACC(w)                                                                                     \
+    do {                                                                                           \
+        b += mat_bytes(w);                                                                         \
+        p += mat_params(w);                                                                        \
+    } while (0)
+    for (int l = 0; l < c->n_layers; l++) {
+        const model_layer *L = &m->w.layers[l];
+        b += 2 * (size_t)c->hidden_size * 4;
+        const kern_mat *mats[] = {&L->wq,    &L->wk,     &L->wv,   &L->wo,     &L->q_proj,
+                                  &L->q_a,   &L->q_b,    &L->kv_a, &L->kv_b,   &L->o_proj,
+                                  &L->gate,  &L->up,     &L->down, &L->router, &L->sh_gate,
+                                  &L->sh_up, &L->sh_down};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) ACC(mats[i]);
+        if (L->moe && L->exp_gate && c->n_routed_experts > 0) {
+            size_t eb = 0;
+            double ep = 0;
+            for (int e = 0; e < c->n_routed_experts; e++) {
+                const kern_mat *em[] = {&L->exp_gate[e], &L->exp_up[e], &L->exp_down[e]};
+                for (int i = 0; i < 3; i++) {
+                    eb += mat_bytes(em[i]);
+                    ep += mat_params(em[i]);
+                }
+            }
+            b += eb / (size_t)c->n_routed_experts * (size_t)c->num_experts_per_tok;
+            p += ep / c->n_routed_experts * c->num_experts_per_tok;
+        }
+    }
+    ACC(&m->w.lm_head);
+    b += (size_t)c->hidden_size * 4 + mat_bytes(&m->w.embed) / (size_t)c->vocab_size;
+#undef ACC
+    *bytes = b;
+    *params = p;
+}
+
+static int load_weights(model *m, di_err *err) {
+    model_config *c = &m->cfg;
+    model_loader *ld = m->ld;
+    if (model_get_mat(ld, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, false,
+                      &m->w.embed, err) ||
+        model_get_vec(ld, "model.norm.weight", c->hidden_size, &m->w.final_norm, err))
+        return -1;
+    if (c->tie_word_embeddings && !model_has_tensor(ld, "lm_head.weight"))
+        m->w.lm_head = m->w.embed;
+    else if (model_get_mat(ld, "lm_head.weight", c->vocab_size, c->hidden_size, false,
+                           &m->w.lm_head, err))
+        return -1;
+    bool ds = c->arch == ARCH_DEEPSEEK_V2 || c->arch == ARCH_DEEPSEEK_V3;
+    m->w.layers = di_calloc((size_t)c->n_layers, sizeof *m->w.layers);
+    for (int l = 0; l < c->n_layers; l++) {
+        model_layer *L = &m->w.layers[l];
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "model.layers.%d.", l);
+        L->swa = c->layer_swa[l];
+        L->moe = ds && model_layer_is_moe(c, l);
+        if ((ds ? deepseek_load_layer : llama_load_layer)(m, l, L, prefix, err)) return -1;
+    }
+    if (c->num_nextn_predict_layers > 0) {
+        m->w.mtp = di_calloc((size_t)c->num_nextn_predict_layers, sizeof *m->w.mtp);
+        for (int k = 0; k < c->num_nextn_predict_layers; k++) {
+            char name[96];
+            snprintf(name, sizeof name, "model.layers.%d.eh_proj.weight", c->n_layers + k);
+            if (!model_has_tensor(ld, name)) break; /* checkpoint shipped without MTP */
+            if (deepseek_load_mtp(m, k, &m->w.mtp[k], err)) return -1;
+            m->info.n_mtp_layers = k + 1;
+        }
+    }
+    return 0;
+}
+
+model *model_load(const char *dir, const model_opts *opts, di_err *err) {
+    kern_init();
+    model *m = di_calloc(1, sizeof *m);
+    if (opts) m->opts = *opts;
+    if (model_config_load(&m->cfg, dir, err)) {
+        free(m);
+        return NULL;
+    }
+    model_loader *ld = di_calloc(1, sizeof *ld);
+    ld->dir = di_strdup(dir);
+    ld->dtype = m->opts.dtype;
+    ld->int8_group = m->opts.int8_group;
+    m->ld = ld;
+    if (open_shards(ld, err) || load_weights(m, err) || model_rope_init(m, err)) {
+        model_free(m);
+        return NULL;
+    }
+    model_config *c = &m->cfg;
+    model_info *in = &m->info;
+    in->arch = c->model_type;
+    in->vocab_size = c->vocab_size;
+    in->hidden_size = c->hidden_size;
+    in->n_layers = c->n_layers;
+    in->max_context = c->max_position_embeddings;
+    in->bos_id = c->bos_token_id;
+    in->n_eos = c->n_eos;
+    memcpy(in->eos_ids, c->eos_ids, sizeof in->eos_ids);
+    in->weight_bytes = ld->weight_bytes;
+    double params;
+    active_figures(m, &in->active_bytes_per_token, &params);
+    in->flops_per_token = 2 * params;
+    m->pool = pool_create(m->opts.threads);
+    return m;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    model_forward_free(m);
+    model_rope_free(m);
+    free(m->w.layers);
+    free(m->w.mtp);
+    loader_free(m->ld);
+    if (m->pool) pool_free(m->pool);
+    model_config_free(&m->cfg);
+    free(m);
+}
+
+const model_info *model_get_info(const model *m) {
+    return &m->info;
+}
+pool *model_pool(model *m) {
+    return m->pool;
+}
