@@ -13,7 +13,8 @@
  * seq->mtp_n_past and advances it; depth d > 0 continues the same position's
  * chain (position seq->mtp_n_past - 1, i.e. the one depth 0 just wrote). It
  * runs one token of one sequence through the same mla_attention / moe_ffn /
- * dense_ffn as the main layers; scratch is allocated per call. */
+ * dense_ffn as the main layers; scratch (and the one-entry staging a
+ * sliding-window MTP layer needs) is allocated per call. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,7 @@ int model_mtp_forward(model *m, model_kv_pool *kv, model_seq *seq, int depth, co
 
     /* The decoder layer, as a one-token step of this sequence. */
     model_batch_seq bs = {.seq = seq, .tokens = &next_token, .n_tokens = 1};
+    float *stage = di_malloc(sizeof(float) * (size_t)model_kv_entry_floats(m, l));
     int seq_of = 0, first = 0;
     model_step st = {.kv = kv,
                      .batch = &bs,
@@ -58,7 +60,7 @@ int model_mtp_forward(model *m, model_kv_pool *kv, model_seq *seq, int depth, co
                      .pos = &pos,
                      .seq_of = &seq_of,
                      .first = &first,
-                     .scratch = NULL};
+                     .scratch = stage};
     kern_rmsnorm(xn, h, L->attn_norm, hid, eps);
     mla_attention(m, &st, l, xn, y);
     kern_add(h, y, hid);
@@ -76,6 +78,7 @@ int model_mtp_forward(model *m, model_kv_pool *kv, model_seq *seq, int depth, co
     }
     if (hidden_out) memcpy(hidden_out, h, sizeof(float) * (size_t)hid);
     if (depth == 0) seq->mtp_n_past++;
+    free(stage);
     free(cat);
     free(h);
     free(xn);
