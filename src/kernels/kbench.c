@@ -1,0 +1,120 @@
+/* kbench.c — kernel micro-benchmark report (`deepinfer bench --kernels`).
+ *
+ * Prints one line per figure: the two machine limits measured in this run,
+ * then decode GEMV throughput (GB/s of weights streamed, and the fraction of
+ * the measured read bandwidth) and batched / prefill GEMM throughput
+ * (GFLOP/s and the fraction of the measured FMA peak). Shapes are the ones
+ * the acceptance targets name (hidden 2048, FFN 8192, vocab 128256). */
+#include "kernels/kernels.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/base.h"
+
+void kern_bench_report(pool *p);
+
+static void fill_random(float *v, size_t n, uint32_t seed) {
+    uint32_t s = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        v[i] = (float)((int32_t)(s >> 8) - (1 << 23)) * (1.0f / (float)(1 << 23));
+    }
+}
+
+/* Builds an rows x cols matrix of dtype with random values. */
+static kern_mat bench_mat(kern_dtype dt, int rows, int cols) {
+    kern_mat W = {.dtype = dt, .rows = rows, .cols = cols};
+    size_t n = (size_t)rows * cols;
+    float *row = di_malloc((size_t)cols * sizeof(float));
+    if (dt == KT_F32) {
+        float *d = di_alloc_aligned(n * sizeof(float));
+        fill_random(d, n, 7);
+        W.data = d;
+    } else if (dt == KT_BF16) {
+        uint16_t *d = di_alloc_aligned(n * 2);
+        for (int r = 0; r < rows; r++) {
+            fill_random(row, (size_t)cols, (uint32_t)r);
+            for (int c = 0; c < cols; c++) d[(size_t)r * cols + c] = kern_f32_to_bf16(row[c]);
+        }
+        W.data = d;
+    } else {
+        int8_t *d = di_alloc_aligned(n);
+        float *s = di_alloc_aligned((size_t)rows * sizeof(float));
+        for (int r = 0; r < rows; r++) {
+            fill_random(row, (size_t)cols, (uint32_t)r);
+            kern_quantize_i8(d + (size_t)r * cols, s + r, row, 1, cols, cols);
+        }
+        W.data = d;
+        W.scales = s;
+        W.group = cols;
+    }
+    free(row);
+    return W;
+}
+
+static void free_mat(kern_mat *W) {
+    di_free_aligned((void *)W->data);
+    if (W->scales) di_free_aligned((void *)W->scales);
+}
+
+static size_t mat_bytes(const kern_mat *W) {
+    size_t e = W->dtype == KT_F32 ? 4 : W->dtype == KT_I8 ? 1 : 2;
+    return (size_t)W->rows * W->cols * e;
+}
+
+/* Best time of `reps` calls (after one warm-up). */
+static double time_matmul(pool *p, const kern_mat *W, int n, int reps) {
+    float *x = di_alloc_aligned((size_t)n * W->cols * sizeof(float));
+    float *y = di_alloc_aligned((size_t)n * W->rows * sizeof(float));
+    fill_random(x, (size_t)n * W->cols, 3);
+    kern_matmul(p, y, x, W, NULL, n);
+    double best = 1e30;
+    for (int i = 0; i < reps; i++) {
+        double t0 = di_now();
+        kern_matmul(p, y, x, W, NULL, n);
+        double dt = di_now() - t0;
+        if (dt < best) best = dt;
+    }
+    di_free_aligned(x);
+    di_free_aligned(y);
+    return best;
+}
+
+static const char *dt_name(kern_dtype dt) {
+    return dt == KT_F32 ? "f32" : dt == KT_BF16 ? "bf16" : dt == KT_F16 ? "f16" : "i8";
+}
+
+void kern_bench_report(pool *p) {
+    kern_init();
+    double bw = kern_measure_read_bandwidth(p, (size_t)1 << 30);
+    double peak = kern_measure_fma_peak(p);
+    printf("kernels isa=%s threads=%d\n", kern_isa(), pool_threads(p));
+    printf("read bandwidth            %8.1f GB/s\n", bw);
+    printf("fp32 FMA peak             %8.1f GFLOP/s\n", peak);
+    static const int gemv[][2] = {{8192, 2048}, {2048, 8192}, {128256, 2048}};
+    static const kern_dtype dts[] = {KT_BF16, KT_F32, KT_I8};
+    for (int d = 0; d < 3; d++) {
+        for (int s = 0; s < 3; s++) {
+            kern_mat W = bench_mat(dts[d], gemv[s][0], gemv[s][1]);
+            double t = time_matmul(p, &W, 1, s == 2 ? 5 : 20);
+            double gbs = (double)mat_bytes(&W) / t / 1e9;
+            printf("gemv %-4s %6dx%-5d n=1   %8.1f GB/s   %5.1f %% of bandwidth\n", dt_name(dts[d]),
+                   W.rows, W.cols, gbs, 100 * gbs / bw);
+            free_mat(&W);
+        }
+    }
+    static const int gemm[][3] = {
+        {8, 2048, 8192}, {8, 8192, 2048}, {512, 2048, 2048}, {512, 8192, 2048}};
+    for (int d = 0; d < 3; d++) {
+        for (int s = 0; s < 4; s++) {
+            kern_mat W = bench_mat(dts[d], gemm[s][1], gemm[s][2]);
+            int n = gemm[s][0];
+            double t = time_matmul(p, &W, n, n > 64 ? 2 : 10);
+            double gf = 2.0 * n * W.rows * W.cols / t / 1e9;
+            printf("gemm %-4s %6dx%-5d n=%-3d %8.1f GFLOP/s %5.1f %% of peak\n", dt_name(dts[d]),
+                   W.rows, W.cols, n, gf, 100 * gf / peak);
+            free_mat(&W);
+        }
+    }
+}

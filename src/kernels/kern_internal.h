@@ -1,0 +1,52 @@
+/* kern_internal.h — what the kernel files share among themselves (not part of
+ * the public kernels.h): the dispatch switches, the AVX2 entry points, and the
+ * int8 activation-quantization layout both matmul paths agree on. */
+#ifndef DI_KERN_INTERNAL_H
+#define DI_KERN_INTERNAL_H
+
+#include "kernels/kernels.h"
+
+/* Dispatch state (kernels.c): is the AVX2 path active, is batch-invariant on. */
+bool kern_use_avx2(void);
+bool kern_batch_inv(void);
+
+/* Int8 matmul: activations are quantized on the fly to int8 in blocks of
+ * KQ_BLOCK columns (one f32 scale per block, llama.cpp Q8_0 style), so the
+ * dot product runs on integers. Needs every block inside one weight group:
+ * group % KQ_BLOCK == 0, or group == cols (one scale per row). */
+#define KQ_BLOCK 32
+bool kern_i8_blockable(const kern_mat *W);
+/* Quantizes one activation row of `cols` values: q gets cols int8 in
+ * [-127, 127], s gets ceil(cols / KQ_BLOCK) scales. */
+void kern_quantize_act(int8_t *q, float *s, const float *x, int cols);
+
+/* Scalar reference path for every dtype (matmul.c). Reduction per output
+ * element is sequential over columns; independent of n and of threads. */
+void kern_matmul_scalar(pool *p, float *y, const float *x, const kern_mat *W, const float *bias,
+                        int n);
+
+/* AVX2 matmul (matmul_avx2.c). Returns false when it does not handle this
+ * case (the caller falls back to the scalar path). */
+bool kern_matmul_avx2(pool *p, float *y, const float *x, const kern_mat *W, const float *bias,
+                      int n, bool batch_inv);
+
+/* AVX2 vector helpers (ops_avx2.c), same contracts as kernels.h. */
+float kern_dot_avx2(const float *a, const float *b, int n);
+void kern_axpy_avx2(float *y, float a, const float *x, int n);
+void kern_scale_avx2(float *y, float a, int n);
+void kern_add_avx2(float *y, const float *x, int n);
+void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);
+void kern_softmax_avx2(float *x, int n);
+void kern_silu_mul_avx2(float *gate, const float *up, int n);
+void kern_row_bf16_avx2(float *out, const uint16_t *row, int n);
+
+/* Splits [0, total) into n_tasks contiguous ranges aligned to `align`. */
+static inline void kern_split(int total, int align, int task, int n_tasks, int *lo, int *hi) {
+    int units = (total + align - 1) / align;
+    int a = (int)((long long)units * task / n_tasks);
+    int b = (int)((long long)units * (task + 1) / n_tasks);
+    *lo = a * align < total ? a * align : total;
+    *hi = b * align < total ? b * align : total;
+}
+
+#endif

@@ -1,0 +1,251 @@
+/* kernels.c — kernel dispatch, element conversions, int8 quantization, row
+ * lookup, and the portable scalar vector helpers.
+ *
+ * Every public kernel checks one switch (use_avx2) and either runs the AVX2
+ * version (ops_avx2.c, matmul_avx2.c) or the portable one here. The scalar
+ * versions are the reference the tests compare against, so they are written
+ * plainly, in the order the math is defined.
+ *
+ * Global state: the dispatch switches below (set by kern_init,
+ * kern_force_scalar, kern_set_batch_invariant; read by every kernel). */
+#include "kernels/kern_internal.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+static atomic_bool have_avx2;    /* CPU supports AVX2+FMA+F16C */
+static atomic_bool force_scalar; /* tests: use the scalar path */
+static atomic_bool batch_inv;    /* batch-invariant reduction order */
+static atomic_bool inited;
+
+void kern_init(void) {
+    if (atomic_load(&inited)) return;
+    __builtin_cpu_init();
+    bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+              __builtin_cpu_supports("f16c");
+    atomic_store(&have_avx2, ok);
+    atomic_store(&inited, true);
+}
+
+void kern_force_scalar(bool on) {
+    atomic_store(&force_scalar, on);
+}
+
+bool kern_use_avx2(void) {
+    if (!atomic_load_explicit(&inited, memory_order_relaxed)) kern_init();
+    return atomic_load_explicit(&have_avx2, memory_order_relaxed) &&
+           !atomic_load_explicit(&force_scalar, memory_order_relaxed);
+}
+
+const char *kern_isa(void) {
+    return kern_use_avx2() ? "avx2" : "scalar";
+}
+
+void kern_set_batch_invariant(bool on) {
+    atomic_store(&batch_inv, on);
+}
+bool kern_batch_inv(void) {
+    return atomic_load_explicit(&batch_inv, memory_order_relaxed);
+}
+
+/* ---- conversions ------------------------------------------------------- */
+
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float kern_bf16_to_f32(uint16_t h) {
+    return bits_f32((uint32_t)h << 16);
+}
+
+uint16_t kern_f32_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float kern_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0x1f) return bits_f32(sign | 0x7f800000u | (man << 13)); /* inf / nan */
+    if (exp == 0) {
+        float v = ldexpf((float)man, -24); /* subnormal (or zero): man * 2^-24 */
+        return sign ? -v : v;
+    }
+    return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+/* OCP FP8 E4M3 ("e4m3fn"): bias 7, no infinities, S.1111.111 is NaN,
+ * exponent 0 is subnormal (man/8 * 2^-6). Largest finite value 448. */
+float kern_fp8e4m3_to_f32(uint8_t v) {
+    uint32_t exp = (v >> 3) & 0xfu;
+    uint32_t man = v & 7u;
+    float r;
+    if (exp == 0xf && man == 7) return bits_f32((v & 0x80u ? 0xffc00000u : 0x7fc00000u));
+    if (exp == 0)
+        r = ldexpf((float)man, -9);
+    else
+        r = bits_f32(((exp + 120) << 23) | (man << 20));
+    return v & 0x80u ? -r : r;
+}
+
+void kern_row_f32(float *out, const kern_mat *W, int r) {
+    int cols = W->cols;
+    size_t off = (size_t)r * (size_t)cols;
+    switch (W->dtype) {
+    case KT_F32:
+        memcpy(out, (const float *)W->data + off, (size_t)cols * sizeof(float));
+        break;
+    case KT_BF16:
+        if (kern_use_avx2()) {
+            kern_row_bf16_avx2(out, (const uint16_t *)W->data + off, cols);
+            break;
+        }
+        for (int c = 0; c < cols; c++)
+            out[c] = kern_bf16_to_f32(((const uint16_t *)W->data)[off + c]);
+        break;
+    case KT_F16:
+        for (int c = 0; c < cols; c++)
+            out[c] = kern_f16_to_f32(((const uint16_t *)W->data)[off + c]);
+        break;
+    case KT_I8: {
+        const int8_t *q = (const int8_t *)W->data + off;
+        int g = W->group > 0 ? W->group : cols;
+        const float *s = W->scales + (size_t)r * (size_t)(cols / g);
+        for (int c = 0; c < cols; c++) out[c] = (float)q[c] * s[c / g];
+        break;
+    }
+    }
+}
+
+/* ---- int8 quantization ------------------------------------------------- */
+
+void kern_quantize_i8(int8_t *q, float *scales, const float *w, int rows, int cols, int group) {
+    if (group <= 0 || group > cols) group = cols;
+    int ng = cols / group;
+    for (int r = 0; r < rows; r++) {
+        for (int g = 0; g < ng; g++) {
+            const float *src = w + (size_t)r * cols + (size_t)g * group;
+            int8_t *dst = q + (size_t)r * cols + (size_t)g * group;
+            float amax = 0;
+            for (int c = 0; c < group; c++) amax = fmaxf(amax, fabsf(src[c]));
+            float s = amax / 127.0f;
+            float inv = s > 0 ? 1.0f / s : 0.0f;
+            for (int c = 0; c < group; c++) {
+                float v = nearbyintf(src[c] * inv);
+                dst[c] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+            }
+            scales[(size_t)r * ng + g] = s;
+        }
+    }
+}
+
+bool kern_i8_blockable(const kern_mat *W) {
+    int g = W->group > 0 ? W->group : W->cols;
+    return g == W->cols || g % KQ_BLOCK == 0;
+}
+
+void kern_quantize_act(int8_t *q, float *s, const float *x, int cols) {
+    for (int b = 0; b * KQ_BLOCK < cols; b++) {
+        int c0 = b * KQ_BLOCK, c1 = c0 + KQ_BLOCK < cols ? c0 + KQ_BLOCK : cols;
+        float amax = 0;
+        for (int c = c0; c < c1; c++) amax = fmaxf(amax, fabsf(x[c]));
+        float sc = amax / 127.0f;
+        float inv = sc > 0 ? 127.0f / amax : 0.0f;
+        for (int c = c0; c < c1; c++) q[c] = (int8_t)nearbyintf(x[c] * inv);
+        s[b] = sc;
+    }
+}
+
+/* ---- vector helpers ---------------------------------------------------- */
+
+float kern_dot(const float *a, const float *b, int n) {
+    if (kern_use_avx2()) return kern_dot_avx2(a, b, n);
+    float s = 0;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void kern_axpy(float *y, float a, const float *x, int n) {
+    if (kern_use_avx2()) {
+        kern_axpy_avx2(y, a, x, n);
+        return;
+    }
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+void kern_scale(float *y, float a, int n) {
+    if (kern_use_avx2()) {
+        kern_scale_avx2(y, a, n);
+        return;
+    }
+    for (int i = 0; i < n; i++) y[i] *= a;
+}
+
+void kern_add(float *y, const float *x, int n) {
+    if (kern_use_avx2()) {
+        kern_add_avx2(y, x, n);
+        return;
+    }
+    for (int i = 0; i < n; i++) y[i] += x[i];
+}
+
+void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    if (kern_use_avx2()) {
+        kern_rmsnorm_avx2(out, x, w, n, eps);
+        return;
+    }
+    float ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * inv * (w ? w[i] : 1.0f);
+}
+
+void kern_softmax(float *x, int n) {
+    if (n <= 0) return;
+    if (kern_use_avx2()) {
+        kern_softmax_avx2(x, n);
+        return;
+    }
+    float m = x[0];
+    for (int i = 1; i < n; i++) m = fmaxf(m, x[i]);
+    float s = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        s += x[i];
+    }
+    float inv = 1.0f / s;
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void kern_silu_mul(float *gate, const float *up, int n) {
+    if (kern_use_avx2()) {
+        kern_silu_mul_avx2(gate, up, n);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void kern_rope(float *x, const float *cos, const float *sin, int dim, bool interleaved) {
+    int half = dim / 2;
+    for (int i = 0; i < half; i++) {
+        int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+        float x0 = x[a], x1 = x[b], c = cos[i], s = sin[i];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}

@@ -1,0 +1,146 @@
+/* limits.c — measures the machine's two limits the benchmarks report their
+ * figures against: streaming read bandwidth and fp32 FMA peak, both with
+ * every thread of the pool. Measured in the same run as the benchmark because
+ * absolute figures drift between runs and machines.
+ *
+ * The vector loops use a target("avx2,fma") attribute rather than an *_avx2.c
+ * file so a portable fallback lives beside them; they are only entered after
+ * the same CPU check kern_init makes. No global state. */
+#include "kernels/kern_internal.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "base/base.h"
+
+typedef struct bw_job {
+    const uint8_t *buf;
+    size_t bytes;
+    double sink[64]; /* per task, keeps the loads observable */
+} bw_job;
+
+__attribute__((target("avx2,fma"))) static double read_avx2(const uint8_t *p, size_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a0 = _mm256_add_ps(a0, _mm256_load_ps((const float *)(p + i)));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps((const float *)(p + i + 32)));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps((const float *)(p + i + 64)));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps((const float *)(p + i + 96)));
+    }
+    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    float out[8];
+    _mm256_storeu_ps(out, s);
+    return out[0] + out[7];
+}
+
+static double read_scalar(const uint8_t *p, size_t n) {
+    uint64_t a0 = 0, a1 = 0;
+    for (size_t i = 0; i + 16 <= n; i += 16) {
+        uint64_t u, v;
+        memcpy(&u, p + i, 8);
+        memcpy(&v, p + i + 8, 8);
+        a0 += u;
+        a1 ^= v;
+    }
+    return (double)(a0 + a1);
+}
+
+static void bw_task(void *ctx, int task, int n_tasks) {
+    bw_job *j = ctx;
+    int lo, hi, units = (int)(j->bytes / 4096);
+    kern_split(units, 1, task, n_tasks, &lo, &hi);
+    const uint8_t *p = j->buf + (size_t)lo * 4096;
+    size_t n = (size_t)(hi - lo) * 4096;
+    j->sink[task & 63] += kern_use_avx2() ? read_avx2(p, n) : read_scalar(p, n);
+}
+
+double kern_measure_read_bandwidth(pool *p, size_t bytes) {
+    if (bytes < ((size_t)1 << 20)) bytes = (size_t)1 << 20;
+    bytes &= ~(size_t)4095;
+    bw_job j = {.bytes = bytes};
+    uint8_t *buf = di_alloc_aligned(bytes); /* zeroed: every page is touched once here */
+    j.buf = buf;
+    int tasks = pool_threads(p);
+    pool_run(p, bw_task, &j, tasks); /* warm-up */
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = di_now();
+        pool_run(p, bw_task, &j, tasks);
+        double dt = di_now() - t0;
+        if (dt > 0 && (double)bytes / dt > best) best = (double)bytes / dt;
+    }
+    di_free_aligned(buf);
+    volatile double keep = j.sink[0];
+    (void)keep;
+    return best / 1e9;
+}
+
+typedef struct fma_job {
+    long iters;
+    double secs[64];
+    float sink[64];
+} fma_job;
+
+#define FMA_CHAINS 12
+
+/* Twelve independent chains (named, so they stay in registers): enough to
+ * cover FMA latency (4) times throughput (2 per cycle) with margin. */
+__attribute__((target("avx2,fma"))) static float fma_avx2(long iters) {
+    __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+    __m256 c0 = _mm256_set1_ps(0.00f), c1 = _mm256_set1_ps(0.01f), c2 = _mm256_set1_ps(0.02f);
+    __m256 c3 = _mm256_set1_ps(0.03f), c4 = _mm256_set1_ps(0.04f), c5 = _mm256_set1_ps(0.05f);
+    __m256 c6 = _mm256_set1_ps(0.06f), c7 = _mm256_set1_ps(0.07f), c8 = _mm256_set1_ps(0.08f);
+    __m256 c9 = _mm256_set1_ps(0.09f), c10 = _mm256_set1_ps(0.10f), c11 = _mm256_set1_ps(0.11f);
+    for (long it = 0; it < iters; it++) {
+        c0 = _mm256_fmadd_ps(c0, a, b), c1 = _mm256_fmadd_ps(c1, a, b);
+        c2 = _mm256_fmadd_ps(c2, a, b), c3 = _mm256_fmadd_ps(c3, a, b);
+        c4 = _mm256_fmadd_ps(c4, a, b), c5 = _mm256_fmadd_ps(c5, a, b);
+        c6 = _mm256_fmadd_ps(c6, a, b), c7 = _mm256_fmadd_ps(c7, a, b);
+        c8 = _mm256_fmadd_ps(c8, a, b), c9 = _mm256_fmadd_ps(c9, a, b);
+        c10 = _mm256_fmadd_ps(c10, a, b), c11 = _mm256_fmadd_ps(c11, a, b);
+    }
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
+                             _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7)));
+    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(c8, c9), _mm256_add_ps(c10, c11)));
+    float out[8];
+    _mm256_storeu_ps(out, s);
+    return out[0];
+}
+
+static float fma_scalar(long iters) {
+    float acc[FMA_CHAINS];
+    for (int i = 0; i < FMA_CHAINS; i++) acc[i] = (float)i * 0.01f;
+    for (long it = 0; it < iters; it++) {
+        for (int i = 0; i < FMA_CHAINS; i++) acc[i] = acc[i] * 0.999999f + 1e-7f;
+    }
+    float s = 0;
+    for (int i = 0; i < FMA_CHAINS; i++) s += acc[i];
+    return s;
+}
+
+static void fma_task(void *ctx, int task, int n_tasks) {
+    fma_job *j = ctx;
+    double t0 = di_now();
+    j->sink[task & 63] = kern_use_avx2() ? fma_avx2(j->iters) : fma_scalar(j->iters);
+    j->secs[task & 63] = di_now() - t0;
+}
+
+double kern_measure_fma_peak(pool *p) {
+    int tasks = pool_threads(p);
+    if (tasks > 64) tasks = 64;
+    double lanes = kern_use_avx2() ? 8.0 : 1.0;
+    fma_job j = {.iters = 200000};
+    pool_run(p, fma_task, &j, tasks); /* warm-up, also sizes the run */
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        j.iters = 2000000; /* ~24 M vector FMAs per thread: tens of ms */
+        double t0 = di_now();
+        pool_run(p, fma_task, &j, tasks);
+        double dt = di_now() - t0;
+        double flops = 2.0 * lanes * FMA_CHAINS * (double)j.iters * tasks;
+        if (dt > 0 && flops / dt > best) best = flops / dt;
+    }
+    volatile float keep = j.sink[0];
+    (void)keep;
+    return best / 1e9;
+}

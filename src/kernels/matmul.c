@@ -1,0 +1,116 @@
+/* matmul.c — kern_matmul's entry point and its portable scalar path.
+ *
+ * The entry point hands the call to the AVX2 implementation when it is active
+ * and handles the case; otherwise the scalar path here runs. The scalar path
+ * is the reference: each output element is a plain sequential sum over the
+ * columns (for int8, over integer blocks of activations quantized the same way
+ * the AVX2 path quantizes them), so it is independent of the thread count and
+ * of n by construction. Threads split the output rows. */
+#include "kernels/kern_internal.h"
+
+#include <stdlib.h>
+
+#include "base/base.h"
+
+typedef struct scalar_job {
+    float *y;
+    const float *x;
+    const kern_mat *W;
+    const float *bias;
+    int n;
+    const int8_t *xq; /* KT_I8 blockable: quantized activations, n x cols */
+    const float *xs;  /* their block scales, n x nb */
+    int nb;
+} scalar_job;
+
+static float load_w(const kern_mat *W, size_t i) {
+    switch (W->dtype) {
+    case KT_F32:
+        return ((const float *)W->data)[i];
+    case KT_BF16:
+        return kern_bf16_to_f32(((const uint16_t *)W->data)[i]);
+    case KT_F16:
+        return kern_f16_to_f32(((const uint16_t *)W->data)[i]);
+    case KT_I8:
+        return (float)((const int8_t *)W->data)[i];
+    }
+    return 0;
+}
+
+/* One output element of an int8 matrix with quantized activations. */
+static float dot_i8_blocks(const scalar_job *j, int r, int t) {
+    const kern_mat *W = j->W;
+    int cols = W->cols, g = W->group > 0 ? W->group : cols, ng = cols / g;
+    const int8_t *w = (const int8_t *)W->data + (size_t)r * cols;
+    const int8_t *xq = j->xq + (size_t)t * cols;
+    const float *xs = j->xs + (size_t)t * j->nb;
+    const float *ws = W->scales + (size_t)r * ng;
+    float acc = 0;
+    for (int gi = 0; gi < ng; gi++) {
+        float accg = 0;
+        for (int c0 = gi * g; c0 < (gi + 1) * g; c0 += KQ_BLOCK) {
+            int c1 = c0 + KQ_BLOCK < (gi + 1) * g ? c0 + KQ_BLOCK : (gi + 1) * g;
+            int32_t isum = 0;
+            for (int c = c0; c < c1; c++) isum += (int32_t)w[c] * xq[c];
+            accg += xs[c0 / KQ_BLOCK] * (float)isum;
+        }
+        acc += ws[gi] * accg;
+    }
+    return acc;
+}
+
+static void scalar_task(void *ctx, int task, int n_tasks) {
+    const scalar_job *j = ctx;
+    const kern_mat *W = j->W;
+    int lo, hi, cols = W->cols;
+    kern_split(W->rows, 4, task, n_tasks, &lo, &hi);
+    int g = W->dtype == KT_I8 && W->group > 0 ? W->group : cols;
+    for (int r = lo; r < hi; r++) {
+        size_t base = (size_t)r * cols;
+        for (int t = 0; t < j->n; t++) {
+            const float *x = j->x + (size_t)t * cols;
+            float acc = 0;
+            if (W->dtype == KT_I8 && j->xq) {
+                acc = dot_i8_blocks(j, r, t);
+            } else if (W->dtype == KT_I8) {
+                const float *ws = W->scales + (size_t)r * (cols / g);
+                for (int c0 = 0; c0 < cols; c0 += g) {
+                    float accg = 0;
+                    for (int c = c0; c < c0 + g; c++) accg += load_w(W, base + c) * x[c];
+                    acc += ws[c0 / g] * accg;
+                }
+            } else {
+                for (int c = 0; c < cols; c++) acc += load_w(W, base + c) * x[c];
+            }
+            j->y[(size_t)t * W->rows + r] = acc + (j->bias ? j->bias[r] : 0.0f);
+        }
+    }
+}
+
+void kern_matmul_scalar(pool *p, float *y, const float *x, const kern_mat *W, const float *bias,
+                        int n) {
+    scalar_job j = {.y = y, .x = x, .W = W, .bias = bias, .n = n};
+    int8_t *xq = NULL;
+    float *xs = NULL;
+    if (W->dtype == KT_I8 && kern_i8_blockable(W)) {
+        j.nb = (W->cols + KQ_BLOCK - 1) / KQ_BLOCK;
+        xq = di_malloc((size_t)n * W->cols);
+        xs = di_malloc((size_t)n * j.nb * sizeof(float));
+        for (int t = 0; t < n; t++)
+            kern_quantize_act(xq + (size_t)t * W->cols, xs + (size_t)t * j.nb,
+                              x + (size_t)t * W->cols, W->cols);
+        j.xq = xq;
+        j.xs = xs;
+    }
+    int tasks = pool_threads(p);
+    if (tasks > (W->rows + 3) / 4) tasks = (W->rows + 3) / 4;
+    pool_run(p, scalar_task, &j, tasks > 0 ? tasks : 1);
+    free(xq);
+    free(xs);
+}
+
+void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const float *bias, int n) {
+    if (n <= 0 || W->rows <= 0) return;
+    if (kern_use_avx2() && kern_matmul_avx2(p, y, x, W, bias, n, kern_batch_inv())) return;
+    kern_matmul_scalar(p, y, x, W, bias, n);
+}

@@ -1,0 +1,141 @@
+/* ops_avx2.c — AVX2/FMA versions of the vector helpers (dot, axpy, norms,
+ * softmax, SiLU, bf16 row expansion). Entered only through kernels.c's
+ * dispatch. exp is a Cephes-style polynomial (about 1 ulp over the range the
+ * model uses), so softmax and SiLU need no libm call per element. */
+#include "kernels/kern_internal.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hmax8(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* e^x for 8 lanes: x = n ln2 + r, |r| <= ln2/2, degree-5 polynomial. */
+static inline __m256 exp8(__m256 x) {
+    __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3365447504f), _CMP_LT_OQ); /* -> 0 */
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3365447504f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+float kern_dot_avx2(const float *a, const float *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum8(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void kern_axpy_avx2(float *y, float a, const float *x, int n) {
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+void kern_scale_avx2(float *y, float a, int n) {
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(va, _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] *= a;
+}
+
+void kern_add_avx2(float *y, const float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] += x[i];
+}
+
+void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps) {
+    __m256 s0 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        s0 = _mm256_fmadd_ps(v, v, s0);
+    }
+    float ss = hsum8(s0);
+    for (; i < n; i++) ss += x[i] * x[i];
+    float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    __m256 vi = _mm256_set1_ps(inv);
+    i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vi);
+        if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+        _mm256_storeu_ps(out + i, v);
+    }
+    for (; i < n; i++) out[i] = x[i] * inv * (w ? w[i] : 1.0f);
+}
+
+void kern_softmax_avx2(float *x, int n) {
+    int i = 0;
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
+    float m = hmax8(vm);
+    for (; i < n; i++) m = fmaxf(m, x[i]);
+    __m256 mm = _mm256_set1_ps(m), vs = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mm));
+        _mm256_storeu_ps(x + i, e);
+        vs = _mm256_add_ps(vs, e);
+    }
+    float s = hsum8(vs);
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        s += x[i];
+    }
+    kern_scale_avx2(x, 1.0f / s, n);
+}
+
+void kern_silu_mul_avx2(float *gate, const float *up, int n) {
+    int i = 0;
+    __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+void kern_row_bf16_avx2(float *out, const uint16_t *row, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + i)));
+        _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+    for (; i < n; i++) out[i] = kern_bf16_to_f32(row[i]);
+}

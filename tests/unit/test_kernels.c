@@ -1,0 +1,410 @@
+/* test_kernels.c — kernels against a naive double-precision reference, on both
+ * the scalar and the AVX2 path: matmul for every dtype over odd shapes, with
+ * and without bias; thread-count independence; batch invariance; exhaustive
+ * bf16/f16/fp8 conversions; vector helpers. Sizes are small so the ASan build
+ * runs them in seconds. */
+#include "harness.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "kernels/kernels.h"
+
+static uint32_t rng_state = 12345;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)((int32_t)(rng_state >> 8) - (1 << 23)) / (float)(1 << 23);
+}
+
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* A test matrix: the stored weights plus their exact f32 values. */
+typedef struct tmat {
+    kern_mat m;
+    float *deq; /* rows x cols, the values the stored weights represent */
+    void *data;
+    float *scales;
+} tmat;
+
+static tmat make_mat(kern_dtype dt, int rows, int cols, int group) {
+    tmat t = {.m = {.dtype = dt, .rows = rows, .cols = cols}};
+    size_t n = (size_t)rows * cols;
+    float *w = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) w[i] = frand();
+    t.deq = malloc((n ? n : 1) * sizeof(float));
+    if (dt == KT_F32) {
+        t.data = malloc((n ? n : 1) * 4);
+        memcpy(t.data, w, n * 4);
+    } else if (dt == KT_BF16 || dt == KT_F16) {
+        uint16_t *d = malloc((n ? n : 1) * 2);
+        for (size_t i = 0; i < n; i++) {
+            if (dt == KT_BF16) {
+                d[i] = kern_f32_to_bf16(w[i]);
+            } else { /* f16 by truncation is enough for a test value */
+                float a = fabsf(w[i]);
+                int e;
+                float m = frexpf(a, &e); /* a = m 2^e, m in [0.5,1) */
+                uint16_t h = 0;
+                if (a >= 6.2e-5f) h = (uint16_t)(((e + 14) << 10) | ((int)(m * 2048) & 0x3ff));
+                d[i] = h | (w[i] < 0 ? 0x8000 : 0);
+            }
+        }
+        t.data = d;
+    } else {
+        t.m.group = group;
+        t.data = malloc(n ? n : 1);
+        t.scales = malloc(((size_t)rows * (cols / group) + 1) * sizeof(float));
+        kern_quantize_i8(t.data, t.scales, w, rows, cols, group);
+        t.m.scales = t.scales;
+    }
+    t.m.data = t.data;
+    for (int r = 0; r < rows; r++) kern_row_f32(t.deq + (size_t)r * cols, &t.m, r);
+    free(w);
+    return t;
+}
+
+static void free_mat(tmat *t) {
+    free(t->deq);
+    free(t->data);
+    free(t->scales);
+}
+
+/* Checks y against a double reference. For int8 the activations are
+ * quantized in blocks of 32, which the bound allows for. */
+static int check_matmul(const tmat *t, const float *x, const float *bias, const float *y, int n,
+                        char *why, size_t why_len) {
+    int rows = t->m.rows, cols = t->m.cols;
+    for (int tk = 0; tk < n; tk++) {
+        const float *xt = x + (size_t)tk * cols;
+        float bmax[4096 / 32 + 8];
+        for (int b = 0; b * 32 < cols; b++) {
+            float m = 0;
+            for (int c = b * 32; c < cols && c < b * 32 + 32; c++) m = fmaxf(m, fabsf(xt[c]));
+            bmax[b] = m;
+        }
+        for (int r = 0; r < rows; r++) {
+            double ref = bias ? bias[r] : 0, mag = 0, qerr = 0;
+            for (int c = 0; c < cols; c++) {
+                double w = t->deq[(size_t)r * cols + c];
+                ref += w * xt[c];
+                mag += fabs(w * xt[c]);
+                qerr += fabs(w) * bmax[c / 32] / 127.0 * 0.5;
+            }
+            double tol = 2e-6 * (mag + 1) * sqrt((double)cols + 1) + 1e-6;
+            if (t->m.dtype == KT_I8) tol += qerr * 1.01;
+            double got = y[(size_t)tk * rows + r];
+            if (!(fabs(got - ref) <= tol)) {
+                snprintf(why, why_len, "t=%d r=%d got %.7g want %.7g (tol %.3g)", tk, r, got, ref,
+                         tol);
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+typedef struct shape {
+    int rows, cols, n;
+} shape;
+
+static const shape shapes[] = {
+    {1, 1, 1},     {5, 7, 1},    {13, 31, 2},   {33, 64, 3},    {17, 100, 7},
+    {40, 257, 17}, {8, 32, 64},  {70, 96, 5},   {24, 129, 16},  {19, 300, 33},
+    {50, 128, 64}, {3, 1000, 9}, {64, 64, 100}, {37, 160, 130},
+};
+
+static void run_matmul_suite(bool scalar) {
+    pool *p = pool_create(2);
+    kern_force_scalar(scalar);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        shape sh = shapes[s];
+        for (int d = 0; d < 6; d++) {
+            kern_dtype dt = d < 3 ? (kern_dtype)d : KT_I8;
+            int group = d == 3 ? sh.cols : d == 4 ? 32 : 16;
+            if (dt == KT_I8 && sh.cols % group) group = sh.cols;
+            tmat t = make_mat(dt, sh.rows, sh.cols, group);
+            float *x = malloc((size_t)sh.n * sh.cols * sizeof(float));
+            float *y = malloc((size_t)sh.n * sh.rows * sizeof(float));
+            float *bias = malloc((size_t)sh.rows * sizeof(float));
+            for (int i = 0; i < sh.n * sh.cols; i++) x[i] = frand();
+            for (int i = 0; i < sh.rows; i++) bias[i] = frand();
+            for (int b = 0; b < 2; b++) {
+                char why[256];
+                kern_matmul(p, y, x, &t.m, b ? bias : NULL, sh.n);
+                int ok = check_matmul(&t, x, b ? bias : NULL, y, sh.n, why, sizeof why);
+                if (!ok) {
+                    harness_fail(__FILE__, __LINE__, why);
+                    fprintf(stderr, "    path=%s dtype=%d group=%d rows=%d cols=%d n=%d bias=%d\n",
+                            kern_isa(), dt, group, sh.rows, sh.cols, sh.n, b);
+                    s = sizeof shapes / sizeof shapes[0] - 1;
+                    d = 6;
+                    break;
+                }
+            }
+            free(x);
+            free(y);
+            free(bias);
+            free_mat(&t);
+        }
+    }
+    kern_force_scalar(false);
+    pool_free(p);
+}
+
+TEST(kern_matmul_scalar_vs_reference) {
+    run_matmul_suite(true);
+}
+TEST(kern_matmul_best_vs_reference) {
+    run_matmul_suite(false);
+}
+
+/* The same call on pools of 1, 2 and 3 threads gives bit-identical output. */
+TEST(kern_matmul_thread_independent) {
+    pool *pools[3] = {pool_create(1), pool_create(2), pool_create(3)};
+    static const shape sh[] = {{77, 130, 1}, {77, 130, 5}, {150, 200, 40}, {300, 64, 130}};
+    int bad = 0;
+    for (int sc = 0; sc < 2 && !bad; sc++) {
+        kern_force_scalar(sc);
+        for (int s = 0; s < 4 && !bad; s++) {
+            for (int d = 0; d < 4 && !bad; d++) {
+                tmat t = make_mat((kern_dtype)d, sh[s].rows, sh[s].cols, 32);
+                size_t nx = (size_t)sh[s].n * sh[s].cols, ny = (size_t)sh[s].n * sh[s].rows;
+                float *x = malloc(nx * 4), *y0 = malloc(ny * 4), *y1 = malloc(ny * 4);
+                for (size_t i = 0; i < nx; i++) x[i] = frand();
+                kern_matmul(pools[0], y0, x, &t.m, NULL, sh[s].n);
+                for (int pi = 1; pi < 3 && !bad; pi++) {
+                    kern_matmul(pools[pi], y1, x, &t.m, NULL, sh[s].n);
+                    if (memcmp(y0, y1, ny * 4)) bad = 1 + s * 10 + d * 100 + pi * 1000 + sc * 10000;
+                }
+                free(x), free(y0), free(y1);
+                free_mat(&t);
+            }
+        }
+    }
+    kern_force_scalar(false);
+    for (int i = 0; i < 3; i++) pool_free(pools[i]);
+    CHECKF(!bad, "thread count changed the result (code %d)", bad);
+}
+
+/* Batch-invariant mode: a token's row is bit-identical whatever n and position. */
+TEST(kern_matmul_batch_invariant) {
+    pool *p = pool_create(2);
+    kern_set_batch_invariant(true);
+    int bad = 0;
+    static const int ns[] = {1, 2, 3, 7, 17, 64, 150};
+    for (int sc = 0; sc < 2 && !bad; sc++) {
+        kern_force_scalar(sc);
+        for (int d = 0; d < 5 && !bad; d++) {
+            int rows = 45, cols = d == 4 ? 96 : 200;
+            tmat t = make_mat(d < 4 ? (kern_dtype)d : KT_I8, rows, cols, d == 4 ? 32 : cols);
+            int nmax = 150;
+            float *x = malloc((size_t)nmax * cols * 4), *y = malloc((size_t)nmax * rows * 4);
+            float *bias = malloc((size_t)rows * 4), *ref = malloc((size_t)nmax * rows * 4);
+            for (int i = 0; i < nmax * cols; i++) x[i] = frand();
+            for (int i = 0; i < rows; i++) bias[i] = frand();
+            for (int tk = 0; tk < nmax; tk++)
+                kern_matmul(p, ref + (size_t)tk * rows, x + (size_t)tk * cols, &t.m, bias, 1);
+            for (int k = 0; k < 7 && !bad; k++) {
+                int n = ns[k], off = (k * 13) % (nmax - n + 1);
+                kern_matmul(p, y, x + (size_t)off * cols, &t.m, bias, n);
+                if (memcmp(y, ref + (size_t)off * rows, (size_t)n * rows * 4))
+                    bad = 1 + d * 10 + k * 100 + sc * 1000;
+            }
+            free(x), free(y), free(bias), free(ref);
+            free_mat(&t);
+        }
+    }
+    kern_set_batch_invariant(false);
+    kern_force_scalar(false);
+    pool_free(p);
+    CHECKF(!bad, "batch-invariant mode: result depends on n (code %d)", bad);
+}
+
+TEST(kern_bf16_exhaustive) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = kern_bf16_to_f32((uint16_t)h);
+        CHECKF(bits(f) == h << 16, "bf16 %04x", h);
+        if (!isnan(f))
+            CHECKF(kern_f32_to_bf16(f) == h, "bf16 roundtrip %04x", h);
+        else
+            CHECKF(isnan(kern_bf16_to_f32(kern_f32_to_bf16(f))), "nan %04x", h);
+    }
+    /* Round to nearest, ties to even, checked against a double computation. */
+    for (int i = 0; i < 200000; i++) {
+        uint32_t u = (uint32_t)rand() << 16 ^ (uint32_t)rand() ^ (uint32_t)(i & 1) << 31;
+        if (i % 7 == 0) u = (u & 0xffff0000u) | 0x8000u; /* exact ties */
+        float f;
+        memcpy(&f, &u, 4);
+        if (isnan(f) || isinf(f)) continue;
+        uint16_t h = kern_f32_to_bf16(f);
+        double lo = kern_bf16_to_f32((uint16_t)(u >> 16));
+        double hi = kern_bf16_to_f32((uint16_t)((u >> 16) + 1));
+        double dl = fabs((double)f - lo), dh = fabs(hi - (double)f);
+        uint32_t low = u & 0xffffu;
+        if (isinf(hi)) dh = low > 0x8000u ? 0 : low < 0x8000u ? 1e300 : dl; /* overflow edge */
+        uint16_t want = dl < dh ? (uint16_t)(u >> 16)
+                        : dh < dl
+                            ? (uint16_t)((u >> 16) + 1)
+                            : ((u >> 16) & 1 ? (uint16_t)((u >> 16) + 1) : (uint16_t)(u >> 16));
+        CHECKF(h == want, "f32 %08x -> bf16 %04x want %04x", u, h, want);
+    }
+}
+
+TEST(kern_f16_exhaustive) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+        double want = e == 0    ? ldexp(m, -24)
+                      : e == 31 ? (m ? NAN : INFINITY)
+                                : ldexp(1024 + m, e - 25);
+        if (s) want = -want;
+        float got = kern_f16_to_f32((uint16_t)h);
+        if (isnan(want))
+            CHECKF(isnan(got), "f16 %04x", h);
+        else
+            CHECKF((double)got == want && !!signbit(got) == !!signbit(want), "f16 %04x: %g vs %g",
+                   h, got, want);
+    }
+}
+
+TEST(kern_fp8_exhaustive) {
+    for (int v = 0; v < 256; v++) {
+        int s = v >> 7, e = (v >> 3) & 15, m = v & 7;
+        double want = e == 0 ? ldexp(m, -9) : ldexp(8 + m, e - 10);
+        if (e == 15 && m == 7) want = NAN;
+        if (s) want = -want;
+        float got = kern_fp8e4m3_to_f32((uint8_t)v);
+        if (isnan(want))
+            CHECKF(isnan(got), "fp8 %02x", v);
+        else
+            CHECKF((double)got == want && !!signbit(got) == !!signbit(want), "fp8 %02x: %g vs %g",
+                   v, got, want);
+    }
+    CHECK(kern_fp8e4m3_to_f32(0x7e) == 448.0f);
+    CHECK(kern_fp8e4m3_to_f32(0x01) == 0x1p-9f);
+}
+
+TEST(kern_quantize_i8_roundtrip) {
+    float w[3 * 64];
+    for (int i = 0; i < 3 * 64; i++) w[i] = frand() * 3;
+    int8_t q[3 * 64];
+    float s[3 * 2];
+    kern_quantize_i8(q, s, w, 3, 64, 32);
+    kern_mat W = {.dtype = KT_I8, .rows = 3, .cols = 64, .data = q, .scales = s, .group = 32};
+    float row[64];
+    for (int r = 0; r < 3; r++) {
+        kern_row_f32(row, &W, r);
+        for (int c = 0; c < 64; c++) {
+            CHECK(q[r * 64 + c] >= -127);
+            CHECKF(fabsf(row[c] - w[r * 64 + c]) <= s[r * 2 + c / 32] * 0.5001f, "r%d c%d", r, c);
+        }
+    }
+}
+
+static double rel_err(double got, double want) {
+    return fabs(got - want) / (fabs(want) + 1e-6);
+}
+
+TEST(kern_vector_ops) {
+    static const int ns[] = {1, 3, 8, 15, 16, 33, 100, 1027};
+    for (int sc = 0; sc < 2; sc++) {
+        kern_force_scalar(sc);
+        for (int k = 0; k < 8; k++) {
+            int n = ns[k];
+            float *a = malloc(n * 4), *b = malloc(n * 4), *y = malloc(n * 4), *w = malloc(n * 4);
+            for (int i = 0; i < n; i++) a[i] = frand() * 4, b[i] = frand() * 4, w[i] = frand();
+            double dref = 0, mag = 0;
+            for (int i = 0; i < n; i++) dref += (double)a[i] * b[i], mag += fabs(a[i] * b[i]);
+            CHECKF(fabs(kern_dot(a, b, n) - dref) <= 1e-5 * mag + 1e-6, "dot n=%d", n);
+
+            memcpy(y, a, n * 4);
+            kern_axpy(y, 0.5f, b, n);
+            for (int i = 0; i < n; i++) CHECK(fabs(y[i] - (a[i] + 0.5 * b[i])) < 1e-5);
+            kern_scale(y, 2.0f, n);
+            for (int i = 0; i < n; i++) CHECK(fabs(y[i] - 2 * (a[i] + 0.5 * b[i])) < 1e-5);
+            memcpy(y, a, n * 4);
+            kern_add(y, b, n);
+            for (int i = 0; i < n; i++) CHECK(y[i] == a[i] + b[i]);
+
+            double ss = 0;
+            for (int i = 0; i < n; i++) ss += (double)a[i] * a[i];
+            double inv = 1 / sqrt(ss / n + 1e-6);
+            kern_rmsnorm(y, a, w, n, 1e-6f);
+            for (int i = 0; i < n; i++) CHECKF(fabs(y[i] - a[i] * inv * w[i]) < 1e-5, "rms %d", i);
+            memcpy(y, a, n * 4);
+            kern_rmsnorm(y, y, NULL, n, 1e-6f); /* aliasing, no weight */
+            for (int i = 0; i < n; i++) CHECK(fabs(y[i] - a[i] * inv) < 1e-5);
+
+            memcpy(y, a, n * 4);
+            if (n > 2) y[1] = -INFINITY; /* masked entry */
+            kern_softmax(y, n);
+            double m = -1e30, s = 0;
+            for (int i = 0; i < n; i++)
+                if (!(n > 2 && i == 1)) m = fmax(m, a[i]);
+            for (int i = 0; i < n; i++)
+                if (!(n > 2 && i == 1)) s += exp(a[i] - m);
+            for (int i = 0; i < n; i++) {
+                double want = n > 2 && i == 1 ? 0 : exp(a[i] - m) / s;
+                CHECKF(fabs(y[i] - want) <= 2e-6 * want + 1e-9, "softmax n=%d i=%d", n, i);
+            }
+
+            memcpy(y, a, n * 4);
+            kern_silu_mul(y, b, n);
+            for (int i = 0; i < n; i++) {
+                double g = a[i], want = g / (1 + exp(-g)) * b[i];
+                CHECKF(rel_err(y[i], want) < 1e-5 || fabs(y[i] - want) < 1e-6, "silu %d", i);
+            }
+            free(a), free(b), free(y), free(w);
+        }
+    }
+    kern_force_scalar(false);
+    float big[4] = {-100, 100, 0, -50};
+    kern_silu_mul(big, (float[]){1, 1, 1, 1}, 4);
+    CHECK(fabsf(big[0]) < 1e-30f && big[1] == 100 && big[2] == 0);
+}
+
+TEST(kern_rope_pair_orders) {
+    float cs[4], sn[4], x[8], y[8];
+    for (int i = 0; i < 4; i++) cs[i] = cosf(0.3f * (i + 1)), sn[i] = sinf(0.3f * (i + 1));
+    for (int i = 0; i < 8; i++) x[i] = frand();
+    memcpy(y, x, sizeof y);
+    kern_rope(y, cs, sn, 8, true);
+    for (int i = 0; i < 4; i++) {
+        CHECK(fabsf(y[2 * i] - (x[2 * i] * cs[i] - x[2 * i + 1] * sn[i])) < 1e-6f);
+        CHECK(fabsf(y[2 * i + 1] - (x[2 * i] * sn[i] + x[2 * i + 1] * cs[i])) < 1e-6f);
+    }
+    memcpy(y, x, sizeof y);
+    kern_rope(y, cs, sn, 8, false);
+    for (int i = 0; i < 4; i++) {
+        CHECK(fabsf(y[i] - (x[i] * cs[i] - x[i + 4] * sn[i])) < 1e-6f);
+        CHECK(fabsf(y[i + 4] - (x[i] * sn[i] + x[i + 4] * cs[i])) < 1e-6f);
+    }
+}
+
+TEST(kern_row_and_isa) {
+    kern_init();
+    CHECK(strcmp(kern_isa(), "avx2") == 0 || strcmp(kern_isa(), "scalar") == 0);
+    kern_force_scalar(true);
+    CHECK(strcmp(kern_isa(), "scalar") == 0);
+    kern_force_scalar(false);
+    uint16_t h[19];
+    for (int i = 0; i < 19; i++) h[i] = kern_f32_to_bf16(frand());
+    kern_mat W = {.dtype = KT_BF16, .rows = 1, .cols = 19, .data = h};
+    float out[19];
+    kern_row_f32(out, &W, 0);
+    for (int i = 0; i < 19; i++) CHECK(out[i] == kern_bf16_to_f32(h[i]));
+}
+
+TEST(kern_limits_measure) {
+    pool *p = pool_create(2);
+    double bw = kern_measure_read_bandwidth(p, (size_t)16 << 20);
+    double peak = kern_measure_fma_peak(p);
+    fprintf(stderr, "  (small-buffer) read %.1f GB/s, fma peak %.1f GFLOP/s\n", bw, peak);
+    CHECK(bw > 0.1 && peak > 0.1);
+    pool_free(p);
+}
