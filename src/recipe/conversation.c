@@ -95,6 +95,7 @@ void conv_message_add_tool_call(conv_message *m, const char *id, const char *nam
     tc->id = di_strdup(id ? id : "");
     tc->name = di_strdup(name);
     tc->arguments = di_strdup(arguments ? arguments : "{}");
+    tc->arguments_object = false;
 }
 
 void conv_add_tool(conversation *c, const char *name, const char *description,
@@ -195,6 +196,7 @@ static int parse_tool_calls(json_t *calls, conv_message *m, const char *path, di
                 err, "%s.tool_calls[%zu].function.arguments: expected a JSON string or object",
                 path, i);
         conv_message_add_tool_call(m, json_string_value(id), json_string_value(name), argtext);
+        m->tool_calls[m->n_tool_calls - 1].arguments_object = json_is_object(args);
         free(argtext);
     }
     return 0;

@@ -44,8 +44,10 @@ typedef struct conv_part {
 typedef struct conv_tool_call {
     char *id; /* may be "" */
     char *name;
-    char *
-        arguments; /* JSON text as the client sent it (an object dumped compactly if it sent one) */
+    /* JSON text as the client sent it; an object is kept as compact JSON text
+     * with arguments_object set (templates print it through tojson then). */
+    char *arguments;
+    bool arguments_object;
 } conv_tool_call;
 
 typedef struct conv_message {

@@ -108,7 +108,9 @@ static render_seg *push_seg(render_segs *o, render_kind kind, const char *s, siz
     render_seg *g = &o->v[o->n++];
     g->kind = kind;
     g->soft = false;
-    g->s = di_malloc(len + 1);
+    size_t cap = 16;
+    while (cap < len + 1) cap *= 2;
+    g->s = di_malloc(cap);
     memcpy(g->s, s, len);
     g->s[len] = 0;
     g->len = len;
@@ -122,7 +124,13 @@ void rs_text(render_segs *o, const char *s, size_t len) {
         push_seg(o, RENDER_TEXT, s, len);
         return;
     }
-    last->s = di_realloc(last->s, last->len + len + 1);
+    /* Capacity is the next power of two of the length, so it needs no field. */
+    size_t cap = 16, need = last->len + len + 1;
+    while (cap < last->len + 1) cap *= 2;
+    if (need > cap) {
+        while (cap < need) cap *= 2;
+        last->s = di_realloc(last->s, cap);
+    }
     memcpy(last->s + last->len, s, len);
     last->len += len;
     last->s[last->len] = 0;

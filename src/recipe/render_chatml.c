@@ -147,7 +147,15 @@ static int assistant(const conversation *c, size_t i, size_t lqi, render_segs *o
         rs_lit(o, markers, "<tool_call>\n{\"name\": \"");
         rs_textz(o, tc->name);
         rs_textz(o, "\", \"arguments\": ");
-        rs_textz(o, tc->arguments);
+        if (tc->arguments_object) { /* `arguments | tojson` */
+            rbuf b = {0};
+            int rc = rjson_dump(&b, tc->arguments, err);
+            if (!rc) rs_text(o, b.s, b.n);
+            rbuf_free(&b);
+            if (rc) return free(text), -1;
+        } else {
+            rs_textz(o, tc->arguments);
+        }
         rs_lit(o, markers, "}\n</tool_call>");
     }
     rs_lit(o, markers, "<|im_end|>\n");

