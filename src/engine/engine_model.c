@@ -1,0 +1,102 @@
+/* engine_model.c — engine_create: the engine over a loaded model and its
+ * tokenizer. Wires model.h (KV pool, sequences, model_forward) and
+ * tokenizer.h (tok_stream_*) into the runner and detokenizer tables that the
+ * engine core is written against, so the core stays testable with a fake.
+ *
+ * The pool has no block copy, so copy-on-write after a fork recomputes the
+ * copied block (at most 127 tokens once per branch). Whether the model has
+ * sliding-window layers is read off model_seq_init: only then does it give
+ * a sequence ring buffers. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "model/model.h"
+#include "recipe/tokenizer.h"
+
+typedef struct model_runner {
+    model *m;
+    model_kv_pool *kv;
+} model_runner;
+
+static int mr_kv_alloc(void *c) {
+    return model_kv_alloc(((model_runner *)c)->kv);
+}
+static void mr_kv_release(void *c, int b) {
+    model_kv_release(((model_runner *)c)->kv, b);
+}
+static void mr_seq_init(void *c, model_seq *s) {
+    model_seq_init(((model_runner *)c)->m, s);
+}
+static void mr_seq_free(void *c, model_seq *s) {
+    s->blocks = NULL; /* the engine owns the table */
+    s->n_blocks = s->cap_blocks = 0;
+    model_seq_free(((model_runner *)c)->m, NULL, s);
+}
+static int mr_forward(void *c, model_batch_seq *b, int n, di_err *err) {
+    model_runner *r = c;
+    return model_forward(r->m, r->kv, b, n, err);
+}
+static void mr_destroy(void *c) {
+    model_runner *r = c;
+    model_kv_pool_free(r->kv);
+    free(r);
+}
+
+static void *td_open(void *t) {
+    return tok_stream_new(t, true);
+}
+static const char *td_push(void *s, int id, size_t *len) {
+    return tok_stream_push(s, id, len);
+}
+static const char *td_flush(void *s, size_t *len) {
+    return tok_stream_flush(s, len);
+}
+static void td_close(void *s) {
+    tok_stream_free(s);
+}
+
+engine *engine_create(model *m, tokenizer *tok, const engine_opts *opts, di_err *err) {
+    const model_info *info = model_get_info(m);
+    engine_opts o = opts ? *opts : (engine_opts){0};
+    int n_blocks = o.kv_blocks;
+    if (n_blocks <= 0) {
+        size_t bytes = o.kv_memory ? o.kv_memory : (size_t)1 << 30;
+        size_t bb = model_kv_block_bytes(m);
+        n_blocks = bb ? (int)(bytes / bb) : 0;
+        if (n_blocks < 1) {
+            di_errf(err, "engine: --kv-memory %zu bytes holds no %zu-byte KV block", bytes, bb);
+            return NULL;
+        }
+        o.kv_blocks = n_blocks;
+    }
+    model_kv_pool *kv = model_kv_pool_create(m, n_blocks, err);
+    if (!kv) return NULL;
+    model_runner *mr = di_calloc(1, sizeof *mr);
+    mr->m = m;
+    mr->kv = kv;
+
+    engine_runner r = {.ctx = mr,
+                       .vocab = info->vocab_size,
+                       .max_context = info->max_context,
+                       .kv_alloc = mr_kv_alloc,
+                       .kv_release = mr_kv_release,
+                       .seq_init = mr_seq_init,
+                       .seq_free = mr_seq_free,
+                       .forward = mr_forward,
+                       .destroy = mr_destroy};
+    for (int i = 0; i < info->n_eos && r.n_eos < MODEL_MAX_EOS; i++)
+        r.eos_ids[r.n_eos++] = info->eos_ids[i];
+    int teos = tok ? tok_eos_id(tok) : -1;
+    bool have = false;
+    for (int i = 0; i < r.n_eos; i++) have |= r.eos_ids[i] == teos;
+    if (teos >= 0 && !have && r.n_eos < MODEL_MAX_EOS) r.eos_ids[r.n_eos++] = teos;
+    model_seq probe;
+    model_seq_init(m, &probe);
+    r.has_swa = probe.swa != NULL;
+    model_seq_free(m, NULL, &probe);
+
+    engine_detok d = {
+        .ctx = tok, .open = td_open, .push = td_push, .flush = td_flush, .close = td_close};
+    return engine_create_runner(&r, tok ? &d : NULL, &o, err);
+}
