@@ -1,0 +1,164 @@
+/* test_engine_sampling.c — logits processors, sampler filters, seeded
+ * determinism, logprobs, and stop conditions (token ids and stop strings
+ * across token boundaries). */
+#include <math.h>
+#include <string.h>
+
+#include "engine/sampling.h"
+#include "engine/stop.h"
+#include "harness.h"
+
+enum { V = 8 };
+static const float L0[V] = {1.0f, 3.0f, 2.5f, -1.0f, 0.5f, 2.9f, 0.0f, -2.0f}; /* argmax 1 */
+
+static int draw(samp_ctx *c, const samp_params *p, uint64_t *rng, const int *toks, int np, int nt) {
+    samp_out o;
+    samp_next(c, p, rng, L0, toks, np, nt, &o);
+    return o.token;
+}
+
+TEST(engine_sampling_greedy_and_filters) {
+    samp_ctx *c = samp_ctx_new(V);
+    uint64_t rng = samp_rng_init(1, 0);
+    int none[1] = {0};
+    CHECK(draw(c, &(samp_params){0}, &rng, none, 0, 0) == 1);
+    /* Filters that leave only the top token make any temperature greedy. */
+    for (int i = 0; i < 50; i++) {
+        CHECK(draw(c, &(samp_params){.temperature = 5, .top_k = 1}, &rng, none, 0, 0) == 1);
+        CHECK(draw(c, &(samp_params){.temperature = 5, .min_p = 1}, &rng, none, 0, 0) == 1);
+        CHECK(draw(c, &(samp_params){.temperature = 0.5f, .top_p = 0.01f}, &rng, none, 0, 0) == 1);
+    }
+    /* top_k = 3 never leaves {1, 5, 2}. */
+    for (int i = 0; i < 200; i++) {
+        int t = draw(c, &(samp_params){.temperature = 10, .top_k = 3}, &rng, none, 0, 0);
+        CHECK(t == 1 || t == 5 || t == 2);
+    }
+    samp_ctx_free(c);
+}
+
+TEST(engine_sampling_distribution_and_seed) {
+    samp_ctx *c = samp_ctx_new(2);
+    float lg[2] = {0.0f, logf(3.0f)}; /* p = 0.25, 0.75 */
+    uint64_t rng = samp_rng_init(7, 0);
+    samp_params p = {.temperature = 1, .seed = 7};
+    int ones = 0, N = 8000;
+    samp_out o;
+    int t[1] = {0};
+    for (int i = 0; i < N; i++) {
+        samp_next(c, &p, &rng, lg, t, 0, 0, &o);
+        ones += o.token;
+    }
+    double f = (double)ones / N;
+    CHECKF(fabs(f - 0.75) < 0.025, "frequency %f", f);
+    /* Same seed and branch: same draws; another branch: a different stream. */
+    uint64_t a = samp_rng_init(99, 0), b = samp_rng_init(99, 0), d = samp_rng_init(99, 1);
+    int same = 1, diff = 0;
+    for (int i = 0; i < 64; i++) {
+        samp_out x, y, z;
+        samp_next(c, &p, &a, lg, t, 0, 0, &x);
+        samp_next(c, &p, &b, lg, t, 0, 0, &y);
+        samp_next(c, &p, &d, lg, t, 0, 0, &z);
+        same &= x.token == y.token;
+        diff += x.token != z.token;
+    }
+    CHECK(same && diff > 0);
+    samp_ctx_free(c);
+}
+
+TEST(engine_sampling_bias_and_penalties) {
+    samp_ctx *c = samp_ctx_new(V);
+    uint64_t rng = 0;
+    int none[1] = {0};
+    samp_bias ban = {1, -100}, force = {7, 100};
+    CHECK(draw(c, &(samp_params){.bias = &ban, .n_bias = 1}, &rng, none, 0, 0) == 5);
+    CHECK(draw(c, &(samp_params){.bias = &force, .n_bias = 1}, &rng, none, 0, 0) == 7);
+    /* Repetition penalty covers prompt and output: 3.0/2 = 1.5 < 2.9. */
+    int prompt_has_1[2] = {1, 4};
+    CHECK(draw(c, &(samp_params){.repetition_penalty = 2}, &rng, prompt_has_1, 2, 2) == 5);
+    /* Presence/frequency cover only the output: token 1 in the prompt is kept. */
+    CHECK(draw(c, &(samp_params){.presence_penalty = 1}, &rng, prompt_has_1, 2, 2) == 1);
+    int out_has_1[3] = {4, 1, 1}; /* prompt {4}, output {1, 1} */
+    /* frequency 0.1 * 2 = 0.2: 2.8 < 2.9 → token 5. */
+    CHECK(draw(c, &(samp_params){.frequency_penalty = 0.1f}, &rng, out_has_1, 1, 3) == 5);
+    /* presence 0.05 alone: 2.95 > 2.9 → still 1. */
+    CHECK(draw(c, &(samp_params){.presence_penalty = 0.05f}, &rng, out_has_1, 1, 3) == 1);
+    /* The scratch counts are clean afterwards: no penalty leaks into the next call. */
+    CHECK(draw(c, &(samp_params){0}, &rng, out_has_1, 1, 3) == 1);
+    samp_ctx_free(c);
+}
+
+TEST(engine_sampling_logprobs) {
+    samp_ctx *c = samp_ctx_new(V);
+    uint64_t rng = 0;
+    int none[1] = {0};
+    samp_out o;
+    samp_next(c, &(samp_params){.logprobs = true, .top_logprobs = 5}, &rng, L0, none, 0, 0, &o);
+    double z = 0;
+    for (int i = 0; i < V; i++) z += exp(L0[i]);
+    CHECK(o.token == 1 && fabs(o.logprob - (3.0 - log(z))) < 1e-5);
+    CHECK(o.n_top == 5 && o.top[0].id == 1 && o.top[1].id == 5 && o.top[2].id == 2);
+    CHECK(o.top[3].id == 0 && o.top[4].id == 4);
+    for (int i = 0; i < 5; i++) CHECK(fabs(o.top[i].logprob - (L0[o.top[i].id] - log(z))) < 1e-5);
+    /* Logprobs are of the raw logits, whatever the processors did. */
+    samp_bias force = {7, 100};
+    samp_next(c, &(samp_params){.logprobs = true, .bias = &force, .n_bias = 1}, &rng, L0, none, 0,
+              0, &o);
+    CHECK(o.token == 7 && fabs(o.logprob - (-2.0 - log(z))) < 1e-5 && o.n_top == 0);
+    di_err err;
+    CHECK(samp_params_check(&(samp_params){.top_logprobs = 21}, V, &err) == -1);
+    CHECK(samp_params_check(&(samp_params){.top_p = 1.5f}, V, &err) == -1);
+    samp_bias bad = {V, 1};
+    CHECK(samp_params_check(&(samp_params){.bias = &bad, .n_bias = 1}, V, &err) == -1);
+    CHECK(strstr(err.msg, "logit_bias"));
+    samp_ctx_free(c);
+}
+
+/* --- stop conditions ------------------------------------------------------ */
+static stop_reason feed(stop_state *st, const stop_params *p, const char *s, char *acc) {
+    const char *t;
+    size_t n;
+    stop_reason r = stop_feed(st, p, s, strlen(s), &t, &n);
+    strncat(acc, t, n);
+    return r;
+}
+
+TEST(engine_stop_strings_across_tokens) {
+    const char *strs[2] = {"o w", "xyz"};
+    stop_params p = {.strs = strs, .n_strs = 2};
+    stop_state st = {0};
+    char acc[128] = "";
+    CHECK(feed(&st, &p, "he", acc) == STOP_NONE && !strcmp(acc, "he"));
+    CHECK(feed(&st, &p, "llo", acc) == STOP_NONE && !strcmp(acc, "hell")); /* "o" held */
+    CHECK(feed(&st, &p, " ", acc) == STOP_NONE && !strcmp(acc, "hell"));   /* "o " held */
+    CHECK(feed(&st, &p, "wor", acc) == STOP_STRING && !strcmp(acc, "hell"));
+    stop_state_free(&st);
+
+    /* A held prefix that does not complete is released later, in order. */
+    acc[0] = 0;
+    CHECK(feed(&st, &p, "ax", acc) == STOP_NONE && !strcmp(acc, "a"));
+    CHECK(feed(&st, &p, "y", acc) == STOP_NONE && !strcmp(acc, "a"));
+    CHECK(feed(&st, &p, "q", acc) == STOP_NONE && !strcmp(acc, "axyq"));
+    CHECK(feed(&st, &p, "x", acc) == STOP_NONE);
+    const char *t;
+    size_t n;
+    stop_flush(&st, &t, &n);
+    strncat(acc, t, n);
+    CHECK(!strcmp(acc, "axyqx"));
+    /* A match inside one piece keeps the text before it. */
+    acc[0] = 0;
+    CHECK(feed(&st, &p, "abxyzcd", acc) == STOP_STRING && !strcmp(acc, "ab"));
+    stop_state_free(&st);
+
+    /* Token-level: stop ids always, EOS unless ignore_eos. */
+    int ids[1] = {42}, eos[2] = {2, 3};
+    stop_params q = {.ids = ids, .n_ids = 1};
+    CHECK(stop_check_token(&q, eos, 2, 42) == STOP_EOS);
+    CHECK(stop_check_token(&q, eos, 2, 3) == STOP_EOS);
+    CHECK(stop_check_token(&q, eos, 2, 5) == STOP_NONE);
+    q.ignore_eos = true;
+    CHECK(stop_check_token(&q, eos, 2, 3) == STOP_NONE &&
+          stop_check_token(&q, eos, 2, 42) == STOP_EOS);
+    char msg[128];
+    const char *empty[1] = {""};
+    CHECK(stop_params_check(&(stop_params){.strs = empty, .n_strs = 1}, msg, sizeof msg) == -1);
+}
