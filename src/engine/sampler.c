@@ -5,6 +5,7 @@
 #include "engine/sampler.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "base/base.h"
@@ -58,6 +59,42 @@ static int by_prob_desc(const void *a, const void *b, void *key) {
     return ia - ib;
 }
 
+/* Probabilities fall into power-of-two buckets: bucket b holds (2^-(b+1), 2^-b].
+ * The sorted candidate list only needs a prefix that holds the top_k tokens
+ * or enough mass for top_p; whole buckets from the top give such a prefix,
+ * so a 100k-entry vocabulary sorts a few dozen candidates instead of all of
+ * it, with the same result as a full sort. */
+enum { N_BUCKETS = 64 };
+
+static int prob_bucket(float p) {
+    int e;
+    frexpf(p, &e); /* p = f * 2^e, f in [0.5, 1) */
+    int b = -e;
+    return b < 0 ? 0 : b >= N_BUCKETS ? N_BUCKETS - 1 : b;
+}
+
+static int cut_bucket(const sampler_params *p, const float *prob, int n) {
+    bool use_k = p->top_k > 0, use_p = p->top_p > 0 && p->top_p < 1;
+    if (!use_k && !use_p) return N_BUCKETS - 1;
+    int count[N_BUCKETS] = {0};
+    double mass[N_BUCKETS] = {0};
+    for (int i = 0; i < n; i++) {
+        if (prob[i] <= 0) continue;
+        int b = prob_bucket(prob[i]);
+        count[b]++;
+        mass[b] += prob[i];
+    }
+    int cnt = 0;
+    double acc = 0;
+    for (int b = 0; b < N_BUCKETS - 1; b++) {
+        cnt += count[b];
+        acc += mass[b];
+        /* Margin: the sorted sum may round differently from this one. */
+        if ((use_k && cnt >= p->top_k) || (use_p && acc >= p->top_p + 1e-6)) return b;
+    }
+    return N_BUCKETS - 1;
+}
+
 int sampler_sample(sampler *s, const float *logits) {
     return sampler_draw(&s->p, &s->rng, logits, s->vocab, s->idx, s->prob);
 }
@@ -92,8 +129,9 @@ int sampler_draw(const sampler_params *p, uint64_t *rng, const float *logits, in
     /* Candidate list: keep only what the filters can admit before sorting. */
     int m = 0;
     float floor_p = p->min_p > 0 ? p->min_p * prob[top] : 0.0f;
+    int cut = cut_bucket(p, prob, n);
     for (int i = 0; i < n; i++)
-        if (prob[i] > 0 && prob[i] >= floor_p) idx[m++] = i;
+        if (prob[i] > 0 && prob[i] >= floor_p && prob_bucket(prob[i]) <= cut) idx[m++] = i;
     qsort_r(idx, (size_t)m, sizeof(int), by_prob_desc, prob);
     if (p->top_k > 0 && p->top_k < m) m = p->top_k;
     if (p->top_p > 0 && p->top_p < 1) {

@@ -4,6 +4,9 @@
 #include <math.h>
 #include <string.h>
 
+#include <stdlib.h>
+
+#include "engine/sampler.h"
 #include "engine/sampling.h"
 #include "engine/stop.h"
 #include "harness.h"
@@ -161,4 +164,76 @@ TEST(engine_stop_strings_across_tokens) {
     char msg[128];
     const char *empty[1] = {""};
     CHECK(stop_params_check(&(stop_params){.strs = empty, .n_strs = 1}, msg, sizeof msg) == -1);
+}
+
+/* --- the bucketed candidate cut equals a full sort ------------------------ */
+static const float *ref_prob;
+static int ref_cmp(const void *a, const void *b) {
+    int ia = *(const int *)a, ib = *(const int *)b;
+    if (ref_prob[ia] != ref_prob[ib]) return ref_prob[ia] > ref_prob[ib] ? -1 : 1;
+    return ia - ib;
+}
+
+/* The sampler's algorithm with a full sort of every candidate. */
+static int ref_draw(const sampler_params *p, uint64_t *rng, const float *lg, int n, int *idx,
+                    float *prob) {
+    int top = sampler_argmax(lg, n);
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        prob[i] = expf((lg[i] - lg[top]) / p->temperature);
+        sum += prob[i];
+    }
+    for (int i = 0; i < n; i++) prob[i] = (float)(prob[i] / sum);
+    int m = 0;
+    float floor_p = p->min_p > 0 ? p->min_p * prob[top] : 0.0f;
+    for (int i = 0; i < n; i++)
+        if (prob[i] > 0 && prob[i] >= floor_p) idx[m++] = i;
+    ref_prob = prob;
+    qsort(idx, (size_t)m, sizeof(int), ref_cmp);
+    if (p->top_k > 0 && p->top_k < m) m = p->top_k;
+    if (p->top_p > 0 && p->top_p < 1) {
+        double acc = 0;
+        int keep = 0;
+        while (keep < m) {
+            acc += prob[idx[keep++]];
+            if (acc >= p->top_p) break;
+        }
+        m = keep;
+    }
+    double total = 0;
+    for (int i = 0; i < m; i++) total += prob[idx[i]];
+    uint64_t z = (*rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    double r = (double)(z >> 11) * 0x1.0p-53 * total, acc = 0;
+    for (int i = 0; i < m; i++) {
+        acc += prob[idx[i]];
+        if (r < acc) return idx[i];
+    }
+    return idx[m - 1];
+}
+
+TEST(engine_sampler_cut_equals_full_sort) {
+    enum { N = 6000 };
+    static float lg[N], prob[N];
+    static int idx[N];
+    uint64_t s = 1;
+    for (int trial = 0; trial < 200; trial++) {
+        for (int i = 0; i < N; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            lg[i] = (float)((s >> 40) % 20000) / 1000.0f * (trial % 3 ? 1.0f : 0.2f);
+        }
+        sampler_params p = {.temperature = 0.3f + (float)(trial % 7) * 0.3f,
+                            .top_k = trial % 4 == 0 ? 0 : 1 + trial % 50,
+                            .top_p = trial % 5 == 0 ? 1.0f : 0.5f + (float)(trial % 9) * 0.05f,
+                            .min_p = trial % 6 == 0 ? 0.01f : 0};
+        if (p.top_k == 0 && p.top_p >= 1 && p.min_p == 0) p.top_k = 5;
+        uint64_t r1 = (uint64_t)trial * 77, r2 = r1;
+        for (int k = 0; k < 5; k++) {
+            int a = sampler_draw(&p, &r1, lg, N, idx, prob);
+            int b = ref_draw(&p, &r2, lg, N, idx, prob);
+            CHECKF(a == b, "trial %d draw %d: %d vs full sort %d", trial, k, a, b);
+        }
+    }
 }
