@@ -171,6 +171,7 @@ PRESETS = {
         config=_deepseek(
             "deepseek_v2",
             "DeepseekV2ForCausalLM",
+            num_experts_per_tok=3,  # > topk_group, else the group limit never bites
             n_group=4,
             topk_group=2,
             topk_method="group_limited_greedy",

@@ -265,6 +265,10 @@ class Model:
             self.inv_freq = llama_inv_freq(cfg, self.head_dim)
             self.softmax_scale = self.head_dim**-0.5
         self.lm_head = W["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else W["lm_head.weight"]
+        # The rope layouts, as attributes so tests can swap them and show the
+        # tiny models are sensitive to the layout.
+        self.rope_gqa = rope_half
+        self.rope_mla = rope_pairs
 
     # which layers slide
     def window(self, layer):
@@ -310,8 +314,8 @@ class Model:
         if self.mt == "qwen3":
             q = rms_norm(q, W[p + "q_norm.weight"], self.eps)
             k = rms_norm(k, W[p + "k_norm.weight"], self.eps)
-        q = rope_half(q, pos, self.inv_freq)
-        k = rope_half(k, pos, self.inv_freq)
+        q = self.rope_gqa(q, pos, self.inv_freq)
+        k = self.rope_gqa(k, pos, self.inv_freq)
         o = attention(q, k, v, self.softmax_scale, window).reshape(T, nh * hd)
         y = o @ W[p + "o_proj.weight"].T
         b = W.get(p + "o_proj.bias")
@@ -334,8 +338,8 @@ class Model:
         latent = rms_norm(latent, W[p + "kv_a_layernorm.weight"], self.eps)
         kv = (latent @ W[p + "kv_b_proj.weight"].T).view(T, nh, dn + dv)
         k_nope, v = kv[..., :dn], kv[..., dn:]
-        q_pe = rope_pairs(q_pe, pos, self.inv_freq, self.mscale)
-        k_pe = rope_pairs(k_pe, pos, self.inv_freq, self.mscale)
+        q_pe = self.rope_mla(q_pe, pos, self.inv_freq, self.mscale)
+        k_pe = self.rope_mla(k_pe, pos, self.inv_freq, self.mscale)
         qf = torch.cat([q_nope, q_pe], -1)
         kf = torch.cat([k_nope, k_pe.expand(T, nh, dr)], -1)
         o = attention(qf, kf, v, self.softmax_scale, window).reshape(T, nh * dv)

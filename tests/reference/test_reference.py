@@ -362,6 +362,70 @@ def t_peaky(name):
     return fn
 
 
+def _mutants(name):
+    """Plausible implementation mistakes, as modified reference models. Each
+    must move the logits by 10x the f32 tolerance or more, or the binary
+    check could not see that mistake on this preset. (A wrong rms_norm eps is
+    below what the tolerance can see: eps 1e-6 vs 1e-4 moves logits ~4e-5.)"""
+    base = ref(name)
+    cfg, W = base.cfg, base.W
+
+    def with_cfg(**kw):
+        return lambda: R.Model(dict(cfg, **kw), W)
+
+    def with_w(f):
+        return lambda: R.Model(cfg, {k: f(k, v) for k, v in W.items()})
+
+    def swapped_rope():
+        m = R.Model(cfg, W)
+        m.rope_gqa = lambda x, p, f: R.rope_pairs(x, p, f)
+        m.rope_mla = lambda x, p, f, ms: R.rope_half(x, p, f) * ms
+        return m
+
+    out = [("rope layout swapped (half-split <-> pairs)", swapped_rope)]
+    mt = cfg["model_type"]
+    if mt == "llama":
+        out.append(("llama3 rope scaling ignored", with_cfg(rope_scaling=None)))
+    if mt == "qwen2":
+        out.append(("q/k/v bias dropped", with_w(lambda k, v: v * 0 if k.endswith("_proj.bias") else v)))
+    if mt == "qwen3":
+        out.append(("q/k norm skipped", with_w(lambda k, v: v * 0 + 1 if k.endswith(("q_norm.weight", "k_norm.weight")) else v)))
+    if mt == "mistral":
+        out.append(("sliding window ignored", with_cfg(sliding_window=None)))
+    if "layer_types" in cfg:
+        out.append(("layer_types ignored (all full)", with_cfg(layer_types=None)))
+        out.append(("window off by one (i - j <= window)", with_cfg(sliding_window=cfg["sliding_window"] + 1)))
+    if mt.startswith("deepseek"):
+        rs = cfg.get("rope_scaling")
+        if rs:
+            out.append(("YaRN ignored", with_cfg(rope_scaling=None)))
+            out.append(("YaRN softmax mscale^2 ignored", with_cfg(rope_scaling=dict(rs, mscale_all_dim=0, mscale=0))))
+        out.append(("routed_scaling_factor ignored", with_cfg(routed_scaling_factor=1.0)))
+        out.append(("shared expert dropped", with_cfg(n_shared_experts=0)))
+        if cfg.get("topk_method") == "noaux_tc":
+            out.append(("e_score_correction_bias ignored",
+                        with_w(lambda k, v: v * 0 if k.endswith("e_score_correction_bias") else v)))
+            out.append(("norm_topk_prob ignored", with_cfg(norm_topk_prob=not cfg.get("norm_topk_prob"))))
+        if cfg.get("n_group", 1) > 1:
+            out.append(("group limit ignored", with_cfg(topk_group=cfg["n_group"])))
+    return out
+
+
+def t_sensitive(name):
+    def fn():
+        ids = seq(name)
+        base = ref(name).logits(ids)[PROMPT - 1:]
+        scale = float(base.abs().max())
+        weak, parts = [], []
+        for label, make in _mutants(name):
+            r = float((make().logits(ids)[PROMPT - 1:] - base).abs().max()) / scale
+            parts.append(f"{label} {r:.0e}")
+            if r < 10 * TOL:
+                weak.append(label)
+        return not weak, ("too weak: " + "; ".join(weak) + " | " if weak else "") + ", ".join(parts)
+    return fn
+
+
 # --------------------------------------------------------------------------
 # part 2: the binary
 
@@ -481,6 +545,7 @@ def main():
     for name in PRESETS:
         run_check(f"{name} reference causal truncation", t_causal(name))
         run_check(f"{name} peaky enough (simulated quantised weights)", t_peaky(name))
+        run_check(f"{name} f32 tolerance sees each plausible mistake", t_sensitive(name))
     print(f"# reference self-checks took {time.time() - t0:.1f}s", flush=True)
 
     if os.environ.get("DI_REF_SKIP_BIN"):
