@@ -49,20 +49,30 @@ static void print_ids(const tokenizer *tok, const tok_ids *ids, int tokens, FILE
     fputc('\n', out);
 }
 
-static int decode_mode(const tokenizer *tok, char *in, int skip) {
-    tok_ids ids = {0};
-    char *p = in, *end;
+/* --decode: ids (whitespace-separated) -> text. With records, each input line
+ * is one id list and each text is written followed by a NUL. */
+static int decode_mode(const tokenizer *tok, char *in, int skip, bool records) {
+    char *p = in;
     for (;;) {
-        long v = strtol(p, &end, 10);
-        if (end == p) break;
-        tok_ids_push(&ids, (int)v);
-        p = end;
+        char *eol = records ? strchr(p, '\n') : NULL;
+        if (eol) *eol = 0;
+        tok_ids ids = {0};
+        char *q = p, *end;
+        for (;;) {
+            long v = strtol(q, &end, 10);
+            if (end == q) break;
+            tok_ids_push(&ids, (int)v);
+            q = end;
+        }
+        size_t n;
+        char *s = tok_decode(tok, ids.v, ids.n, skip, &n);
+        fwrite(s, 1, n, stdout);
+        if (records) fputc('\0', stdout);
+        free(s);
+        tok_ids_free(&ids);
+        if (!eol || !eol[1]) break;
+        p = eol + 1;
     }
-    size_t n;
-    char *s = tok_decode(tok, ids.v, ids.n, skip, &n);
-    fwrite(s, 1, n, stdout);
-    free(s);
-    tok_ids_free(&ids);
     return 0;
 }
 
@@ -78,7 +88,9 @@ int cmd_tokenize(int argc, char **argv) {
         {"--nul", OPT_FLAG, &nul, "stdin holds NUL-separated records: one output line each"},
         {"--lines", OPT_FLAG, &lines,
          "stdin holds newline-separated records: one output line each"},
-        {"--decode", OPT_FLAG, &decode, "read ids from stdin and print their text"},
+        {"--decode", OPT_FLAG, &decode,
+         "read ids from stdin and print their text (with --lines/--nul: one id list per line, "
+         "each text NUL-terminated)"},
         {"--skip-special", OPT_FLAG, &skip, "with --decode: leave out special tokens"},
         {"--threads", OPT_INT, &threads, "encode on a pool of N threads (default 1)"},
         {"--time", OPT_FLAG, &timeit, "print encode-only throughput to stderr"},
@@ -111,7 +123,7 @@ int cmd_tokenize(int argc, char **argv) {
         return 1;
     }
     if (decode) {
-        rc = decode_mode(tok, in, skip);
+        rc = decode_mode(tok, in, skip, nul || lines);
         free(in);
         tok_free(tok);
         return rc;

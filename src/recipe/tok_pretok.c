@@ -19,23 +19,49 @@
 static const char GPT2_PATTERN[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-/* Oniguruma spells code points \uHHHH; PCRE2 wants \x{HHHH}. */
+/* Oniguruma's \s is Unicode White_Space; PCRE2's (with UCP) also takes
+ * U+180E through \h. Spelled out so both agree. */
+#define WS_CLASS_BODY                                                                              \
+    "\\x{9}-\\x{d} \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}" \
+    "\\x{3000}"
+
+/* Translates an Oniguruma pattern (as HF writes them) to PCRE2: \uHHHH ->
+ * \x{HHHH}, \s / \S -> the White_Space set. */
 static char *onig_to_pcre2(const char *p, size_t n, size_t *out_n) {
     tok_buf b = {0};
+    bool in_class = false;
+    size_t class_start = 0;
     for (size_t i = 0; i < n; i++) {
-        if (p[i] == '\\' && i + 1 < n) {
-            if (p[i + 1] == 'u' && i + 5 < n + 0 && i + 6 <= n) {
+        char c = p[i];
+        if (c == '\\' && i + 1 < n) {
+            char e = p[i + 1];
+            if (e == 'u' && i + 6 <= n) {
                 tok_buf_put(&b, "\\x{", 3);
                 tok_buf_put(&b, p + i + 2, 4);
                 tok_buf_putc(&b, '}');
                 i += 5;
-                continue;
+            } else if (e == 's') {
+                if (in_class)
+                    tok_buf_put(&b, WS_CLASS_BODY, strlen(WS_CLASS_BODY));
+                else
+                    tok_buf_put(&b, "[" WS_CLASS_BODY "]", strlen(WS_CLASS_BODY) + 2);
+                i++;
+            } else if (e == 'S' && !in_class) {
+                tok_buf_put(&b, "[^" WS_CLASS_BODY "]", strlen(WS_CLASS_BODY) + 3);
+                i++;
+            } else {
+                tok_buf_put(&b, p + i, 2);
+                i++;
             }
-            tok_buf_put(&b, p + i, 2);
-            i++;
             continue;
         }
-        tok_buf_putc(&b, p[i]);
+        if (!in_class && c == '[') {
+            in_class = true;
+            class_start = i + 1;
+            if (i + 1 < n && p[i + 1] == '^') class_start++;
+        } else if (in_class && c == ']' && i != class_start)
+            in_class = false;
+        tok_buf_putc(&b, c);
     }
     if (!b.p) tok_buf_put(&b, "", 0);
     *out_n = b.n;
