@@ -1,0 +1,409 @@
+/* test_forward.c — forward-pass invariants checkable in C: one prefill chunk
+ * == token-by-token decode == random chunks; batched == alone; sliding-window
+ * rings that wrap (chunks longer than the ring, rollback into the spare);
+ * the KV pool's accounting; and model_forward's input checks. Runs on tiny
+ * checkpoints written from C and on the tools/make_model.py presets when
+ * they are present (harness_model_dir()). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "harness.h"
+#include "model/model_internal.h"
+#include "tmodel.h"
+
+static const char *presets[] = {"llama3-tiny", "qwen2-tiny", "qwen3-tiny", "mistral-tiny",
+                                "hybrid-tiny", "dsv2-tiny",  "dsv3-tiny"};
+enum { N_PRESETS = sizeof presets / sizeof presets[0] };
+
+static model *open_preset(const char *name, model_dtype dt, char *why, size_t why_len) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/%s", harness_model_dir(), name);
+    struct stat sb;
+    if (stat(dir, &sb) != 0) {
+        snprintf(why, why_len, "skip");
+        return NULL;
+    }
+    model_opts o = {.dtype = dt, .threads = 1};
+    di_err err = {{0}};
+    model *m = model_load(dir, &o, &err);
+    if (!m) snprintf(why, why_len, "%s", err.msg);
+    return m;
+}
+
+static model *open_tiny(const char *model_type, const char *extra, int n_layers, char **dir) {
+    *dir = tm_tempdir();
+    tm_make(*dir, model_type, "F32", n_layers, extra);
+    model_opts o = {.dtype = MODEL_DTYPE_F32, .threads = 1};
+    di_err err = {{0}};
+    model *m = model_load(*dir, &o, &err);
+    if (!m) fprintf(stderr, "tiny model: %s\n", err.msg);
+    return m;
+}
+
+static void test_tokens(int *t, int n, int vocab, unsigned seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        t[i] = (int)((seed >> 8) % (unsigned)vocab);
+    }
+}
+
+/* Max over rows of max|a-b| / max|a| (per token's logits). */
+static double row_rel_diff(const float *a, const float *b, int rows, int V) {
+    double worst = 0;
+    for (int r = 0; r < rows; r++) {
+        double md = 0, mx = 1e-30;
+        for (int i = 0; i < V; i++) {
+            double d = fabs((double)a[r * V + i] - b[r * V + i]);
+            if (d > md) md = d;
+            if (fabs(a[r * V + i]) > mx) mx = fabs(a[r * V + i]);
+        }
+        if (md / mx > worst) worst = md / mx;
+    }
+    return worst;
+}
+
+/* Runs toks through a fresh sequence in chunks of sizes[] (cycled), collecting
+ * every position's logits into out (n x vocab). Returns 0 or -1. */
+static int run_chunks(model *m, model_kv_pool *kv, const int *toks, int n, const int *sizes,
+                      int n_sizes, float *out) {
+    int V = model_get_info(m)->vocab_size;
+    model_seq s;
+    model_seq_init(m, &s);
+    di_err err;
+    int rc = 0;
+    for (int at = 0, k = 0; at < n && !rc; k++) {
+        int c = sizes[k % n_sizes];
+        if (c > n - at) c = n - at;
+        rc = model_seq_reserve(kv, &s, at + c, &err);
+        model_batch_seq b = {.seq = &s,
+                             .tokens = toks + at,
+                             .n_tokens = c,
+                             .logits = out + (size_t)at * V,
+                             .all_logits = true};
+        if (!rc) rc = model_forward(m, kv, &b, 1, &err);
+        if (rc) fprintf(stderr, "run_chunks: %s\n", err.msg);
+        at += c;
+    }
+    model_seq_free(m, kv, &s);
+    return rc;
+}
+
+/* One chunk vs token by token vs the given chunk pattern; returns the worst rel diff. */
+static double chunking_diff(model *m, int n, const int *sizes, int n_sizes, unsigned seed) {
+    int V = model_get_info(m)->vocab_size;
+    di_err err;
+    model_kv_pool *kv = model_kv_pool_create(m, 3 * ((n + 127) / 128), &err);
+    int *toks = malloc(sizeof(int) * (size_t)n);
+    float *a = malloc(sizeof(float) * (size_t)n * V), *b = malloc(sizeof(float) * (size_t)n * V),
+          *c = malloc(sizeof(float) * (size_t)n * V);
+    test_tokens(toks, n, V, seed);
+    int one = 1;
+    double d = 1e9;
+    if (!run_chunks(m, kv, toks, n, &n, 1, a) && !run_chunks(m, kv, toks, n, &one, 1, b) &&
+        !run_chunks(m, kv, toks, n, sizes, n_sizes, c)) {
+        double d1 = row_rel_diff(a, b, n, V), d2 = row_rel_diff(a, c, n, V);
+        d = d1 > d2 ? d1 : d2;
+    }
+    free(toks);
+    free(a);
+    free(b);
+    free(c);
+    model_kv_pool_free(kv);
+    return d;
+}
+
+TEST(forward_prefill_decode_chunks_agree_tiny) {
+    char *dir;
+    model *m = open_tiny("llama", "", 2, &dir);
+    CHECK(m);
+    int sizes[] = {3, 1, 7, 2, 11, 1, 5};
+    double d = chunking_diff(m, 60, sizes, 7, 1);
+    model_free(m);
+    tm_rmdir(dir);
+    CHECKF(d < 1e-5, "rel diff %g", d);
+}
+
+TEST(forward_prefill_decode_chunks_agree_presets) {
+    int sizes[] = {13, 1, 4, 29, 2, 1, 8};
+    for (int p = 0; p < N_PRESETS; p++) {
+        char why[DI_ERR_LEN];
+        model *m = open_preset(presets[p], MODEL_DTYPE_BF16, why, sizeof why);
+        if (!m && !strcmp(why, "skip")) continue;
+        CHECKF(m, "%s: %.400s", presets[p], why);
+        double d = chunking_diff(m, 70, sizes, 7, 7 + (unsigned)p);
+        model_free(m);
+        CHECKF(d < 1e-5, "%s: rel diff %g", presets[p], d);
+    }
+}
+
+/* Steps two sequences together (chunks A[k], B[k] per step, 0 = absent) and
+ * checks every produced logit row against each sequence run alone. */
+static double batched_vs_alone(model *m) {
+    enum { NA = 40, NB = 33, STEPS = 5 };
+    int ca[STEPS] = {20, 1, 1, 9, 9}, cb[STEPS] = {7, 13, 0, 1, 12};
+    int V = model_get_info(m)->vocab_size;
+    di_err err;
+    model_kv_pool *kv = model_kv_pool_create(m, 8, &err);
+    int ta[NA], tb[NB];
+    test_tokens(ta, NA, V, 3);
+    test_tokens(tb, NB, V, 4);
+    float *ra = malloc(sizeof(float) * NA * V), *rb = malloc(sizeof(float) * NB * V);
+    float *ga = calloc((size_t)NA * V, sizeof(float)), *gb = calloc((size_t)NB * V, sizeof(float));
+    int one = NA;
+    run_chunks(m, kv, ta, NA, &one, 1, ra);
+    one = NB;
+    run_chunks(m, kv, tb, NB, &one, 1, rb);
+    model_seq sa, sb;
+    model_seq_init(m, &sa);
+    model_seq_init(m, &sb);
+    int pa = 0, pb = 0;
+    double worst = 0;
+    for (int k = 0; k < STEPS; k++) {
+        model_batch_seq batch[2];
+        int nb = 0;
+        if (ca[k]) {
+            model_seq_reserve(kv, &sa, pa + ca[k], &err);
+            batch[nb++] = (model_batch_seq){.seq = &sa,
+                                            .tokens = ta + pa,
+                                            .n_tokens = ca[k],
+                                            .logits = ga + (size_t)pa * V,
+                                            .all_logits = true};
+        }
+        if (cb[k]) {
+            model_seq_reserve(kv, &sb, pb + cb[k], &err);
+            /* B asks only for its last token's logits */
+            batch[nb++] = (model_batch_seq){.seq = &sb,
+                                            .tokens = tb + pb,
+                                            .n_tokens = cb[k],
+                                            .logits = gb + (size_t)(pb + cb[k] - 1) * V};
+        }
+        if (model_forward(m, kv, batch, nb, &err)) {
+            fprintf(stderr, "batched: %s\n", err.msg);
+            worst = 1e9;
+            break;
+        }
+        if (cb[k]) {
+            double d = row_rel_diff(rb + (size_t)(pb + cb[k] - 1) * V,
+                                    gb + (size_t)(pb + cb[k] - 1) * V, 1, V);
+            if (d > worst) worst = d;
+        }
+        pa += ca[k];
+        pb += cb[k];
+    }
+    double d = row_rel_diff(ra, ga, NA, V);
+    if (d > worst) worst = d;
+    model_seq_free(m, kv, &sa);
+    model_seq_free(m, kv, &sb);
+    model_kv_pool_free(kv);
+    free(ra);
+    free(rb);
+    free(ga);
+    free(gb);
+    return worst;
+}
+
+TEST(forward_batched_equals_alone) {
+    char *dir;
+    model *m = open_tiny("mistral", "\"sliding_window\": 5,", 2, &dir);
+    CHECK(m);
+    double d = batched_vs_alone(m);
+    model_free(m);
+    tm_rmdir(dir);
+    CHECKF(d < 1e-5, "tiny: rel diff %g", d);
+    for (int p = 0; p < N_PRESETS; p++) {
+        char why[DI_ERR_LEN];
+        m = open_preset(presets[p], MODEL_DTYPE_BF16, why, sizeof why);
+        if (!m && !strcmp(why, "skip")) continue;
+        CHECKF(m, "%s: %.400s", presets[p], why);
+        d = batched_vs_alone(m);
+        model_free(m);
+        CHECKF(d < 1e-5, "%s: rel diff %g", presets[p], d);
+    }
+}
+
+TEST(forward_swa_ring_wrap) {
+    /* window 4 -> ring of 10; chunks longer than the ring go through staging */
+    char *dir;
+    model *m = open_tiny("mistral", "\"sliding_window\": 4,", 2, &dir);
+    CHECK(m);
+    CHECK(m->cfg.layer_swa[0] && m->cfg.layer_swa[1]);
+    int sizes[] = {15, 1, 12, 3, 1, 1, 23, 9};
+    double d = chunking_diff(m, 90, sizes, 8, 11);
+    CHECKF(d < 1e-5, "rel diff %g", d);
+
+    /* The window really limits the receptive field: 2 layers of window 4 see
+     * 2 * 3 positions back, so a change at position 0 reaches position 6 but
+     * not position 7. */
+    enum { N = 12 };
+    int V = model_get_info(m)->vocab_size, t1[N], t2[N];
+    test_tokens(t1, N, V, 5);
+    memcpy(t2, t1, sizeof t1);
+    t2[0] = (t1[0] + 1) % V;
+    di_err err;
+    model_kv_pool *kv = model_kv_pool_create(m, 1, &err);
+    float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
+    int n = N;
+    run_chunks(m, kv, t1, N, &n, 1, a);
+    run_chunks(m, kv, t2, N, &n, 1, b);
+    CHECK(row_rel_diff(a + 6 * V, b + 6 * V, 1, V) > 1e-4);
+    CHECK(row_rel_diff(a + 7 * V, b + 7 * V, N - 7, V) == 0);
+    free(a);
+    free(b);
+    model_kv_pool_free(kv);
+    model_free(m);
+    tm_rmdir(dir);
+
+    char why[DI_ERR_LEN];
+    m = open_preset("mistral-tiny", MODEL_DTYPE_BF16, why, sizeof why);
+    if (m) { /* window 16 -> ring 22 */
+        int ps[] = {30, 1, 25, 14, 1, 40};
+        d = chunking_diff(m, 150, ps, 6, 12);
+        model_free(m);
+        CHECKF(d < 1e-5, "mistral-tiny: rel diff %g", d);
+    }
+}
+
+TEST(forward_swa_rollback_within_spare) {
+    /* Speculative rollback: decode 8 draft tokens, roll back 6 (the spare),
+     * continue differently; must equal a fresh run of the accepted tokens. */
+    char *dir;
+    model *m = open_tiny("mistral", "\"sliding_window\": 4,", 2, &dir);
+    CHECK(m);
+    enum { N = 30 };
+    int V = model_get_info(m)->vocab_size, toks[N], alt[N];
+    test_tokens(toks, N, V, 21);
+    memcpy(alt, toks, sizeof toks);
+    for (int i = 16; i < N; i++) alt[i] = (toks[i] * 5 + 3) % V;
+    di_err err;
+    model_kv_pool *kv = model_kv_pool_create(m, 2, &err);
+    float *ref = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * N * V);
+    int n = N;
+    CHECK(run_chunks(m, kv, alt, N, &n, 1, ref) == 0);
+    model_seq s;
+    model_seq_init(m, &s);
+    model_seq_reserve(kv, &s, N, &err);
+    model_batch_seq b = {
+        .seq = &s, .tokens = toks, .n_tokens = 22, .logits = got, .all_logits = true};
+    CHECK(model_forward(m, kv, &b, 1, &err) == 0); /* positions 0..21 */
+    s.n_past = 16;                                 /* reject the last 6 */
+    b = (model_batch_seq){.seq = &s, .tokens = alt + 16, .n_tokens = 1, .logits = got + 16 * V};
+    CHECK(model_forward(m, kv, &b, 1, &err) == 0);
+    b = (model_batch_seq){.seq = &s,
+                          .tokens = alt + 17,
+                          .n_tokens = N - 17,
+                          .logits = got + 17 * V,
+                          .all_logits = true};
+    CHECK(model_forward(m, kv, &b, 1, &err) == 0);
+    double d = row_rel_diff(ref + 16 * V, got + 16 * V, N - 16, V);
+    model_seq_free(m, kv, &s);
+    model_kv_pool_free(kv);
+    model_free(m);
+    tm_rmdir(dir);
+    free(ref);
+    free(got);
+    CHECKF(d < 1e-5, "rel diff %g", d);
+}
+
+TEST(forward_kv_pool_accounting) {
+    char *dir;
+    model *m = open_tiny("llama", "", 2, &dir);
+    CHECK(m);
+    /* 2 layers x 128 positions x (K + V) x 2 kv heads x 4 dims x f32 */
+    CHECK(model_kv_block_bytes(m) == 2 * 128 * 2 * 2 * 4 * 4);
+    CHECK(model_kv_entry_floats(m, 0) == 16);
+    di_err err;
+    model_kv_pool *kv = model_kv_pool_create(m, 3, &err);
+    CHECK(kv && model_kv_n_free(kv) == 3);
+    model_seq s;
+    model_seq_init(m, &s);
+    CHECK(s.swa == NULL);
+    CHECK(model_seq_reserve(kv, &s, 129, &err) == 0 && s.n_blocks == 2);
+    CHECK(model_kv_n_free(kv) == 1);
+    CHECK(model_seq_reserve(kv, &s, 256, &err) == 0 && s.n_blocks == 2);
+    CHECK(model_seq_reserve(kv, &s, 1000, &err) == -1);
+    CHECKF(strstr(err.msg, "KV pool exhausted"), "%s", err.msg);
+    int b = model_kv_alloc(kv);
+    CHECK(b == -1); /* the failed reserve took the last block */
+    model_seq_free(m, kv, &s);
+    CHECK(model_kv_n_free(kv) == 3);
+    b = model_kv_alloc(kv);
+    CHECK(b >= 0 && model_kv_n_free(kv) == 2);
+    model_kv_release(kv, b);
+    CHECK(model_kv_n_free(kv) == 3);
+    model_kv_pool_free(kv);
+    model_free(m);
+    tm_rmdir(dir);
+    /* sliding-only layers take no block memory; hybrid takes only its full layers */
+    m = open_tiny("llama",
+                  "\"sliding_window\": 4, \"layer_types\": [\"sliding_attention\", "
+                  "\"full_attention\"],",
+                  2, &dir);
+    CHECK(m);
+    CHECK(model_kv_block_bytes(m) == 128 * 2 * 2 * 4 * 4);
+    model_free(m);
+    tm_rmdir(dir);
+    m = open_tiny("mistral", "\"sliding_window\": 4,", 2, &dir);
+    CHECK(m && model_kv_block_bytes(m) == 0);
+    model_free(m);
+    tm_rmdir(dir);
+}
+
+TEST(forward_input_checks_and_outputs) {
+    char *dir;
+    model *m = open_tiny("llama", "", 2, &dir);
+    CHECK(m);
+    di_err err;
+    model_kv_pool *kv = model_kv_pool_create(m, 2, &err);
+    model_seq s;
+    model_seq_init(m, &s);
+    int toks[4] = {1, 2, 3, 4}, bad[1] = {TM_VOCAB};
+    float logits[TM_VOCAB], hidden[TM_HIDDEN];
+    model_batch_seq b = {.seq = &s, .tokens = toks, .n_tokens = 4, .logits = logits};
+    CHECK(model_forward(m, kv, &b, 1, &err) == -1);
+    CHECKF(strstr(err.msg, "KV blocks"), "%s", err.msg);
+    CHECK(model_seq_reserve(kv, &s, 4, &err) == 0);
+    b.tokens = bad;
+    b.n_tokens = 1;
+    CHECK(model_forward(m, kv, &b, 1, &err) == -1);
+    CHECKF(strstr(err.msg, "vocabulary"), "%s", err.msg);
+    model_batch_seq two[2] = {{.seq = &s, .tokens = toks, .n_tokens = 1},
+                              {.seq = &s, .tokens = toks, .n_tokens = 1}};
+    CHECK(model_forward(m, kv, two, 2, &err) == -1);
+    CHECK(s.n_past == 0);
+    b = (model_batch_seq){
+        .seq = &s, .tokens = toks, .n_tokens = 4, .logits = logits, .hidden = hidden};
+    CHECK(model_forward(m, kv, &b, 1, &err) == 0 && s.n_past == 4);
+    /* logits are lm_head applied to the returned final hidden */
+    float again[TM_VOCAB];
+    kern_matmul(NULL, again, hidden, &m->w.lm_head, NULL, 1);
+    CHECK(row_rel_diff(logits, again, 1, TM_VOCAB) < 1e-6);
+    model_seq_free(m, kv, &s);
+    model_kv_pool_free(kv);
+    model_free(m);
+    tm_rmdir(dir);
+}
+
+TEST(forward_threads_agree) {
+    char *dir = tm_tempdir();
+    tm_make(dir, "llama", "BF16", 2, "");
+    enum { N = 20 };
+    int toks[N];
+    test_tokens(toks, N, TM_VOCAB, 9);
+    float out[2][N * TM_VOCAB];
+    for (int k = 0; k < 2; k++) {
+        model_opts o = {.dtype = MODEL_DTYPE_BF16, .threads = k + 1};
+        di_err err;
+        model *m = model_load(dir, &o, &err);
+        CHECKF(m, "%s", err.msg);
+        model_kv_pool *kv = model_kv_pool_create(m, 1, &err);
+        int sizes[] = {7, 1, 12};
+        CHECK(run_chunks(m, kv, toks, N, sizes, 3, out[k]) == 0);
+        model_kv_pool_free(kv);
+        model_free(m);
+    }
+    tm_rmdir(dir);
+    CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0);
+}
