@@ -30,6 +30,11 @@ void kern_matmul_scalar(pool *p, float *y, const float *x, const kern_mat *W, co
 bool kern_matmul_avx2(pool *p, float *y, const float *x, const kern_mat *W, const float *bias,
                       int n, bool batch_inv);
 
+/* Blocked AVX2 GEMM for prefill (gemm_avx2.c); used above KERN_GEMM_MIN_N
+ * tokens outside batch-invariant mode. Any dtype; int8 needs blockable groups. */
+#define KERN_GEMM_MIN_N 16
+void kern_gemm_avx2(pool *p, float *y, const float *x, const kern_mat *W, const float *bias, int n);
+
 /* AVX2 vector helpers (ops_avx2.c), same contracts as kernels.h. */
 float kern_dot_avx2(const float *a, const float *b, int n);
 void kern_axpy_avx2(float *y, float a, const float *x, int n);

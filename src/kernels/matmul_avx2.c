@@ -1,9 +1,289 @@
-/* matmul_avx2.c — AVX2/FMA matmul (placeholder: declines every case so the
- * scalar path runs until the vector kernels land). */
+/* matmul_avx2.c — AVX2/FMA matmul for decode: the n = 1 GEMV and small
+ * batches (n <= 16), plus the dispatch between it and the blocked GEMM
+ * (gemm_avx2.c) for prefill.
+ *
+ * Decode is bound by streaming the weights, so the kernel walks the matrix
+ * once per call: a block of 4 rows stays in L1 while every token of the call
+ * (T at a time in registers) is multiplied against it. Lanes run along the
+ * columns (dot-product style): each (row, token) pair owns one 8-lane
+ * accumulator, summed horizontally at the end in a fixed order and then the
+ * column tail is added sequentially. That per-element order depends on
+ * nothing but the matrix shape, not on n, T, the thread count or where the
+ * token sits in the batch, which is what batch-invariant mode relies on: in
+ * that mode every n goes through this kernel.
+ *
+ * bf16 weights are widened two ways per 16 columns: a 32-bit lane holding
+ * (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask, so the
+ * activations are pre-split into even/odd halves per 16-column block once per
+ * call. int8 weights use llama.cpp's Q8_0 trick: activations are quantized
+ * per 32 columns and the products summed in integers with maddubs (|w| times
+ * x carrying w's sign), then scaled once per block. */
 #include "kernels/kern_internal.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+#define SB_R 4 /* rows per block */
+
+typedef struct sb_job {
+    const kern_mat *W;
+    float *y;
+    const float *x;  /* n x cols activations (natural order) */
+    const float *xp; /* bf16: activations with each 16-block split even/odd */
+    const float *bias;
+    int n;
+    const int8_t *xq; /* int8: quantized activations, n x cols */
+    const float *xs;  /* their per-block scales, n x nb */
+    int nb;
+    int n_tasks;
+} sb_job;
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+#define AI static inline __attribute__((always_inline))
+
+/* ---- bf16: R rows x T tokens ------------------------------------------- */
+AI void sb_bf16(const sb_job *j, int r0, int t0, const int R, const int T) {
+    const kern_mat *W = j->W;
+    int K = W->cols, K16 = K & ~15;
+    const uint16_t *w[SB_R];
+    const float *xp[4];
+    for (int r = 0; r < R; r++) w[r] = (const uint16_t *)W->data + (size_t)(r0 + r) * K;
+    for (int t = 0; t < T; t++) xp[t] = j->xp + (size_t)(t0 + t) * K;
+    __m256 acc[SB_R][4];
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int k = 0; k < K16; k += 16) {
+        __m256 xe[4], xo[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            xe[t] = _mm256_loadu_ps(xp[t] + k);
+            xo[t] = _mm256_loadu_ps(xp[t] + k + 8);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(w[r] + k));
+            __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+            __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                acc[r][t] = _mm256_fmadd_ps(we, xe[t], acc[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(wo, xo[t], acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) {
+            float s = hsum8(acc[r][t]);
+            const float *x = j->x + (size_t)(t0 + t) * K;
+            for (int c = K16; c < K; c++) s += kern_bf16_to_f32(w[r][c]) * x[c];
+            j->y[(size_t)(t0 + t) * W->rows + r0 + r] = s + (j->bias ? j->bias[r0 + r] : 0.0f);
+        }
+}
+
+/* ---- f32 and f16: R rows x T tokens, 8 columns per step ---------------- */
+AI __m256 load8(const void *base, size_t i, const bool half) {
+    if (half)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)));
+    return _mm256_loadu_ps((const float *)base + i);
+}
+
+AI void sb_f32(const sb_job *j, int r0, int t0, const int R, const int T, const bool half) {
+    const kern_mat *W = j->W;
+    int K = W->cols, K8 = K & ~7;
+    size_t wrow[SB_R];
+    const float *x[4];
+    for (int r = 0; r < R; r++) wrow[r] = (size_t)(r0 + r) * K;
+    for (int t = 0; t < T; t++) x[t] = j->x + (size_t)(t0 + t) * K;
+    __m256 acc[SB_R][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int k = 0; k < K8; k += 8) {
+        __m256 xv[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) xv[t] = _mm256_loadu_ps(x[t] + k);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256 wv = load8(W->data, wrow[r] + k, half);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) {
+            float s = hsum8(acc[r][t]);
+            for (int c = K8; c < K; c++) {
+                float wc = half ? kern_f16_to_f32(((const uint16_t *)W->data)[wrow[r] + c])
+                                : ((const float *)W->data)[wrow[r] + c];
+                s += wc * x[t][c];
+            }
+            j->y[(size_t)(t0 + t) * W->rows + r0 + r] = s + (j->bias ? j->bias[r0 + r] : 0.0f);
+        }
+}
+
+/* ---- int8 (blockable groups): R rows x T tokens, 32 columns per step ---- */
+AI void sb_i8(const sb_job *j, int r0, int t0, const int R, const int T) {
+    const kern_mat *W = j->W;
+    int K = W->cols, K32 = K & ~31, g = W->group > 0 ? W->group : K, ng = K / g;
+    bool per_row = g == K;
+    const int8_t *w[SB_R];
+    const float *ws[SB_R];
+    for (int r = 0; r < R; r++) {
+        w[r] = (const int8_t *)W->data + (size_t)(r0 + r) * K;
+        ws[r] = W->scales + (size_t)(r0 + r) * ng;
+    }
+    const int8_t *xq[4];
+    const float *xs[4];
+    for (int t = 0; t < T; t++) {
+        xq[t] = j->xq + (size_t)(t0 + t) * K;
+        xs[t] = j->xs + (size_t)(t0 + t) * j->nb;
+    }
+    __m256 acc[SB_R][4];
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int k = 0; k < K32; k += 32) {
+        int b = k / 32;
+        __m256i xv[4];
+        __m256 sx[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            xv[t] = _mm256_loadu_si256((const __m256i *)(xq[t] + k));
+            sx[t] = _mm256_broadcast_ss(xs[t] + b);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256i wv = _mm256_loadu_si256((const __m256i *)(w[r] + k));
+            __m256i wa = _mm256_abs_epi8(wv);
+            __m256 sw = per_row ? _mm256_set1_ps(1.0f) : _mm256_broadcast_ss(ws[r] + k / g);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                __m256i p16 = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv[t], wv));
+                __m256 pf = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                __m256 sc = per_row ? sx[t] : _mm256_mul_ps(sx[t], sw);
+                acc[r][t] = _mm256_fmadd_ps(pf, sc, acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) {
+            float s = hsum8(acc[r][t]);
+            if (K32 < K) { /* only with one scale per row: tail block of the row */
+                int32_t is = 0;
+                for (int c = K32; c < K; c++) is += (int32_t)w[r][c] * xq[t][c];
+                s += xs[t][K32 / 32] * (float)is;
+            }
+            if (per_row) s *= ws[r][0];
+            j->y[(size_t)(t0 + t) * W->rows + r0 + r] = s + (j->bias ? j->bias[r0 + r] : 0.0f);
+        }
+}
+
+/* Runs rows [r0, r0 + R) against every token of the call, T at a time. */
+AI void sb_rows(const sb_job *j, int r0, const int R) {
+    int n = j->n, t = 0;
+    switch (j->W->dtype) {
+    case KT_BF16:
+        for (; t + 2 <= n; t += 2) sb_bf16(j, r0, t, R, 2);
+        if (t < n) sb_bf16(j, r0, t, R, 1);
+        break;
+    case KT_F32:
+        for (; t + 3 <= n; t += 3) sb_f32(j, r0, t, R, 3, false);
+        if (n - t == 2)
+            sb_f32(j, r0, t, R, 2, false);
+        else if (n - t == 1)
+            sb_f32(j, r0, t, R, 1, false);
+        break;
+    case KT_F16:
+        for (; t + 3 <= n; t += 3) sb_f32(j, r0, t, R, 3, true);
+        if (n - t == 2)
+            sb_f32(j, r0, t, R, 2, true);
+        else if (n - t == 1)
+            sb_f32(j, r0, t, R, 1, true);
+        break;
+    case KT_I8:
+        for (; t + 2 <= n; t += 2) sb_i8(j, r0, t, R, 2);
+        if (t < n) sb_i8(j, r0, t, R, 1);
+        break;
+    }
+}
+
+static void sb_task(void *ctx, int task, int n_tasks) {
+    const sb_job *j = ctx;
+    int lo, hi;
+    kern_split(j->W->rows, SB_R, task, n_tasks, &lo, &hi);
+    int r = lo;
+    for (; r + SB_R <= hi; r += SB_R) sb_rows(j, r, SB_R);
+    for (; r < hi; r++) sb_rows(j, r, 1);
+}
+
+/* Splits each 16-column block of every token into even then odd columns. */
+static void split_even_odd(float *xp, const float *x, int n, int K) {
+    for (int t = 0; t < n; t++) {
+        const float *src = x + (size_t)t * K;
+        float *dst = xp + (size_t)t * K;
+        int k = 0;
+        for (; k + 16 <= K; k += 16)
+            for (int i = 0; i < 8; i++) {
+                dst[k + i] = src[k + 2 * i];
+                dst[k + 8 + i] = src[k + 2 * i + 1];
+            }
+        for (; k < K; k++) dst[k] = src[k];
+    }
+}
+
+static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, const float *bias,
+                      int n) {
+    sb_job j = {.W = W, .y = y, .x = x, .bias = bias, .n = n};
+    void *scratch = NULL, *scratch2 = NULL;
+    int K = W->cols;
+    if (W->dtype == KT_BF16) {
+        scratch = di_malloc((size_t)n * K * sizeof(float));
+        split_even_odd(scratch, x, n, K);
+        j.xp = scratch;
+    } else if (W->dtype == KT_I8) {
+        j.nb = (K + KQ_BLOCK - 1) / KQ_BLOCK;
+        int8_t *xq = scratch = di_malloc((size_t)n * K + 32);
+        float *xs = scratch2 = di_malloc((size_t)n * j.nb * sizeof(float) + 4);
+        for (int t = 0; t < n; t++)
+            kern_quantize_act(xq + (size_t)t * K, xs + (size_t)t * j.nb, x + (size_t)t * K, K);
+        j.xq = xq;
+        j.xs = xs;
+    }
+    /* Several tasks per thread so a late-waking worker does not leave one
+     * thread with all the rows; small matrices stay on one thread. */
+    int blocks = (W->rows + SB_R - 1) / SB_R;
+    double work = (double)W->rows * K * n;
+    int tasks = work < 65536 ? 1 : pool_threads(p) * 4;
+    if (tasks > blocks) tasks = blocks;
+    j.n_tasks = tasks;
+    pool_run(p, sb_task, &j, tasks);
+    free(scratch);
+    free(scratch2);
+}
 
 bool kern_matmul_avx2(pool *p, float *y, const float *x, const kern_mat *W, const float *bias,
                       int n, bool batch_inv) {
-    (void)p, (void)y, (void)x, (void)W, (void)bias, (void)n, (void)batch_inv;
-    return false;
+    if (W->dtype == KT_I8 && !kern_i8_blockable(W)) return false;
+    if (W->cols <= 0) return false;
+    if (batch_inv || n <= KERN_GEMM_MIN_N || W->cols < 64) {
+        sb_matmul(p, y, x, W, bias, n);
+        return true;
+    }
+    kern_gemm_avx2(p, y, x, W, bias, n);
+    return true;
 }
