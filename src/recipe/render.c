@@ -41,13 +41,25 @@ static const char *token_field(json_t *cfg, const char *key) {
     return json_is_string(v) ? json_string_value(v) : "";
 }
 
-int render_format_guess(const char *model_dir, render_format *out, di_err *err) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", model_dir);
-    json_error_t jerr;
-    json_t *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr);
-    if (!cfg) return di_errf(err, "%s: %s", path, jerr.text);
-    /* chat_template is a string, or a list of {"name", "template"}: look at all. */
+/* The format whose markers `text` (a chat template, or the added tokens'
+ * contents) spells, or whose BOS/EOS these are; -1 if none. */
+static int guess_from(const char *text, const char *bos, const char *eos, render_format *out) {
+    if (strstr(text, "｜DSML｜"))
+        *out = RENDER_DEEPSEEK_V4;
+    else if (strstr(text, "<｜User｜>") || strstr(bos, "begin▁of▁sentence"))
+        *out = RENDER_DEEPSEEK_V3;
+    else if (strstr(text, "<|im_start|>") || !strcmp(eos, "<|im_end|>"))
+        *out = RENDER_CHATML;
+    else if (strstr(text, "<|start_header_id|>") || !strcmp(bos, "<|begin_of_text|>"))
+        *out = RENDER_LLAMA3;
+    else
+        return -1;
+    return 0;
+}
+
+/* tokenizer_config.json: its chat_template (a string, or a list of
+ * {"name", "template"}: all of them) and special tokens. */
+static int guess_from_config(json_t *cfg, render_format *out) {
     rbuf tpl = {0};
     json_t *ct = json_object_get(cfg, "chat_template");
     if (json_is_string(ct)) rbuf_addz(&tpl, json_string_value(ct));
@@ -58,25 +70,43 @@ int render_format_guess(const char *model_dir, render_format *out, di_err *err) 
             if (s) rbuf_addz(&tpl, s);
         }
     rbuf_addz(&tpl, "");
-    const char *t = tpl.s, *bos = token_field(cfg, "bos_token"),
-               *eos = token_field(cfg, "eos_token");
-    int rc = 0;
-    if (strstr(t, "｜DSML｜"))
-        *out = RENDER_DEEPSEEK_V4;
-    else if (strstr(t, "<｜User｜>") || strstr(bos, "begin▁of▁sentence"))
-        *out = RENDER_DEEPSEEK_V3;
-    else if (strstr(t, "<|im_start|>") || !strcmp(eos, "<|im_end|>"))
-        *out = RENDER_CHATML;
-    else if (strstr(t, "<|start_header_id|>") || !strcmp(bos, "<|begin_of_text|>"))
-        *out = RENDER_LLAMA3;
-    else
-        rc = di_errf(err,
-                     "%s: cannot tell the prompt format from its chat_template or special "
-                     "tokens; pass --format",
-                     path);
+    int rc = guess_from(tpl.s, token_field(cfg, "bos_token"), token_field(cfg, "eos_token"), out);
     rbuf_free(&tpl);
-    json_decref(cfg);
     return rc;
+}
+
+/* tokenizer.json: the contents of its added tokens. */
+static int guess_from_tokenizer(json_t *tj, render_format *out) {
+    rbuf toks = {0};
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(tj, "added_tokens"), i, e) {
+        const char *s = json_string_value(json_object_get(e, "content"));
+        if (s) rbuf_addz(&toks, s);
+    }
+    rbuf_addz(&toks, "");
+    int rc = guess_from(toks.s, "", "", out);
+    rbuf_free(&toks);
+    return rc;
+}
+
+int render_format_guess(const char *model_dir, render_format *out, di_err *err) {
+    char cpath[4096], tpath[4096];
+    snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", model_dir);
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", model_dir);
+    json_error_t jerr;
+    json_t *cfg = json_load_file(cpath, JSON_DECODE_INT_AS_REAL, &jerr);
+    int rc = cfg ? guess_from_config(cfg, out) : -1;
+    json_decref(cfg);
+    if (!rc) return 0;
+    json_t *tj = json_load_file(tpath, JSON_DECODE_INT_AS_REAL, &jerr);
+    rc = tj ? guess_from_tokenizer(tj, out) : -1;
+    json_decref(tj);
+    if (!rc) return 0;
+    return di_errf(err,
+                   "%s: cannot tell the prompt format from tokenizer_config.json or "
+                   "tokenizer.json; pass --format",
+                   model_dir);
 }
 
 int render_conversation(render_format f, const conversation *c, render_segs *out, di_err *err) {

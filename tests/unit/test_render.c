@@ -6,6 +6,7 @@
  * and malformed-input errors. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "recipe/conversation.h"
@@ -316,7 +317,25 @@ TEST(render_format_names) {
     CHECK(render_format_parse("alpaca", &f) == -1);
     di_err err = {{0}};
     CHECK(render_format_guess("/nonexistent-dir", &f, &err) == -1);
-    CHECKF(strstr(err.msg, "/nonexistent-dir/tokenizer_config.json"), "%s", err.msg);
+    CHECKF(strstr(err.msg, "/nonexistent-dir: cannot tell"), "%s", err.msg);
+    /* The tiny models' config spells <｜User｜> in its chat_template. */
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/dsv3-tiny", harness_model_dir());
+    CHECKF(!render_format_guess(dir, &f, &err), "%s", err.msg);
+    CHECK(f == RENDER_DEEPSEEK_V3);
+    /* No tokenizer_config.json: the added tokens of tokenizer.json decide. */
+    char tmp[] = "/tmp/di_render_guess_XXXXXX";
+    CHECK(mkdtemp(tmp));
+    char path[1100];
+    snprintf(path, sizeof path, "%s/tokenizer.json", tmp);
+    FILE *fp = fopen(path, "w");
+    CHECK(fp);
+    fputs("{\"added_tokens\":[{\"id\":0,\"content\":\"<|im_start|>\"}]}", fp);
+    fclose(fp);
+    int rc = render_format_guess(tmp, &f, &err);
+    remove(path);
+    rmdir(tmp);
+    CHECKF(!rc && f == RENDER_CHATML, "%s", err.msg);
 }
 
 /* render_to_ids on a tiny model's DeepSeek-style tokenizer (it has <｜User｜>,
