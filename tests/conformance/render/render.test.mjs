@@ -113,6 +113,36 @@ test('render: usage and input errors are one clear line', () => {
   assert.equal(r.stdout, '<|im_start|>user\nhi<|im_end|>\n');
 });
 
+// Hand-picked corners the generator reaches rarely or never.
+const EDGES = {
+  deepseek_v3: [
+    { messages: [{ role: 'system', content: 'only a system prompt' }], add_generation_prompt: true },
+    { messages: [{ role: 'assistant', content: 'assistant first' }, { role: 'assistant', content: '' }], add_generation_prompt: false },
+    { messages: [{ role: 'user', content: '' }, { role: 'assistant', content: null, tool_calls: [{ id: 'a', type: 'function', function: { name: 'f', arguments: '' } }] }, { role: 'tool', content: '' }], add_generation_prompt: true },
+    { messages: [{ role: 'system', content: 'a' }, { role: 'system', content: 'b' }, { role: 'user', content: 'c' }, { role: 'system', content: 'd' }], add_generation_prompt: true },
+  ],
+  qwen3: [
+    { messages: [{ role: 'system', content: 'only a system prompt' }], add_generation_prompt: true, thinking: false },
+    { messages: [{ role: 'system', content: '' }], tools: [{ type: 'function', function: { name: 'x', description: '', parameters: { type: 'object', properties: { n: { type: 'number', default: 1e-7 }, m: { type: 'number', default: 1e21 }, k: { default: -0.5 } } } } }], add_generation_prompt: false },
+    { messages: [{ role: 'user', content: '<tool_response>\nonly wrapped\n</tool_response>' }, { role: 'assistant', content: 'a', reasoning_content: '' }], add_generation_prompt: false },
+    { messages: [{ role: 'tool', content: 'tool first' }, { role: 'tool', content: 'tool second' }], add_generation_prompt: true, thinking: true },
+    { messages: [{ role: 'user', content: 'q' }, { role: 'assistant', content: '</think>no opener' }, { role: 'assistant', content: '<think>a</think>b</think>c' }], add_generation_prompt: false },
+  ],
+  llama3: [
+    { messages: [{ role: 'system', content: ' \n\t ' }], add_generation_prompt: false },
+    { messages: [{ role: 'assistant', content: '\u00a0\u2003x\u3000' }, { role: 'tool', content: '{"a": 1}' }], add_generation_prompt: true },
+  ],
+};
+
+for (const [family, convs] of Object.entries(EDGES)) {
+  const { pkg, format } = FAMILIES[family];
+  test(`${format}: corner cases render exactly as the template`, () => {
+    const t = templateOf(pkg);
+    for (const [i, conv] of convs.entries())
+      assert.equal(render(modelDir(pkg), conv, ['--format', format]), jinjaRender(t, conv), `${family} edge ${i}`);
+  });
+}
+
 // ---- injection -------------------------------------------------------------
 
 const SPELLED = [
