@@ -12,9 +12,15 @@
  * strings may hold text back —, logprobs), the last one of each of the n
  * branches with finish != ENGINE_FINISH_NONE and its usage. A cancelled or
  * failed branch gets a final event with token -1. Callbacks run on the step
- * thread with no engine lock held: they may call engine_submit,
+ * thread with no engine lock held (or, for requests still in flight when
+ * engine_free is called, on its caller): they may call engine_submit,
  * engine_cancel and engine_get_stats, never engine_free, and should be quick
- * (they delay the next step). */
+ * (they delay the next step). An event's pointers are valid only during the
+ * callback.
+ *
+ * Prefix lookup happens when a sequence is admitted to run (not while it
+ * waits), so cached blocks are pinned only by running sequences; the hit is
+ * reported in the final event's usage.cached_tokens and in the stats. */
 #ifndef DI_ENGINE_H
 #define DI_ENGINE_H
 

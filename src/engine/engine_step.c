@@ -220,8 +220,7 @@ static void fail_seq(engine *e, seq *q, const char *msg) {
 int engine_step(engine *e, di_err *err) {
     const sched_plan *p = sched_schedule(e->sched);
     for (int i = 0; i < p->n_failed; i++) {
-        seq *q = p->failed[i];
-        q->state = SEQ_RUNNING; /* finish_seq removes it (already out of the queues) */
+        seq *q = p->failed[i]; /* already out of the queues, blocks released */
         fail_seq(e, q, "engine: sequence does not fit in the KV pool (raise --kv-memory)");
     }
     for (int i = 0; i < p->n_preempted; i++) {

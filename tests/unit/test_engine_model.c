@@ -161,6 +161,14 @@ static void run_preset(const char *preset) {
                "%s: request %d differs after preemption", preset, i);
     CHECK(s.blocks_used == 0);
     engine_free(e);
+
+    /* The start-up cost model gives a sane budget from timed passes. */
+    e = engine_create(f.m, f.t, &(engine_opts){.kv_blocks = 4, .step_ms = 50}, &err);
+    CHECK(e);
+    s = engine_get_stats(e);
+    CHECKF(s.token_budget >= 16 && s.token_budget <= 16384 && s.token_ms > 0,
+           "%s: budget %d, %.4f ms/token", preset, s.token_budget, s.token_ms);
+    engine_free(e);
     unload(&f);
 }
 

@@ -215,11 +215,11 @@ static int ref_draw(const sampler_params *p, uint64_t *rng, const float *lg, int
 }
 
 TEST(engine_sampler_cut_equals_full_sort) {
-    enum { N = 6000 };
+    enum { N = 3000 };
     static float lg[N], prob[N];
     static int idx[N];
     uint64_t s = 1;
-    for (int trial = 0; trial < 200; trial++) {
+    for (int trial = 0; trial < 80; trial++) {
         for (int i = 0; i < N; i++) {
             s = s * 6364136223846793005ull + 1442695040888963407ull;
             lg[i] = (float)((s >> 40) % 20000) / 1000.0f * (trial % 3 ? 1.0f : 0.2f);
