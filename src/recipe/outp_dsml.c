@@ -22,6 +22,9 @@
     "\xef\xbd\x9c"
 #define DSML_LEN (sizeof DSML - 1)
 #define TAG_MAX  1024
+/* Validation only (the text passes through verbatim): integers beyond int64
+ * are valid JSON, so they are read as reals rather than rejected. */
+#define JSON_FLAGS (JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL)
 
 static const outp_marker param_close[] = {
     {"</" DSML "parameter>", sizeof("</" DSML "parameter>") - 1},
@@ -350,7 +353,7 @@ bool outp_step_param_json(outp_parser *p, bool final) {
     outp_buf o = {0};
     outp_buf_add(&o, p->param_key, strlen(p->param_key));
     json_error_t je;
-    json_t *j = trim_ws(&v, &vn) ? json_loadb(v, vn, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je) : NULL;
+    json_t *j = trim_ws(&v, &vn) ? json_loadb(v, vn, JSON_FLAGS, &je) : NULL;
     if (j) {
         outp_buf_add(&o, v, vn);
         json_decref(j);

@@ -54,6 +54,7 @@ struct outp_parser {
     outp_state st;
     bool think_seen_open; /* THINK_START: reasoning is already open (prompt opened it) */
     bool lead_trim;       /* ANSWER: drop leading whitespace */
+    size_t ans_skip;      /* ANSWER: held whitespace already scanned (no marker starts there) */
     bool finished;
     outp_event_fn cb;
     void *ctx;

@@ -26,6 +26,9 @@
     "DSML"                                                                                         \
     "\xef\xbd\x9c"
 
+/* Leading whitespace held while a <think> may still follow it. */
+#define MAX_LEAD_WS 64
+
 static const outp_marker think_close = {THINK_CLOSE, sizeof THINK_CLOSE - 1};
 
 void outp_buf_add(outp_buf *b, const char *s, size_t len) {
@@ -337,8 +340,12 @@ static void u8_append(outp_parser *p, const char *bytes, size_t len) {
 static bool step_think_start(outp_parser *p, bool final) {
     const char *b = outp_cur(p);
     size_t n = outp_avail(p), k = 0, tl = sizeof THINK_OPEN - 1;
-    while (k < n && outp_is_ws(b[k])) k++;
+    while (k < n && k < MAX_LEAD_WS && outp_is_ws(b[k])) k++;
     size_t rest = n - k;
+    if (k == MAX_LEAD_WS) { /* that much whitespace: no <think> after it */
+        p->st = p->think_seen_open ? OUTP_S_REASONING : OUTP_S_ANSWER;
+        return true;
+    }
     if (rest >= tl && memcmp(b + k, THINK_OPEN, tl) == 0) {
         outp_consume(p, k + tl);
         p->st = OUTP_S_REASONING;
@@ -364,6 +371,13 @@ static bool step_reasoning(outp_parser *p, bool final) {
     return at > 0;
 }
 
+/* Start of the whitespace run that ends b[0..c), given that b[0..ws) is all
+ * whitespace (so a long run is not walked again on every feed). */
+static size_t trail_ws(const char *b, size_t c, size_t ws) {
+    while (c > ws && outp_is_ws(b[c - 1])) c--;
+    return c <= ws ? 0 : c;
+}
+
 static bool step_answer(outp_parser *p, bool final) {
     const char *b = outp_cur(p);
     size_t n = outp_avail(p), at, w;
@@ -376,10 +390,14 @@ static bool step_answer(outp_parser *p, bool final) {
         b += k;
         n -= k;
     }
-    outp_scan_result r = outp_scan(b, n, p->amk, p->n_amk, final, &at, &w);
+    /* Held whitespace was scanned already; positions without a marker start
+     * stay so as input grows, so only the rest is scanned again. */
+    size_t skip = p->ans_skip < n ? p->ans_skip : 0;
+    outp_scan_result r = outp_scan(b + skip, n - skip, p->amk, p->n_amk, final, &at, &w);
+    at += skip;
+    p->ans_skip = 0;
     if (r == OUTP_SCAN_FOUND && w < p->n_openers) {
-        size_t c = at;
-        while (c > 0 && outp_is_ws(b[c - 1])) c--;
+        size_t c = trail_ws(b, at, skip);
         outp_emit_answer(p, b, c);
         outp_consume(p, at + p->amk[w].len);
         p->st = OUTP_S_BLOCK;
@@ -397,11 +415,10 @@ static bool step_answer(outp_parser *p, bool final) {
         p->cb(p->ctx, &ev);
         return true;
     }
-    size_t c = at;
-    if (p->n_openers && !final)
-        while (c > 0 && outp_is_ws(b[c - 1])) c--;
+    size_t c = p->n_openers && !final ? trail_ws(b, at, skip) : at;
     outp_emit_answer(p, b, c);
     outp_consume(p, c);
+    p->ans_skip = at - c;
     return c > 0;
 }
 
@@ -486,7 +503,7 @@ const outp_summary *outp_finish(outp_parser *p, outp_event_fn cb, void *ctx) {
         }
         json_error_t je;
         json_t *j = json_loadb(p->jtext.s ? p->jtext.s : "", p->jtext.n,
-                               JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+                               JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
         p->sum.json_valid = j != NULL;
         json_decref(j);
     }

@@ -7,7 +7,9 @@
  *
  * Output markup understood (DeepSeek, DESIGN.md §2):
  *   reasoning   ... `</think>` ends it; with cfg.think_opened the output
- *               starts in reasoning, else a leading `<think>` opens it.
+ *               starts in reasoning, else a leading `<think>` (after at most
+ *               63 bytes of whitespace, dropped) opens it. A repeated leading
+ *               `<think>` in an opened reasoning is dropped too.
  *   tool calls  `<｜DSML｜tool_calls>` (V4) or `<｜DSML｜ calls>` (V4.1) or
  *               `<｜DSML｜function_calls>` (V3.2), holding
  *               `<｜DSML｜invoke name="N">` and per argument
@@ -88,7 +90,8 @@ typedef enum {
     OUTP_EV_TOOL_ARGS,  /* index, text: arguments JSON delta */
     OUTP_EV_TOOL_END,   /* index, complete */
     OUTP_EV_STOP,       /* index: which stop string (cfg.stops index), text: the string */
-    OUTP_EV_ERROR,      /* text: one line naming the problem (NUL-terminated) */
+    OUTP_EV_ERROR,      /* text: one line naming the problem (NUL-terminated); index: the
+                           call it concerns, -1 if none. Not fatal: parsing goes on */
     OUTP_EV_FINISH,     /* summary */
 } outp_event_kind;
 

@@ -166,7 +166,8 @@ static void parse(const outp_config *cfg0, const char *in, size_t n, const size_
     if (r->open_call >= 0) bad(r, "call left open");
     for (int i = 0; i < r->n_calls; i++) {
         json_error_t je;
-        json_t *j = json_loadb(sb_str(&r->calls[i].args), r->calls[i].args.n, JSON_ALLOW_NUL, &je);
+        json_t *j = json_loadb(sb_str(&r->calls[i].args), r->calls[i].args.n,
+                               JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
         if (!j || !json_is_object(j)) bad(r, "tool arguments are not a JSON object");
         json_decref(j);
     }
@@ -372,6 +373,21 @@ static const tcase cases[] = {
      "",
      {"f", "{\"bad\": \"not json\", \"ws\": 42, \"empty\": \"\", \"s\": \"\", \"nostr\": \"raw\"}",
       NULL},
+     -1},
+    {"json_param_big_numbers",
+     {.tools = true},
+     TC_OPEN INV("f") PJ("big", "123456789012345678901234567890") PJ("neg", "-0.5e-3")
+         INV_END TC_CLOSE,
+     "",
+     "",
+     {"f", "{\"big\": 123456789012345678901234567890, \"neg\": -0.5e-3}", NULL},
+     -1},
+    {"reasoning_long_leading_ws_means_no_think",
+     {.reasoning = true},
+     "                                                                        <think>x",
+     "",
+     "                                                                        <think>x",
+     {NULL},
      -1},
     {"quoted_gt_in_name",
      {.tools = true},
@@ -767,6 +783,25 @@ TEST(outp_stop_ends_feeding_and_config_errors) {
     outp_config badcfg = {STOPS("ok", "\xff")};
     CHECK(outp_new(&badcfg, &err) == NULL);
     CHECKF(strstr(err.msg, "stop[1]") != NULL, "%s", err.msg);
+}
+
+TEST(outp_long_whitespace_runs_stay_linear) {
+    /* A degenerate model can emit long whitespace runs; with tools on they are
+     * held (a tool block may follow) but must not be rescanned per byte. */
+    res r;
+    outp_config cfg = {.tools = true, .reasoning = true, STOPS("STOP")};
+    outp_parser *p = outp_new(&cfg, NULL);
+    fresh(&r);
+    enum { N = 200000 };
+    double t0 = di_now();
+    for (int i = 0; i < N; i++) outp_feed(p, i % 2 ? "\n" : " ", 1, on_event, &r);
+    FEED(p, "x", &r);
+    double dt = di_now() - t0;
+    CHECK(r.text.n == N + 1 && r.reasoning.n == 0);
+    CHECKF(dt < 10.0, "%.2f s for %d whitespace bytes", dt, N);
+    outp_finish(p, on_event, &r);
+    outp_free(p);
+    res_free(&r);
 }
 
 /* ---- randomized ------------------------------------------------------------------- */
