@@ -16,10 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DSML                                                                                       \
-    "\xef\xbd\x9c"                                                                                 \
-    "DSML"                                                                                         \
-    "\xef\xbd\x9c"
+#define DSML     "｜DSML｜" /* U+FF5C on both sides */
 #define DSML_LEN (sizeof DSML - 1)
 #define TAG_MAX  1024
 /* Validation only (the text passes through verbatim): integers beyond int64

@@ -18,13 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #define THINK_OPEN  "<think>"
 #define THINK_CLOSE "</think>"
-#define DSML                                                                                       \
-    "\xef\xbd\x9c"                                                                                 \
-    "DSML"                                                                                         \
-    "\xef\xbd\x9c"
+#define DSML        "｜DSML｜" /* U+FF5C on both sides */
 
 /* Leading whitespace held while a <think> may still follow it. */
 #define MAX_LEAD_WS 64
@@ -51,33 +49,14 @@ void outp_buf_free(outp_buf *b) {
 
 /* ---- validation of configured strings ------------------------------------ */
 
-static bool valid_utf8(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t need;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xC2 && c <= 0xDF) {
-            need = 1;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            need = 2;
-            if (c == 0xE0) lo = 0xA0;
-            if (c == 0xED) hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            need = 3;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;
-        } else {
-            return false;
-        }
-        if (i + need >= n) return false;
-        if (s[i + 1] < lo || s[i + 1] > hi) return false;
-        for (size_t k = 2; k <= need; k++)
-            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return false;
-        i += need + 1;
+static bool valid_utf8(const char *s, size_t n) {
+    const utf8proc_uint8_t *u = (const utf8proc_uint8_t *)s;
+    while (n) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate(u, (utf8proc_ssize_t)n, &cp);
+        if (k <= 0) return false;
+        u += k;
+        n -= (size_t)k;
     }
     return true;
 }
@@ -99,8 +78,7 @@ outp_parser *outp_new(const outp_config *cfg, di_err *err) {
         size_t n = s ? strlen(s) : 0;
         if (n > OUTP_MAX_STOP_LEN)
             return di_errf(err, "stop[%zu]: %zu bytes, at most %d", i, n, OUTP_MAX_STOP_LEN), NULL;
-        if (!valid_utf8((const unsigned char *)s, n))
-            return di_errf(err, "stop[%zu]: not valid UTF-8", i), NULL;
+        if (!valid_utf8(s, n)) return di_errf(err, "stop[%zu]: not valid UTF-8", i), NULL;
     }
     outp_parser *p = di_calloc(1, sizeof *p);
     p->cfg = *cfg;
@@ -162,6 +140,17 @@ void outp_emit_error(outp_parser *p, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* One line of whole characters: model text in it may hold newlines, and
+     * truncation may have cut a character. */
+    size_t n = strlen(msg), k = n;
+    while (k > 0 && ((unsigned char)msg[k - 1] & 0xC0) == 0x80) k--;
+    if (k > 0 && (unsigned char)msg[k - 1] >= 0xC0) {
+        unsigned char lead = (unsigned char)msg[k - 1];
+        size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+        if (n - (k - 1) < want) msg[k - 1] = 0;
+    }
+    for (char *c = msg; *c; c++)
+        if ((unsigned char)*c < 0x20) *c = ' ';
     p->sum.n_errors++;
     outp_event ev = {.kind = OUTP_EV_ERROR, .text = msg, .len = strlen(msg), .index = p->cur_call};
     p->cb(p->ctx, &ev);

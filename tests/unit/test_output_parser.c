@@ -41,7 +41,7 @@ static const char *sb_str(const sbuf *b) {
 
 #define MAX_CALLS 16
 typedef struct call {
-    char name[128], id[64];
+    char name[1024], id[64];
     sbuf args;
     bool ended, complete;
 } call;
@@ -103,7 +103,7 @@ static void on_event(void *ctx, const outp_event *ev) {
             break;
         }
         if (strncmp(ev->id, "call_", 5) || strlen(ev->id) != 29) bad(r, "bad tool-call id");
-        snprintf(r->calls[r->n_calls].name, 128, "%s", ev->name);
+        snprintf(r->calls[r->n_calls].name, 1024, "%s", ev->name);
         snprintf(r->calls[r->n_calls].id, 64, "%s", ev->id);
         r->open_call = r->n_calls++;
         break;
@@ -211,6 +211,10 @@ static const char *res_diff(const res *a, const res *b) {
     TC_OPEN "\n" INV("get_weather") "\n" PS("city", "Paris") "\n" PJ("days", "3") "\n" INV_END     \
                                                                                   "\n" TC_CLOSE
 #define WEATHER_ARGS "{\"city\": \"Paris\", \"days\": 3}"
+
+#define N10  "名名名名名名名名\n名"
+#define N100 N10 N10 N10 N10 N10 N10 N10 N10 N10 N10
+#define N300 N100 N100 N100
 
 #define STOPS(...)                                                                                 \
     .stops = (const char *const[]){__VA_ARGS__},                                                   \
@@ -388,6 +392,23 @@ static const tcase cases[] = {
      "",
      "                                                                        <think>x",
      {NULL},
+     -1},
+    {"long_name_in_error_message",
+     {.tools = true},
+     TC_OPEN INV(N300) "oops",
+     "",
+     "oops",
+     {N300, "{}", NULL},
+     -1,
+     1,
+     1},
+    {"several_blocks",
+     {.tools = true},
+     "a" TC_OPEN INV("f") INV_END TC_CLOSE "b" C1_OPEN INV1("g") PS1("k", "v") INV1_END C1_CLOSE
+     "c",
+     "",
+     "abc",
+     {"f", "{}", "g", "{\"k\": \"v\"}", NULL},
      -1},
     {"quoted_gt_in_name",
      {.tools = true},
