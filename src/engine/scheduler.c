@@ -144,9 +144,26 @@ static void add_item(sched *s, seq *q, int n, const bm_cow *cow) {
         p->n_prefill_tokens += n;
 }
 
+/* A waiting sequence more urgent than the least urgent running ones takes
+ * their place (blocks or running slot) before the step is planned. */
+static void preempt_for_priority(sched *s) {
+    if (s->waiting.n == 0 || s->running.n == 0) return;
+    seq *q = s->waiting.v[0];
+    if (s->running.v[s->running.n - 1]->priority <= q->priority) return;
+    int hit = q->table.n ? q->n_computed : bm_lookup(s->b, q->tokens, q->n_tokens - 1);
+    int chunk = seq_pending(q) - (hit - q->n_computed);
+    if (chunk > s->o.token_budget) chunk = s->o.token_budget;
+    int need = (hit + chunk + BM_BLOCK - 1) / BM_BLOCK - hit / BM_BLOCK;
+    while (s->running.n > 0 && s->running.v[s->running.n - 1]->priority > q->priority &&
+           (bm_n_available(s->b) < need || s->running.n >= s->o.max_running))
+        preempt(s, s->running.v[s->running.n - 1]);
+}
+
 const sched_plan *sched_schedule(sched *s) {
     plan_reserve(s);
+    preempt_for_priority(s);
     int budget = s->o.token_budget;
+    bool short_of_blocks = false;
     bm_cow cow;
 
     /* 1. Running sequences: decodes always, prefill chunks within budget. */
@@ -166,6 +183,7 @@ const sched_plan *sched_schedule(sched *s) {
                 break;
             }
             preempt(s, victim);
+            short_of_blocks = true;
             if (victim == q) {
                 placed = false;
                 i--;
@@ -178,8 +196,7 @@ const sched_plan *sched_schedule(sched *s) {
     }
 
     /* 2. Admissions, unless this step had to preempt. */
-    while (s->plan.n_preempted == 0 && budget > 0 && s->waiting.n > 0 &&
-           s->running.n < s->o.max_running) {
+    while (!short_of_blocks && budget > 0 && s->waiting.n > 0 && s->running.n < s->o.max_running) {
         seq *q = s->waiting.v[0];
         if (q->table.n == 0) {
             q->n_computed =

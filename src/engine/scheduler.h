@@ -11,6 +11,8 @@
  * When blocks run out, the running sequence that comes last in that order is
  * preempted by recomputation: its blocks are released and it goes back to
  * the waiting queue with its generated tokens kept, to be prefilled again.
+ * A waiting sequence of a more urgent priority class than running ones
+ * preempts them the same way when it lacks blocks or a running slot.
  *
  * The scheduler only decides and does block bookkeeping; the engine executes
  * the plan and reports back by advancing n_computed, so the next plan can be

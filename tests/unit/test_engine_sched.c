@@ -113,3 +113,33 @@ TEST(engine_sched_preempts_last) {
     sched_free(s);
     bm_free(b);
 }
+
+TEST(engine_sched_priority_preempts) {
+    bm *b = make_bm(4);
+    sched *s = sched_create(b, &(sched_opts){.token_budget = 1000, .max_running = 8});
+    seq *lo1 = mk(1, 200, 5), *lo2 = mk(2, 200, 5);
+    sched_add_waiting(s, lo1);
+    sched_add_waiting(s, lo2);
+    run_plan(b, sched_schedule(s));
+    CHECK(bm_n_available(b) == 0);
+    /* An urgent request needing one block: the least urgent, latest runner yields. */
+    seq *hi = mk(3, 100, 0);
+    sched_add_waiting(s, hi);
+    const sched_plan *p = sched_schedule(s);
+    CHECK(p->n_preempted == 1 && p->preempted[0] == lo2);
+    CHECK(p->n_items == 2 && p->items[0].s == lo1 && p->items[1].s == hi);
+    run_plan(b, p);
+    /* Same class: no preemption for a newcomer. */
+    seq *lo3 = mk(4, 100, 5);
+    sched_add_waiting(s, lo3);
+    p = sched_schedule(s);
+    CHECK(p->n_preempted == 0 && sched_n_waiting(s) == 2);
+    seq *all[4] = {lo1, lo2, hi, lo3};
+    for (int i = 0; i < 4; i++) {
+        sched_remove(s, all[i]);
+        seq_free(all[i]);
+    }
+    CHECK(bm_get_stats(b).used == 0);
+    sched_free(s);
+    bm_free(b);
+}
