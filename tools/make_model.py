@@ -435,15 +435,16 @@ def gen_rows(name, shape, init, seed, cfg, r0, r1):
         n_tok = min(N_TOK, shape[0])
         emb = _embed_rows(seed, 0, n_tok, cols)
         perm = _perm(seed, n_tok)
-        noise = _rng(seed, f"#head#{r0}").standard_normal((r1 - r0, cols)).astype(np.float32)
-        out = 0.03 * noise
+        noise = _rng(seed, f"#head#{r0}").standard_normal((r1 - r0, cols), dtype=np.float32)
+        out = np.float32(0.03) * noise
         lo, hi = r0, min(r1, n_tok)
         if hi > lo:
-            out[: hi - lo] = 0.15 * (emb[perm[lo:hi]] + 0.5 * noise[: hi - lo])
+            out[: hi - lo] = np.float32(0.15) * (emb[perm[lo:hi]] + np.float32(0.5) * noise[: hi - lo])
         return out
     if kind == "normal":
-        rng = _rng(seed, name + f"#{r0}")
-        return (init[1] * rng.standard_normal((r1 - r0, cols))).astype(np.float32)
+        x = _rng(seed, name + f"#{r0}").standard_normal((r1 - r0, cols), dtype=np.float32)
+        x *= np.float32(init[1])
+        return x
     raise ValueError(name)
 
 
@@ -452,7 +453,7 @@ def _embed_rows(seed, r0, r1, cols, blk=256):
     range (and lm_head's permuted copy) gives the same values."""
     parts = []
     for b in range(r0 // blk, (r1 + blk - 1) // blk):
-        x = np.random.default_rng([seed, 0xE3B, b]).standard_normal((blk, cols)).astype(np.float32)
+        x = np.random.default_rng([seed, 0xE3B, b]).standard_normal((blk, cols), dtype=np.float32)
         lo, hi = max(r0, b * blk) - b * blk, min(r1, (b + 1) * blk) - b * blk
         parts.append(x[lo:hi])
     return np.concatenate(parts) if parts else np.zeros((0, cols), np.float32)
@@ -470,9 +471,15 @@ def gen_tensor(name, shape, init, seed, cfg):
 
 
 def to_bf16(x):
+    """f32 -> bf16 bits, round to nearest even (in-place temporaries: the 1B
+    presets convert ~1.5G values)."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return r
+    t = u >> 16
+    t &= 1
+    t += 0x7FFF
+    t += u
+    t >>= 16
+    return t.astype(np.uint16)
 
 
 def _e4m3_table():
