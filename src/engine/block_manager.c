@@ -202,6 +202,13 @@ static void table_push(bm_table *t, int id) {
 }
 
 /* --- prefix cache --------------------------------------------------------- */
+int bm_chain_keys(const int *tokens, int n, uint64_t *keys) {
+    uint64_t k = 0;
+    int i = 0;
+    for (; (i + 1) * BM_BLOCK <= n; i++) keys[i] = k = block_key(tokens + (size_t)i * BM_BLOCK, k);
+    return i;
+}
+
 int bm_lookup(const bm *b, const int *tokens, int n) {
     if (!b->caching) return 0;
     uint64_t k = 0;

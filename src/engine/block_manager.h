@@ -53,6 +53,10 @@ bm_stats bm_get_stats(const bm *b);
 /* Blocks that could be handed out now (free + cached). */
 int bm_n_available(const bm *b);
 
+/* The hash-chain keys of the full blocks of tokens[0..n): keys[i] names the
+ * prefix tokens[0 .. (i+1)*128). Returns the number of keys (n / 128). The
+ * same keys name blocks anywhere (a persistent store, another instance). */
+int bm_chain_keys(const int *tokens, int n, uint64_t *keys);
 /* Tokens of the longest cached prefix of tokens[0..n) (a multiple of 128);
  * a pure query. */
 int bm_lookup(const bm *b, const int *tokens, int n);

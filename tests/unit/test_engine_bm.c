@@ -3,6 +3,7 @@
  * pool full. */
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "engine/block_manager.h"
 #include "harness.h"
@@ -44,6 +45,10 @@ TEST(engine_bm_prefix_chain) {
     CHECK(bm_reserve(b, &a, 0, 400, &cow) == 0);
     bm_commit(b, &a, tok, 400);
     CHECK(a.n_hashed == 3);
+    uint64_t keys[4];
+    CHECK(bm_chain_keys(tok, 400, keys) == 3 && keys[2] == a.last_key);
+    CHECK(keys[0] == XXH3_64bits_withSeed(tok, sizeof(int) * 128, 0));
+    CHECK(keys[1] == XXH3_64bits_withSeed(tok + 128, sizeof(int) * 128, keys[0]));
     CHECK(bm_lookup(b, tok, 400) == 384);
     CHECK(bm_lookup(b, tok, 383) == 256);
     int other[400];
