@@ -228,6 +228,16 @@ void outp_emit_answer(outp_parser *p, const char *s, size_t n) {
     emit_text(p, s + i, j - i);
 }
 
+/* End of answer text: JSON mode's held start, if no JSON followed, is text. */
+static void json_flush(outp_parser *p) {
+    if (p->cfg.json_mode && p->js == OUTP_J_START && p->jhold.n) {
+        size_t h = p->jhold.n;
+        p->jhold.n = 0;
+        p->js = OUTP_J_PLAIN;
+        emit_text(p, p->jhold.s, h);
+    }
+}
+
 /* ---- the marker scanner ----------------------------------------------------- */
 
 outp_scan_result outp_scan(const char *b, size_t n, const outp_marker *m, size_t nm, bool final,
@@ -394,6 +404,7 @@ static bool step_answer(outp_parser *p, bool final) {
     }
     if (r == OUTP_SCAN_FOUND) {
         outp_emit_answer(p, b, at);
+        json_flush(p);
         outp_consume(p, outp_avail(p));
         p->sum.stop_index = p->stop_of[w];
         p->st = OUTP_S_DONE;
@@ -485,11 +496,7 @@ const outp_summary *outp_finish(outp_parser *p, outp_event_fn cb, void *ctx) {
         break;
     }
     if (p->cfg.json_mode) {
-        if (p->js == OUTP_J_START && p->jhold.n) {
-            size_t h = p->jhold.n;
-            p->jhold.n = 0;
-            emit_text(p, p->jhold.s, h);
-        }
+        json_flush(p);
         json_error_t je;
         json_t *j = json_loadb(p->jtext.s ? p->jtext.s : "", p->jtext.n,
                                JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);

@@ -39,9 +39,9 @@ static const char *sb_str(const sbuf *b) {
     return b->s ? b->s : "";
 }
 
-#define MAX_CALLS 16
+#define MAX_CALLS 128
 typedef struct call {
-    char name[1024], id[64];
+    char *name, id[64];
     sbuf args;
     bool ended, complete;
 } call;
@@ -53,14 +53,14 @@ typedef struct res {
     int stop_index, n_stop_events, n_finish;
     bool stopped; /* outp_feed returned 1 */
     outp_summary sum;
-    char bad[256]; /* first protocol violation seen by the callback */
+    char bad[DI_ERR_LEN]; /* first protocol violation seen by the callback */
 } res;
 
 static void res_free(res *r) {
     free(r->reasoning.s);
     free(r->text.s);
     free(r->errors.s);
-    for (int i = 0; i < MAX_CALLS; i++) free(r->calls[i].args.s);
+    for (int i = 0; i < MAX_CALLS; i++) free(r->calls[i].args.s), free(r->calls[i].name);
 }
 
 static bool utf8_ok(const char *s, size_t n) {
@@ -103,7 +103,7 @@ static void on_event(void *ctx, const outp_event *ev) {
             break;
         }
         if (strncmp(ev->id, "call_", 5) || strlen(ev->id) != 29) bad(r, "bad tool-call id");
-        snprintf(r->calls[r->n_calls].name, 1024, "%s", ev->name);
+        r->calls[r->n_calls].name = strdup(ev->name);
         snprintf(r->calls[r->n_calls].id, 64, "%s", ev->id);
         r->open_call = r->n_calls++;
         break;
@@ -479,6 +479,14 @@ static const tcase cases[] = {
      {NULL},
      -1,
      .json_valid = 1},
+    {"json_held_fence_then_stop",
+     {.json_mode = true, STOPS("STOP")},
+     "```STOP{}",
+     "",
+     "```",
+     {NULL},
+     0,
+     .json_valid = 0},
     {"json_only_fence_start",
      {.json_mode = true},
      "  ```js",
@@ -619,7 +627,7 @@ static const tcase cases[] = {
 #define N_CASES (sizeof cases / sizeof cases[0])
 
 static const char *check_expect(const tcase *c, const res *r) {
-    static char why[512];
+    static char why[1024];
     if (r->bad[0]) return snprintf(why, sizeof why, "protocol: %s", r->bad), why;
     if (strcmp(sb_str(&r->reasoning), c->reasoning))
         return snprintf(why, sizeof why, "reasoning [%s]", sb_str(&r->reasoning)), why;
@@ -671,7 +679,7 @@ static size_t random_cuts(uint64_t *rng, size_t n, size_t *cuts, size_t max) {
  * the whole parse, and the whole parse to the expectation. */
 static const char *run_all_modes(const outp_config *cfg, const char *in, const tcase *c,
                                  int n_random, uint64_t seed) {
-    static char why[600];
+    static char why[1100];
     size_t n = strlen(in);
     res whole, r;
     parse(cfg, in, n, NULL, 0, &whole);
@@ -866,12 +874,20 @@ static void add_block(sbuf *o, uint64_t *rng) {
 }
 
 TEST(outp_randomized_chunkings) {
-    uint64_t rng = 12345;
-    for (int it = 0; it < 300; it++) {
+    /* OUTP_RANDOM_ITERS / OUTP_RANDOM_SEED run it longer or elsewhere. */
+    const char *env_n = getenv("OUTP_RANDOM_ITERS"), *env_seed = getenv("OUTP_RANDOM_SEED");
+    int iters = env_n ? atoi(env_n) : 300;
+    uint64_t rng = env_seed ? strtoull(env_seed, NULL, 10) : 12345;
+    for (int it = 0; it < iters; it++) {
         sbuf o = {0};
         int n = 1 + (int)(rng_next(&rng) % 40);
-        for (int i = 0; i < n; i++) {
-            if (rng_next(&rng) % 12 == 0)
+        bool noise = it % 10 == 9; /* bytes that make up the markup, in random order */
+        static const char alphabet[] = "<>/\"= \n\xef\xbd\x9c"
+                                       "DSMLthink{}`\x80\xc3\xa9\\";
+        for (int i = 0; i < (noise ? 8 * n : n); i++) {
+            if (noise)
+                sb_add(&o, &alphabet[rng_next(&rng) % (sizeof alphabet - 1)], 1);
+            else if (rng_next(&rng) % 12 == 0)
                 add_block(&o, &rng);
             else {
                 const char *pc = pieces[rng_next(&rng) % N_PIECES];
