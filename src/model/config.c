@@ -5,9 +5,10 @@
  * num_key_value_heads defaults to num_attention_heads, head_dim to
  * hidden/heads, rope_scaling accepts "rope_type" or the older "type", Mistral
  * with sliding_window and no layer_types slides on every layer, Qwen2/3 slide
- * only with use_sliding_window on layers >= max_window_layers, and an explicit
- * layer_types list wins for every family. Every size is bounded so later size
- * arithmetic cannot overflow. No state beyond the config being filled. */
+ * only with use_sliding_window on layers >= max_window_layers, an explicit
+ * layer_types list wins for every family, and a Gemma-style
+ * sliding_window_pattern N makes every N-th layer full and the rest slide. Every size is bounded so
+ * later size arithmetic cannot overflow. No state beyond the config being filled. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +137,12 @@ static int parse_window(cfg_ctx *cx, model_config *c, json_t *root) {
                 return di_errf(cx->err, "%s: layer_types[%zu] \"%.40s\" is not supported", cx->file,
                                i, s ? s : "?");
         }
+    } else if (c->sliding_window > 0 &&
+               json_is_integer(json_object_get(root, "sliding_window_pattern"))) {
+        /* Gemma-style pattern: every pattern-th layer is full, the rest slide. */
+        int pat;
+        if (get_int(cx, root, "sliding_window_pattern", 1, 1, 1 << 20, &pat)) return -1;
+        for (int l = 0; l < c->n_layers; l++) c->layer_swa[l] = (l + 1) % pat != 0;
     } else if (c->sliding_window > 0) {
         int from = c->n_layers; /* first sliding layer */
         if (c->arch == ARCH_MISTRAL) {

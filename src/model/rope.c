@@ -131,7 +131,8 @@ void model_rope_at(const model *m, int pos, int dim, float *cos_out, float *sin_
 float model_attn_mscale(const model *m) {
     const model_config *c = &m->cfg;
     bool ds = c->arch == ARCH_DEEPSEEK_V2 || c->arch == ARCH_DEEPSEEK_V3;
-    if (!ds || c->rope_kind != ROPE_YARN || c->yarn_mscale_all_dim == 0) return 1.0f;
+    /* HF modeling_deepseek: any rope_scaling with mscale_all_dim scales the softmax. */
+    if (!ds || c->rope_kind == ROPE_DEFAULT || c->yarn_mscale_all_dim == 0) return 1.0f;
     double s = yarn_get_mscale(c->rope_factor, c->yarn_mscale_all_dim);
     return (float)(s * s);
 }

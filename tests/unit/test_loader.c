@@ -434,6 +434,10 @@ TEST(loader_config_sliding_window_rules) {
                     &c, &err) == 0);
     CHECK(c.layer_swa[0] && !c.layer_swa[1] && c.layer_swa[2]);
     model_config_free(&c);
+    CHECK(config_of("llama", 4, "\"sliding_window\": 8, \"sliding_window_pattern\": 2,", &c,
+                    &err) == 0);
+    CHECK(c.layer_swa[0] && !c.layer_swa[1] && c.layer_swa[2] && !c.layer_swa[3]);
+    model_config_free(&c);
     CHECK(config_of("llama", 3, "\"sliding_window\": 8, \"layer_types\": [\"full_attention\"],", &c,
                     &err) == -1);
     CHECKF(strstr(err.msg, "layer_types"), "%s", err.msg);
@@ -536,4 +540,54 @@ TEST(loader_rope_tables) {
     CHECK(model_attn_mscale(m) == 1.0f);
     model_free(m);
     tm_rmdir(dir);
+}
+
+/* cos/sin at position 50, computed by tools/reference.py (float64) for the
+ * configs below; the C tables must agree to f32 rounding. */
+TEST(loader_rope_llama3_and_yarn_match_reference) {
+    static const float l3_cos[8] = {9.649660285e-01f, 9.403493388e-01f, 7.948033835e-01f,
+                                    9.805322456e-01f, 9.980475107e-01f, 9.998046939e-01f,
+                                    9.999804688e-01f, 9.999980469e-01f};
+    static const float l3_sin[8] = {-2.623748537e-01f, -3.402104070e-01f, 6.068670213e-01f,
+                                    1.963581305e-01f,  6.245931784e-02f,  1.976294867e-02f,
+                                    6.249959310e-03f,  1.976422251e-03f};
+    static const float y_cos[8] = {1.115232459e+00f, -3.667173641e-01f, -2.060028862e-01f,
+                                   1.154819200e+00f, 1.155631701e+00f,  1.155712961e+00f,
+                                   1.155721087e+00f, 1.155721900e+00f};
+    static const float y_sin[8] = {-3.032323881e-01f, -1.095998035e+00f, 1.137214197e+00f,
+                                   4.567202696e-02f,  1.444614867e-02f,  4.568380392e-03f,
+                                   1.444652112e-03f,  4.568392170e-04f};
+    model m;
+    di_err err;
+    float cs[8], sn[8];
+    memset(&m, 0, sizeof m);
+    CHECK(config_of(
+              "llama", 2,
+              "\"head_dim\": 16, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+              "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+              "\"original_max_position_embeddings\": 64},",
+              &m.cfg, &err) == 0);
+    CHECK(model_rope_init(&m, &err) == 0);
+    model_rope_at(&m, 50, 16, cs, sn);
+    for (int i = 0; i < 8; i++)
+        CHECKF(fabsf(cs[i] - l3_cos[i]) < 2e-6f && fabsf(sn[i] - l3_sin[i]) < 2e-6f,
+               "llama3 pair %d: %g %g", i, cs[i], sn[i]);
+    CHECK(model_attn_mscale(&m) == 1.0f);
+    model_rope_free(&m);
+    model_config_free(&m.cfg);
+    CHECK(
+        config_of("deepseek_v3", 2,
+                  "\"kv_lora_rank\": 8, \"qk_nope_head_dim\": 8, \"qk_rope_head_dim\": 16, "
+                  "\"v_head_dim\": 8, \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 40.0, "
+                  "\"mscale\": 1.0, \"mscale_all_dim\": 0.5, "
+                  "\"original_max_position_embeddings\": 64, \"beta_fast\": 32, \"beta_slow\": 1},",
+                  &m.cfg, &err) == 0);
+    CHECK(model_rope_init(&m, &err) == 0);
+    model_rope_at(&m, 50, 16, cs, sn);
+    for (int i = 0; i < 8; i++)
+        CHECKF(fabsf(cs[i] - y_cos[i]) < 3e-6f && fabsf(sn[i] - y_sin[i]) < 3e-6f,
+               "yarn pair %d: %g %g", i, cs[i], sn[i]);
+    CHECKF(fabsf(model_attn_mscale(&m) - 1.402907524f) < 1e-6f, "%g", model_attn_mscale(&m));
+    model_rope_free(&m);
+    model_config_free(&m.cfg);
 }
