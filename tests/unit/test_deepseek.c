@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "model/deepseek.h"
@@ -450,4 +451,45 @@ TEST(ds_mtp_runs_and_advances) {
     CHECKF(rc == 0, "mtp rc %d: %.200s", rc, e.msg);
     CHECK(finite);
     CHECKF(bad == -1 && strstr(e.msg, "depth"), "depth 1 accepted: %.200s", e.msg);
+}
+
+/* A config whose group limit keeps fewer experts than top_k is refused with
+ * a message naming the fields (HF would fail inside torch.topk). */
+TEST(ds_load_rejects_group_limit_below_top_k) {
+    char src[512], dir[] = "/tmp/di_ds_cfg_XXXXXX", path[600], link[600];
+    snprintf(src, sizeof src, "%s/dsv2-tiny", harness_model_dir());
+    CHECK(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/config.json", src);
+    di_err e = {{0}};
+    size_t len;
+    char *cfg = di_read_file(path, &len, &e);
+    CHECKF(cfg, "%.200s", e.msg);
+    char *k = strstr(cfg, "\"num_experts_per_tok\": 2"), *g = strstr(cfg, "\"topk_group\": 2");
+    CHECK(k && g);
+    k[strlen("\"num_experts_per_tok\": ")] = '5'; /* 5 > 2 groups x 2 experts */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f);
+    fwrite(cfg, 1, len, f);
+    fclose(f);
+    free(cfg);
+    snprintf(path, sizeof path, "%s/model.safetensors", src);
+    snprintf(link, sizeof link, "%s/model.safetensors", dir);
+    char *st = di_read_file(path, &len, &e);
+    CHECKF(st, "%.200s", e.msg);
+    f = fopen(link, "w");
+    CHECK(f);
+    fwrite(st, 1, len, f);
+    fclose(f);
+    free(st);
+    model_opts o = {.dtype = MODEL_DTYPE_F32, .threads = 1};
+    model *m = model_load(dir, &o, &e);
+    unlink(link);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    rmdir(dir);
+    if (m) model_free(m);
+    CHECK(!m);
+    CHECKF(strstr(e.msg, "topk_group") && strstr(e.msg, "num_experts_per_tok"), "error: %.200s",
+           e.msg);
 }
