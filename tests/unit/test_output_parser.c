@@ -1,32 +1,27 @@
-/* test_output_parser.c — the streaming output parser (src/recipe/output_parser.h).
+/* test_output_parser.c — the streaming output parser (src/recipe/output_parser.h):
+ * the table of cases, and the collector and chunking modes that
+ * test_output_parser_stream.c shares through outp_test.h.
  *
- * A table of cases, each fed whole, split into two chunks at every byte
- * position, byte by byte and in random chunkings: the parsed result (deltas
- * concatenated per channel, tool calls with ids, names, arguments and
- * completeness, stop, errors, summary) must equal the expectation and be
- * identical across all modes. Every delta must be non-empty valid UTF-8 and
- * every call's arguments a valid JSON object. Then: early emission (what is
- * held back and what is not), and randomized outputs built from tricky pieces. */
+ * Each case is fed whole, split into two chunks at every byte position, byte
+ * by byte and in random chunkings: the parsed result (deltas concatenated per
+ * channel, tool calls with ids, names, arguments and completeness, stop,
+ * errors, summary) must equal the expectation and be identical across all
+ * modes. Every delta must be non-empty whole UTF-8 and every call's arguments
+ * a valid JSON object (jansson). */
 #include "harness.h"
+#include "outp_test.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
-#include "recipe/output_parser.h"
-
 /* Table rows leave the trailing expectation fields (errors, incomplete, ...) at zero. */
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 /* ---- collecting a parse --------------------------------------------------- */
 
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n) {
+void outpt_add(outpt_buf *b, const char *s, size_t n) {
     if (b->n + n + 1 > b->cap) {
         b->cap = (b->n + n + 1) * 2;
         b->s = realloc(b->s, b->cap);
@@ -35,32 +30,26 @@ static void sb_add(sbuf *b, const char *s, size_t n) {
     b->n += n;
     b->s[b->n] = 0;
 }
-static const char *sb_str(const sbuf *b) {
+
+const char *outpt_str(const outpt_buf *b) {
     return b->s ? b->s : "";
 }
 
-#define MAX_CALLS 128
-typedef struct call {
-    char *name, id[64];
-    sbuf args;
-    bool ended, complete;
-} call;
+outpt_res *outpt_fresh(outpt_res *r) {
+    memset(r, 0, sizeof *r);
+    r->open_call = -1;
+    r->stop_index = -1;
+    return r;
+}
 
-typedef struct res {
-    sbuf reasoning, text, errors;
-    call calls[MAX_CALLS];
-    int n_calls, open_call;
-    int stop_index, n_stop_events, n_finish;
-    bool stopped; /* outp_feed returned 1 */
-    outp_summary sum;
-    char bad[DI_ERR_LEN]; /* first protocol violation seen by the callback */
-} res;
-
-static void res_free(res *r) {
+void outpt_res_free(outpt_res *r) {
     free(r->reasoning.s);
     free(r->text.s);
     free(r->errors.s);
-    for (int i = 0; i < MAX_CALLS; i++) free(r->calls[i].args.s), free(r->calls[i].name);
+    for (int i = 0; i < OUTPT_MAX_CALLS; i++) {
+        free(r->calls[i].args.s);
+        free(r->calls[i].name);
+    }
 }
 
 static bool utf8_ok(const char *s, size_t n) {
@@ -75,12 +64,12 @@ static bool utf8_ok(const char *s, size_t n) {
     return true;
 }
 
-static void bad(res *r, const char *what) {
+static void bad(outpt_res *r, const char *what) {
     if (!r->bad[0]) snprintf(r->bad, sizeof r->bad, "%s", what);
 }
 
-static void on_event(void *ctx, const outp_event *ev) {
-    res *r = ctx;
+void outpt_event(void *ctx, const outp_event *ev) {
+    outpt_res *r = ctx;
     if (r->n_finish) bad(r, "event after FINISH");
     if (r->n_stop_events && ev->kind != OUTP_EV_FINISH) bad(r, "event after STOP");
     bool is_text =
@@ -91,20 +80,20 @@ static void on_event(void *ctx, const outp_event *ev) {
         bad(r, "text inside a tool call");
     switch (ev->kind) {
     case OUTP_EV_REASONING:
-        sb_add(&r->reasoning, ev->text, ev->len);
+        outpt_add(&r->reasoning, ev->text, ev->len);
         break;
     case OUTP_EV_TEXT:
-        sb_add(&r->text, ev->text, ev->len);
+        outpt_add(&r->text, ev->text, ev->len);
         break;
     case OUTP_EV_TOOL_START:
         if (r->open_call >= 0) bad(r, "TOOL_START inside a call");
-        if (ev->index != r->n_calls || r->n_calls == MAX_CALLS) {
+        if (ev->index != r->n_calls || r->n_calls == OUTPT_MAX_CALLS) {
             bad(r, "TOOL_START index out of order");
             break;
         }
         if (strncmp(ev->id, "call_", 5) || strlen(ev->id) != 29) bad(r, "bad tool-call id");
         r->calls[r->n_calls].name = strdup(ev->name);
-        snprintf(r->calls[r->n_calls].id, 64, "%s", ev->id);
+        snprintf(r->calls[r->n_calls].id, sizeof r->calls[0].id, "%s", ev->id);
         r->open_call = r->n_calls++;
         break;
     case OUTP_EV_TOOL_ARGS:
@@ -112,7 +101,7 @@ static void on_event(void *ctx, const outp_event *ev) {
             bad(r, "TOOL_ARGS outside its call");
             break;
         }
-        sb_add(&r->calls[ev->index].args, ev->text, ev->len);
+        outpt_add(&r->calls[ev->index].args, ev->text, ev->len);
         break;
     case OUTP_EV_TOOL_END:
         if (ev->index != r->open_call || r->open_call < 0) {
@@ -128,9 +117,10 @@ static void on_event(void *ctx, const outp_event *ev) {
         r->n_stop_events++;
         break;
     case OUTP_EV_ERROR:
-        if (strlen(ev->text) != ev->len || !utf8_ok(ev->text, ev->len)) bad(r, "bad error text");
-        sb_add(&r->errors, ev->text, ev->len);
-        sb_add(&r->errors, "\n", 1);
+        if (strlen(ev->text) != ev->len || !utf8_ok(ev->text, ev->len) || strchr(ev->text, '\n'))
+            bad(r, "error text is not one line of whole UTF-8");
+        outpt_add(&r->errors, ev->text, ev->len);
+        outpt_add(&r->errors, "\n", 1);
         break;
     case OUTP_EV_FINISH:
         r->n_finish++;
@@ -139,12 +129,9 @@ static void on_event(void *ctx, const outp_event *ev) {
     }
 }
 
-/* Feeds `in` cut at the given offsets (ascending, within (0, n)). */
-static void parse(const outp_config *cfg0, const char *in, size_t n, const size_t *cuts,
-                  size_t n_cuts, res *r) {
-    memset(r, 0, sizeof *r);
-    r->open_call = -1;
-    r->stop_index = -1;
+void outpt_parse(const outp_config *cfg0, const char *in, size_t n, const size_t *cuts,
+                 size_t n_cuts, outpt_res *r) {
+    outpt_fresh(r);
     outp_config cfg = *cfg0;
     cfg.id_seed = 42;
     di_err err;
@@ -156,33 +143,32 @@ static void parse(const outp_config *cfg0, const char *in, size_t n, const size_
     size_t at = 0;
     for (size_t i = 0; i <= n_cuts; i++) {
         size_t end = i < n_cuts ? cuts[i] : n;
-        if (outp_feed(p, in + at, end - at, on_event, r)) r->stopped = true;
+        if (outp_feed(p, in + at, end - at, outpt_event, r)) r->stopped = true;
         at = end;
     }
-    const outp_summary *s = outp_finish(p, on_event, r);
+    const outp_summary *s = outp_finish(p, outpt_event, r);
     if (s->n_tool_calls != r->n_calls) bad(r, "summary call count");
     outp_free(p);
     if (r->n_finish != 1) bad(r, "FINISH not exactly once");
     if (r->open_call >= 0) bad(r, "call left open");
     for (int i = 0; i < r->n_calls; i++) {
         json_error_t je;
-        json_t *j = json_loadb(sb_str(&r->calls[i].args), r->calls[i].args.n,
+        json_t *j = json_loadb(outpt_str(&r->calls[i].args), r->calls[i].args.n,
                                JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
         if (!j || !json_is_object(j)) bad(r, "tool arguments are not a JSON object");
         json_decref(j);
     }
 }
 
-/* "" if equal, else what differs. */
-static const char *res_diff(const res *a, const res *b) {
-    if (strcmp(sb_str(&a->reasoning), sb_str(&b->reasoning))) return "reasoning";
-    if (strcmp(sb_str(&a->text), sb_str(&b->text))) return "text";
-    if (strcmp(sb_str(&a->errors), sb_str(&b->errors))) return "errors";
+const char *outpt_diff(const outpt_res *a, const outpt_res *b) {
+    if (strcmp(outpt_str(&a->reasoning), outpt_str(&b->reasoning))) return "reasoning";
+    if (strcmp(outpt_str(&a->text), outpt_str(&b->text))) return "text";
+    if (strcmp(outpt_str(&a->errors), outpt_str(&b->errors))) return "errors";
     if (a->n_calls != b->n_calls) return "number of calls";
     for (int i = 0; i < a->n_calls; i++) {
-        const call *x = &a->calls[i], *y = &b->calls[i];
+        const outpt_call *x = &a->calls[i], *y = &b->calls[i];
         if (strcmp(x->name, y->name) || strcmp(x->id, y->id)) return "call name/id";
-        if (strcmp(sb_str(&x->args), sb_str(&y->args))) return "call arguments";
+        if (strcmp(outpt_str(&x->args), outpt_str(&y->args))) return "call arguments";
         if (x->complete != y->complete || x->ended != y->ended) return "call completeness";
     }
     if (a->stop_index != b->stop_index || a->stopped != b->stopped) return "stop";
@@ -190,35 +176,65 @@ static const char *res_diff(const res *a, const res *b) {
     return "";
 }
 
+uint64_t outpt_rng(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Random cut points: sorted distinct offsets in (0, n), gaps of 1-7 bytes. */
+static size_t random_cuts(uint64_t *rng, size_t n, size_t *cuts, size_t max) {
+    if (n < 2) return 0;
+    size_t k = 0;
+    for (size_t at = 0;;) {
+        at += 1 + outpt_rng(rng) % 7;
+        if (at >= n || k == max) break;
+        cuts[k++] = at;
+    }
+    return k;
+}
+
+const char *outpt_all_modes(const outp_config *cfg, const char *in, bool every_split,
+                            outpt_check_fn check, const void *ctx, int n_random, uint64_t seed) {
+    static char why[1100];
+    size_t n = strlen(in);
+    outpt_res whole, r;
+    outpt_parse(cfg, in, n, NULL, 0, &whole);
+    const char *e = whole.bad[0] ? whole.bad : check ? check(ctx, &whole) : "";
+    if (*e) {
+        snprintf(why, sizeof why, "whole: %s", e);
+        outpt_res_free(&whole);
+        return why;
+    }
+    size_t *cuts = malloc((n + 1) * sizeof *cuts);
+    for (size_t i = 0; i < n; i++) cuts[i] = i + 1;
+    why[0] = 0;
+    outpt_parse(cfg, in, n, cuts, n ? n - 1 : 0, &r); /* byte by byte */
+    if (r.bad[0] || *outpt_diff(&whole, &r))
+        snprintf(why, sizeof why, "byte by byte: %s%s", r.bad, outpt_diff(&whole, &r));
+    outpt_res_free(&r);
+    size_t step = every_split || n < 64 ? 1 : n / 32;
+    for (size_t k = 1; k < n && !why[0]; k += step) {
+        outpt_parse(cfg, in, n, &k, 1, &r);
+        if (r.bad[0] || *outpt_diff(&whole, &r))
+            snprintf(why, sizeof why, "split at %zu: %s%s", k, r.bad, outpt_diff(&whole, &r));
+        outpt_res_free(&r);
+    }
+    uint64_t rng = seed;
+    for (int t = 0; t < n_random && !why[0]; t++) {
+        size_t nc = random_cuts(&rng, n, cuts, n);
+        outpt_parse(cfg, in, n, cuts, nc, &r);
+        if (r.bad[0] || *outpt_diff(&whole, &r))
+            snprintf(why, sizeof why, "random chunking %d: %s%s", t, r.bad, outpt_diff(&whole, &r));
+        outpt_res_free(&r);
+    }
+    free(cuts);
+    outpt_res_free(&whole);
+    return why;
+}
+
 /* ---- the case table -------------------------------------------------------- */
-
-#define D        "｜DSML｜"
-#define TC_OPEN  "<" D "tool_calls>"
-#define TC_CLOSE "</" D "tool_calls>"
-#define INV(n)   "<" D "invoke name=\"" n "\">"
-#define INV_END  "</" D "invoke>"
-#define PS(k, v) "<" D "parameter name=\"" k "\" string=\"true\">" v "</" D "parameter>"
-#define PJ(k, v) "<" D "parameter name=\"" k "\" string=\"false\">" v "</" D "parameter>"
-/* V4.1: `calls` block tag and a space before every inner tag name. */
-#define C1_OPEN   "<" D " calls>"
-#define C1_CLOSE  "</" D " calls>"
-#define INV1(n)   "<" D " invoke name=\"" n "\">"
-#define INV1_END  "</" D " invoke>"
-#define PS1(k, v) "<" D " parameter name=\"" k "\" string=\"true\">" v "</" D " parameter>"
-#define PJ1(k, v) "<" D " parameter name=\"" k "\" string=\"false\">" v "</" D " parameter>"
-
-#define WEATHER                                                                                    \
-    TC_OPEN "\n" INV("get_weather") "\n" PS("city", "Paris") "\n" PJ("days", "3") "\n" INV_END     \
-                                                                                  "\n" TC_CLOSE
-#define WEATHER_ARGS "{\"city\": \"Paris\", \"days\": 3}"
-
-#define N10  "名名名名名名名名\n名"
-#define N100 N10 N10 N10 N10 N10 N10 N10 N10 N10 N10
-#define N300 N100 N100 N100
-
-#define STOPS(...)                                                                                 \
-    .stops = (const char *const[]){__VA_ARGS__},                                                   \
-    .n_stops = sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)
 
 typedef struct tcase {
     const char *name;
@@ -626,13 +642,14 @@ static const tcase cases[] = {
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
-static const char *check_expect(const tcase *c, const res *r) {
+static const char *check_expect(const void *ctx, const outpt_res *r) {
+    const tcase *c = ctx;
     static char why[1024];
     if (r->bad[0]) return snprintf(why, sizeof why, "protocol: %s", r->bad), why;
-    if (strcmp(sb_str(&r->reasoning), c->reasoning))
-        return snprintf(why, sizeof why, "reasoning [%s]", sb_str(&r->reasoning)), why;
-    if (strcmp(sb_str(&r->text), c->text))
-        return snprintf(why, sizeof why, "text [%s]", sb_str(&r->text)), why;
+    if (strcmp(outpt_str(&r->reasoning), c->reasoning))
+        return snprintf(why, sizeof why, "reasoning [%s]", outpt_str(&r->reasoning)), why;
+    if (strcmp(outpt_str(&r->text), c->text))
+        return snprintf(why, sizeof why, "text [%s]", outpt_str(&r->text)), why;
     int n = 0;
     while (c->calls[2 * n]) n++;
     if (n != r->n_calls) return snprintf(why, sizeof why, "%d calls, want %d", r->n_calls, n), why;
@@ -640,8 +657,8 @@ static const char *check_expect(const tcase *c, const res *r) {
     for (int i = 0; i < n; i++) {
         if (strcmp(r->calls[i].name, c->calls[2 * i]))
             return snprintf(why, sizeof why, "call %d name [%s]", i, r->calls[i].name), why;
-        if (strcmp(sb_str(&r->calls[i].args), c->calls[2 * i + 1]))
-            return snprintf(why, sizeof why, "call %d args [%s]", i, sb_str(&r->calls[i].args)),
+        if (strcmp(outpt_str(&r->calls[i].args), c->calls[2 * i + 1]))
+            return snprintf(why, sizeof why, "call %d args [%s]", i, outpt_str(&r->calls[i].args)),
                    why;
         incomplete += !r->calls[i].complete;
     }
@@ -650,271 +667,17 @@ static const char *check_expect(const tcase *c, const res *r) {
     if (r->stop_index != c->stop || r->sum.stop_index != c->stop || r->stopped != (c->stop >= 0))
         return snprintf(why, sizeof why, "stop %d", r->stop_index), why;
     if (r->sum.n_errors != c->errors)
-        return snprintf(why, sizeof why, "%d errors: %s", r->sum.n_errors, sb_str(&r->errors)), why;
+        return snprintf(why, sizeof why, "%d errors: %s", r->sum.n_errors, outpt_str(&r->errors)),
+               why;
     if (c->cfg.json_mode && r->sum.json_valid != (c->json_valid == 1)) return "json_valid";
     if (r->sum.reasoning_open != c->ropen) return "reasoning_open";
     return "";
 }
 
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Random cut points: n_cuts sorted distinct offsets in (0, n). */
-static size_t random_cuts(uint64_t *rng, size_t n, size_t *cuts, size_t max) {
-    if (n < 2) return 0;
-    size_t k = 0;
-    for (size_t at = 0;;) {
-        at += 1 + rng_next(rng) % 7;
-        if (at >= n || k == max) break;
-        cuts[k++] = at;
-    }
-    return k;
-}
-
-/* Whole, every two-chunk split, byte by byte, random chunkings: all equal to
- * the whole parse, and the whole parse to the expectation. */
-static const char *run_all_modes(const outp_config *cfg, const char *in, const tcase *c,
-                                 int n_random, uint64_t seed) {
-    static char why[1100];
-    size_t n = strlen(in);
-    res whole, r;
-    parse(cfg, in, n, NULL, 0, &whole);
-    const char *e = c ? check_expect(c, &whole) : (whole.bad[0] ? whole.bad : "");
-    if (*e) {
-        snprintf(why, sizeof why, "whole: %s", e);
-        res_free(&whole);
-        return why;
-    }
-    size_t *cuts = malloc((n + 1) * sizeof *cuts);
-    for (size_t i = 0; i < n; i++) cuts[i] = i + 1;
-    why[0] = 0;
-    parse(cfg, in, n, cuts, n ? n - 1 : 0, &r); /* byte by byte */
-    if (r.bad[0] || *res_diff(&whole, &r))
-        snprintf(why, sizeof why, "byte by byte: %s%s", r.bad, res_diff(&whole, &r));
-    res_free(&r);
-    /* Every two-chunk split for the table; a sample of them for random inputs. */
-    size_t step = c || n < 64 ? 1 : n / 32;
-    for (size_t k = 1; k < n && !why[0]; k += step) {
-        parse(cfg, in, n, &k, 1, &r);
-        if (r.bad[0] || *res_diff(&whole, &r))
-            snprintf(why, sizeof why, "split at %zu: %s%s", k, r.bad, res_diff(&whole, &r));
-        res_free(&r);
-    }
-    uint64_t rng = seed;
-    for (int t = 0; t < n_random && !why[0]; t++) {
-        size_t nc = random_cuts(&rng, n, cuts, n);
-        parse(cfg, in, n, cuts, nc, &r);
-        if (r.bad[0] || *res_diff(&whole, &r))
-            snprintf(why, sizeof why, "random chunking %d: %s%s", t, r.bad, res_diff(&whole, &r));
-        res_free(&r);
-    }
-    free(cuts);
-    res_free(&whole);
-    return why;
-}
-
 TEST(outp_cases_all_chunkings) {
     for (size_t i = 0; i < N_CASES; i++) {
-        const char *why = run_all_modes(&cases[i].cfg, cases[i].in, &cases[i], 8, i + 1);
+        const char *why =
+            outpt_all_modes(&cases[i].cfg, cases[i].in, true, check_expect, &cases[i], 8, i + 1);
         CHECKF(!*why, "case %s: %s", cases[i].name, why);
-    }
-}
-
-/* ---- early emission ------------------------------------------------------------ */
-
-static res *fresh(res *r) {
-    memset(r, 0, sizeof *r);
-    r->open_call = -1;
-    r->stop_index = -1;
-    return r;
-}
-
-#define FEED(p, s, r) outp_feed(p, s, strlen(s), on_event, r)
-
-TEST(outp_emits_early) {
-    res r;
-    outp_config cfg = {.tools = true, STOPS("STOP")};
-    outp_parser *p = outp_new(&cfg, NULL);
-    FEED(p, "Hello wor", fresh(&r));
-    CHECKF(!strcmp(sb_str(&r.text), "Hello wor"), "[%s]", sb_str(&r.text));
-    FEED(p, "ld <｜DS", &r); /* possible block opener; the space before it too */
-    CHECKF(!strcmp(sb_str(&r.text), "Hello world"), "[%s]", sb_str(&r.text));
-    FEED(p, "x ST", &r); /* not an opener after all; " ST" may begin " STOP"... */
-    CHECKF(!strcmp(sb_str(&r.text), "Hello world <｜DSx"), "[%s]", sb_str(&r.text));
-    FEED(p, "\xe4\xb8", &r); /* ...and half a character cannot be emitted */
-    CHECKF(!strcmp(sb_str(&r.text), "Hello world <｜DSx"), "[%s]", sb_str(&r.text));
-    FEED(p, "\xad", &r);
-    CHECKF(!strcmp(sb_str(&r.text), "Hello world <｜DSx ST中"), "[%s]", sb_str(&r.text));
-    outp_finish(p, on_event, &r);
-    outp_free(p);
-    res_free(&r);
-
-    /* Without tools, whitespace and "<" are not held. */
-    outp_config plain = {0};
-    p = outp_new(&plain, NULL);
-    FEED(p, "a <｜DSML｜tool_calls", fresh(&r));
-    CHECKF(!strcmp(sb_str(&r.text), "a <｜DSML｜tool_calls"), "[%s]", sb_str(&r.text));
-    outp_finish(p, on_event, &r);
-    outp_free(p);
-    res_free(&r);
-
-    /* Reasoning: only a possible "</think>" is held. */
-    outp_config think = {.reasoning = true, .think_opened = true};
-    p = outp_new(&think, NULL);
-    FEED(p, "abc </th", fresh(&r));
-    CHECKF(!strcmp(sb_str(&r.reasoning), "abc "), "[%s]", sb_str(&r.reasoning));
-    FEED(p, "ink>", &r);
-    CHECK(r.text.n == 0 && !strcmp(sb_str(&r.reasoning), "abc "));
-    outp_finish(p, on_event, &r);
-    outp_free(p);
-    res_free(&r);
-}
-
-TEST(outp_streams_tool_arguments) {
-    res r;
-    outp_config cfg = {.tools = true};
-    outp_parser *p = outp_new(&cfg, NULL);
-    FEED(p, TC_OPEN INV("get_weather"), fresh(&r));
-    CHECK(r.n_calls == 1 && !strcmp(r.calls[0].name, "get_weather"));
-    CHECKF(!strcmp(sb_str(&r.calls[0].args), "{"), "[%s]", sb_str(&r.calls[0].args));
-    FEED(p, "<" D "parameter name=\"city\" string=\"true\">Par", &r);
-    CHECKF(!strcmp(sb_str(&r.calls[0].args), "{\"city\": \"Par"), "[%s]", sb_str(&r.calls[0].args));
-    FEED(p, "is\n</" D "par", &r);
-    CHECKF(!strcmp(sb_str(&r.calls[0].args), "{\"city\": \"Paris\\n"), "[%s]",
-           sb_str(&r.calls[0].args));
-    FEED(p, "ameter>" PJ("days", "[3,") " " INV_END, &r);
-    CHECKF(!strcmp(sb_str(&r.calls[0].args), "{\"city\": \"Paris\\n\", \"days\": \"[3,\"}"), "[%s]",
-           sb_str(&r.calls[0].args));
-    CHECK(r.calls[0].ended && r.calls[0].complete);
-    outp_finish(p, on_event, &r);
-    CHECK(r.sum.n_errors == 1); /* the block was never closed */
-    outp_free(p);
-    res_free(&r);
-}
-
-TEST(outp_stop_ends_feeding_and_config_errors) {
-    res r;
-    outp_config cfg = {STOPS("\n\nUser:")};
-    outp_parser *p = outp_new(&cfg, NULL);
-    CHECK(FEED(p, "answer\n\nUs", fresh(&r)) == 0);
-    CHECK(FEED(p, "er: more", &r) == 1);
-    CHECK(FEED(p, "ignored", &r) == 1);
-    outp_finish(p, on_event, &r);
-    CHECK(!strcmp(sb_str(&r.text), "answer") && r.stop_index == 0 && r.n_finish == 1);
-    outp_free(p);
-    res_free(&r);
-
-    di_err err;
-    outp_config badcfg = {STOPS("ok", "\xff")};
-    CHECK(outp_new(&badcfg, &err) == NULL);
-    CHECKF(strstr(err.msg, "stop[1]") != NULL, "%s", err.msg);
-}
-
-TEST(outp_long_whitespace_runs_stay_linear) {
-    /* A degenerate model can emit long whitespace runs; with tools on they are
-     * held (a tool block may follow) but must not be rescanned per byte. */
-    res r;
-    outp_config cfg = {.tools = true, .reasoning = true, STOPS("STOP")};
-    outp_parser *p = outp_new(&cfg, NULL);
-    fresh(&r);
-    enum { N = 200000 };
-    double t0 = di_now();
-    for (int i = 0; i < N; i++) outp_feed(p, i % 2 ? "\n" : " ", 1, on_event, &r);
-    FEED(p, "x", &r);
-    double dt = di_now() - t0;
-    CHECK(r.text.n == N + 1 && r.reasoning.n == 0);
-    CHECKF(dt < 10.0, "%.2f s for %d whitespace bytes", dt, N);
-    outp_finish(p, on_event, &r);
-    outp_free(p);
-    res_free(&r);
-}
-
-/* ---- randomized ------------------------------------------------------------------- */
-
-static const char *const pieces[] = {
-    "a",  " ",   "\n",        "<",    "｜",       "DSML",   "<｜DSML｜", "</think>", "<think>",
-    "é",  "😀",   "{",         "}",    "[",        "]",      "\"",        "\\",       "STOP",
-    "ST", "```", "```json\n", "\xff", "\xe4\xb8", "日本語", "</",        ">",        "\t",
-};
-#define N_PIECES (sizeof pieces / sizeof pieces[0])
-
-static void add_block(sbuf *o, uint64_t *rng) {
-    bool v41 = rng_next(rng) & 1;
-    const char *sp = v41 ? " " : "";
-    char t[256];
-    snprintf(t, sizeof t, "<" D "%s>\n", v41 ? " calls" : "tool_calls");
-    sb_add(o, t, strlen(t));
-    int n_inv = 1 + (int)(rng_next(rng) % 3);
-    for (int i = 0; i < n_inv; i++) {
-        snprintf(t, sizeof t, "<" D "%sinvoke name=\"fn%d\">\n", sp, i);
-        sb_add(o, t, strlen(t));
-        int n_par = (int)(rng_next(rng) % 4);
-        for (int k = 0; k < n_par; k++) {
-            static const char *const vals[] = {
-                "x",      "42", "{\"a\": [1, \"}\"]}", "a \"q\" \\ 😀", "not json", "",
-                " true ", "<",  "</" D "para"};
-            const char *v = vals[rng_next(rng) % 9];
-            bool str = rng_next(rng) & 1;
-            snprintf(t, sizeof t, "<" D "%sparameter name=\"p%d\" string=\"%s\">", sp, k,
-                     str ? "true" : "false");
-            sb_add(o, t, strlen(t));
-            sb_add(o, v, strlen(v));
-            snprintf(t, sizeof t, "</" D "%sparameter>\n", sp);
-            sb_add(o, t, strlen(t));
-        }
-        snprintf(t, sizeof t, "</" D "%sinvoke>\n", sp);
-        sb_add(o, t, strlen(t));
-    }
-    snprintf(t, sizeof t, "</" D "%s>", v41 ? " calls" : "tool_calls");
-    sb_add(o, t, strlen(t));
-}
-
-TEST(outp_randomized_chunkings) {
-    /* OUTP_RANDOM_ITERS / OUTP_RANDOM_SEED run it longer or elsewhere. */
-    const char *env_n = getenv("OUTP_RANDOM_ITERS"), *env_seed = getenv("OUTP_RANDOM_SEED");
-    int iters = env_n ? atoi(env_n) : 300;
-    uint64_t rng = env_seed ? strtoull(env_seed, NULL, 10) : 12345;
-    for (int it = 0; it < iters; it++) {
-        sbuf o = {0};
-        int n = 1 + (int)(rng_next(&rng) % 40);
-        bool noise = it % 10 == 9; /* bytes that make up the markup, in random order */
-        static const char alphabet[] = "<>/\"= \n\xef\xbd\x9c"
-                                       "DSMLthink{}`\x80\xc3\xa9\\";
-        for (int i = 0; i < (noise ? 8 * n : n); i++) {
-            if (noise)
-                sb_add(&o, &alphabet[rng_next(&rng) % (sizeof alphabet - 1)], 1);
-            else if (rng_next(&rng) % 12 == 0)
-                add_block(&o, &rng);
-            else {
-                const char *pc = pieces[rng_next(&rng) % N_PIECES];
-                sb_add(&o, pc, strlen(pc));
-            }
-        }
-        /* Corrupt some: truncate, or flip one byte. */
-        if (o.n && rng_next(&rng) % 3 == 0) o.n = rng_next(&rng) % o.n;
-        if (o.n && rng_next(&rng) % 4 == 0)
-            o.s[rng_next(&rng) % o.n] = (char)('<' + (char)(rng_next(&rng) % 3));
-        sb_add(&o, "", 0);
-        uint64_t f = rng_next(&rng);
-        outp_config cfg = {.reasoning = f & 1,
-                           .think_opened = f & 2,
-                           .tools = !(f & 4),
-                           .json_mode = (f & 24) == 8,
-                           .dsml = (outp_dsml)((f >> 5) % 4)};
-        static const char *const stops[] = {"STOP", "日本", "\n\n"};
-        if (f & 256) {
-            cfg.stops = stops;
-            cfg.n_stops = 3;
-        }
-        uint64_t seed = rng_next(&rng);
-        const char *why = run_all_modes(&cfg, o.s, NULL, 4, seed);
-        if (*why) {
-            CHECKF(0, "iteration %d: %s; input [%s]", it, why, o.s);
-        }
-        free(o.s);
     }
 }
