@@ -412,18 +412,20 @@ class Model:
             return h + self.moe(x, p + "mlp.")
         return h + mlp(x, W, p + "mlp.")
 
-    def hidden(self, ids):
+    def hidden(self, ids, final_norm=True):
         ids = torch.as_tensor(list(ids), dtype=torch.long)
         pos = torch.arange(len(ids))
         h = self.W["model.embed_tokens.weight"][ids]
         for i in range(self.L):
             h = self.layer(h, i, pos)
-        return rms_norm(h, self.W["model.norm.weight"], self.eps)
+        return rms_norm(h, self.W["model.norm.weight"], self.eps) if final_norm else h
 
     def logits(self, ids):
         return self.hidden(ids) @ self.lm_head.T
 
-    def mtp_logits(self, ids, depth=0):
+    def mtp_logits(self, ids, depth=0, hidden=None):
+        """hidden (default: self.hidden(ids)) exists so tests can build
+        plausible wrong variants."""
         n = self.cfg.get("num_nextn_predict_layers") or 0
         if depth >= n:
             raise ValueError(f"reference: model has {n} MTP layers")
@@ -432,7 +434,7 @@ class Model:
         ids = list(ids)
         W, li = self.W, self.L + depth
         p = f"model.layers.{li}."
-        hid = self.hidden(ids)[:-1]  # position i pairs hidden_i with ids[i+1]
+        hid = (self.hidden(ids) if hidden is None else hidden)[:-1]  # position i: hidden_i with ids[i+1]
         emb = W.get(p + "embed_tokens.weight", W["model.embed_tokens.weight"])
         e = emb[torch.as_tensor(ids[1:], dtype=torch.long)]
         x = torch.cat([rms_norm(e, W[p + "enorm.weight"], self.eps), rms_norm(hid, W[p + "hnorm.weight"], self.eps)], -1)

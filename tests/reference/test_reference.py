@@ -411,6 +411,23 @@ def _mutants(name):
     return out
 
 
+def t_sensitive_mtp(name):
+    def fn():
+        m, ids = ref(name), seq(name)
+        base = m.mtp_logits(ids)
+        scale = float(base.abs().max())
+        muts = [("hidden before the final norm", lambda: m.mtp_logits(ids, hidden=m.hidden(ids, final_norm=False))),
+                ("hidden of the next position", lambda: m.mtp_logits(ids, hidden=torch.cat([m.hidden(ids)[1:], m.hidden(ids)[-1:]])))]
+        weak, parts = [], []
+        for label, f in muts:
+            r = float((f() - base).abs().max()) / scale
+            parts.append(f"{label} {r:.0e}")
+            if r < 10 * TOL:
+                weak.append(label)
+        return not weak, ("too weak: " + "; ".join(weak) + " | " if weak else "") + ", ".join(parts)
+    return fn
+
+
 def t_sensitive(name):
     def fn():
         ids = seq(name)
@@ -546,6 +563,8 @@ def main():
         run_check(f"{name} reference causal truncation", t_causal(name))
         run_check(f"{name} peaky enough (simulated quantised weights)", t_peaky(name))
         run_check(f"{name} f32 tolerance sees each plausible mistake", t_sensitive(name))
+        if ref(name).cfg.get("num_nextn_predict_layers"):
+            run_check(f"{name} MTP tolerance sees each plausible mistake", t_sensitive_mtp(name))
     print(f"# reference self-checks took {time.time() - t0:.1f}s", flush=True)
 
     if os.environ.get("DI_REF_SKIP_BIN"):
