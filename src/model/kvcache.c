@@ -222,6 +222,22 @@ const float *model_kv_get(model *m, const model_step *st, int l, int b, int pos)
     return r->data + r->off[l] + (size_t)(pos % r->ring) * n;
 }
 
+const float *model_kv_run(model *m, const model_step *st, int l, int b, int pos, int want, int *n) {
+    const model_kv_pool *kv = st->kv;
+    const model_seq *s = st->batch[b].seq;
+    int run;
+    if (kv->layer_off[l] >= 0) {
+        run = MODEL_KV_BLOCK - pos % MODEL_KV_BLOCK;
+    } else {
+        int past = seq_past(m, s, l);
+        const kv_rings *r = s->swa;
+        run = pos >= past ? past + st->batch[b].n_tokens - pos : past - pos;
+        if (pos < past && r->ring - pos % r->ring < run) run = r->ring - pos % r->ring;
+    }
+    *n = run < want ? run : want;
+    return model_kv_get(m, st, l, b, pos);
+}
+
 void model_kv_commit(model *m, const model_step *st, int l) {
     const model_kv_pool *kv = st->kv;
     if (kv->layer_off[l] >= 0) return;

@@ -9,8 +9,8 @@
  *            (causal; sliding layers: i - window < j <= i), kv head h / (nh/nkv)
  *   out    = o Wo (+bo)
  * The projections run once over all step tokens; the attention itself is
- * spread over (token, head) pairs on the model's pool, each task with its own
- * score row in scratch. K and V enter the cache (model_kv_put) before anyone
+ * spread over (token, kv head) pairs on the model's pool, each task with its
+ * own score rows in scratch. K and V enter the cache (model_kv_put) before anyone
  * attends, so a prefill chunk sees its own earlier tokens. No state. */
 #include <math.h>
 #include <stdio.h>
@@ -58,34 +58,42 @@ typedef struct {
     int l;
     const float *q; /* n_tokens x n_heads*head_dim, roped */
     float *att;     /* n_tokens x n_heads*head_dim */
-    float *scores;  /* n_chunks x max_len */
+    float *scores;  /* n_tasks x group x max_len */
     int max_len, n_pairs;
 } attn_job;
 
+/* One task: a range of (token, kv head) pairs. The q heads sharing a kv head
+ * are done together, so each cached K/V row is read once per group, and the
+ * cache is walked in contiguous runs (model_kv_run). */
 static void attn_task(void *ctx, int task, int n_tasks) {
     attn_job *j = ctx;
     const model_config *c = &j->m->cfg;
-    int nh = c->n_heads, hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
-    int kv_dim = c->n_kv_heads * hd;
+    int nkv = c->n_kv_heads, hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    size_t qd = (size_t)c->n_heads * hd, kv_dim = (size_t)nkv * hd, ml = (size_t)j->max_len;
+    size_t E = (size_t)model_kv_entry_floats(j->m, j->l);
     float scale = 1.0f / sqrtf((float)hd);
-    float *sc = j->scores + (size_t)task * (size_t)j->max_len;
-    int p0 = (int)((long)j->n_pairs * task / n_tasks),
-        p1 = (int)((long)j->n_pairs * (task + 1) / n_tasks);
+    float *sc = j->scores + (size_t)task * group * ml;
+    int p0 = (int)((long)j->n_pairs * task / n_tasks);
+    int p1 = (int)((long)j->n_pairs * (task + 1) / n_tasks);
     for (int p = p0; p < p1; p++) {
-        int t = p / nh, h = p % nh, kh = h / group;
+        int t = p / nkv, kh = p % nkv;
         int b = j->st->seq_of[t], pos = j->st->pos[t];
         int s0 = model_attn_start(j->m, j->l, pos), len = pos - s0 + 1;
-        const float *qv = j->q + (size_t)t * nh * hd + (size_t)h * hd;
-        for (int i = 0; i < len; i++) {
-            const float *e = model_kv_get(j->m, j->st, j->l, b, s0 + i);
-            sc[i] = kern_dot(qv, e + (size_t)kh * hd, hd) * scale;
+        const float *q0 = j->q + (size_t)t * qd + (size_t)kh * group * hd;
+        for (int i = 0, run; i < len; i += run) {
+            const float *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, len - i, &run);
+            for (int r = 0; r < run; r++, e += E)
+                for (int g = 0; g < group; g++)
+                    sc[g * ml + i + r] = kern_dot(q0 + g * hd, e + (size_t)kh * hd, hd) * scale;
         }
-        kern_softmax(sc, len);
-        float *o = j->att + (size_t)t * nh * hd + (size_t)h * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int i = 0; i < len; i++) {
-            const float *e = model_kv_get(j->m, j->st, j->l, b, s0 + i);
-            kern_axpy(o, sc[i], e + kv_dim + (size_t)kh * hd, hd);
+        for (int g = 0; g < group; g++) kern_softmax(sc + g * ml, len);
+        float *o0 = j->att + (size_t)t * qd + (size_t)kh * group * hd;
+        memset(o0, 0, (size_t)group * hd * sizeof(float));
+        for (int i = 0, run; i < len; i += run) {
+            const float *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, len - i, &run);
+            for (int r = 0; r < run; r++, e += E)
+                for (int g = 0; g < group; g++)
+                    kern_axpy(o0 + g * hd, sc[g * ml + i + r], e + kv_dim + (size_t)kh * hd, hd);
         }
     }
 }
@@ -105,7 +113,6 @@ void gqa_attention(model *m, const model_step *st, int l, const float *x, float 
     kern_matmul(m->pool, v, x, &L->wv, L->bv, n);
 
     float *cs = tmp + 2 * kvd, *sn = cs + hd / 2;
-    int max_pos = 0;
     for (int t = 0; t < n; t++) {
         float *qt = q + (size_t)t * qd, *kt = k + (size_t)t * kvd;
         if (L->q_norm) {
@@ -120,13 +127,18 @@ void gqa_attention(model *m, const model_step *st, int l, const float *x, float 
         memcpy(tmp, kt, kvd * sizeof(float));
         memcpy(tmp + kvd, v + (size_t)t * kvd, kvd * sizeof(float));
         model_kv_put(m, st, l, t, tmp);
-        if (st->pos[t] > max_pos) max_pos = st->pos[t];
     }
 
-    attn_job j = {m, st, l, q, att, NULL, max_pos + 1, n * nh};
+    int max_len = 0;
+    for (int t = 0; t < n; t++) {
+        int len = st->pos[t] - model_attn_start(m, l, st->pos[t]) + 1;
+        if (len > max_len) max_len = len;
+    }
+    attn_job j = {m, st, l, q, att, NULL, max_len, n * nkv};
     int n_tasks = pool_threads(m->pool) * 4;
     if (n_tasks > j.n_pairs) n_tasks = j.n_pairs;
-    j.scores = model_scratch(m, FWD_SLOT_FAMILY0 + 5, (size_t)n_tasks * (size_t)j.max_len);
+    j.scores = model_scratch(m, FWD_SLOT_FAMILY0 + 5,
+                             (size_t)n_tasks * (size_t)(nh / nkv) * (size_t)max_len);
     pool_run(m->pool, attn_task, &j, n_tasks);
     model_kv_commit(m, st, l);
     kern_matmul(m->pool, out, att, &L->wo, L->bo, n);

@@ -211,6 +211,11 @@ void model_kv_put(model *m, const model_step *st, int l, int t, const float *ent
  * every pos < n_past + n_tokens on full layers, and for the last
  * sliding_window positions before each of the step's tokens on SWA layers. */
 const float *model_kv_get(model *m, const model_step *st, int l, int b, int pos);
+/* The same entries as model_kv_get, a run at a time: returns the entry of
+ * position pos and sets *n (1..want) to how many consecutive positions follow
+ * it in memory, one model_kv_entry_floats(l) apart. Lets attention loop over
+ * plain arrays instead of calling model_kv_get per position. */
+const float *model_kv_run(model *m, const model_step *st, int l, int b, int pos, int want, int *n);
 /* After layer l's attention: moves staged sliding-window entries into the
  * sequences' ring buffers. No-op for full layers. */
 void model_kv_commit(model *m, const model_step *st, int l);
