@@ -78,8 +78,10 @@ AI void sb_bf16(const sb_job *j, int r0, int t0, const int R, const int T) {
             __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
-                acc[r][t] = _mm256_fmadd_ps(we, xe[t], acc[r][t]);
-                acc[r][t] = _mm256_fmadd_ps(wo, xo[t], acc[r][t]);
+                /* even*x + odd*x off the accumulator chain: the add is the
+                 * only dependency carried between iterations. */
+                __m256 pr = _mm256_fmadd_ps(wo, xo[t], _mm256_mul_ps(we, xe[t]));
+                acc[r][t] = _mm256_add_ps(acc[r][t], pr);
             }
         }
     }
@@ -135,10 +137,9 @@ AI void sb_f32(const sb_job *j, int r0, int t0, const int R, const int T, const 
 }
 
 /* ---- int8 (blockable groups): R rows x T tokens, 32 columns per step ---- */
-AI void sb_i8(const sb_job *j, int r0, int t0, const int R, const int T) {
+AI void sb_i8(const sb_job *j, int r0, int t0, const int R, const int T, const bool per_row) {
     const kern_mat *W = j->W;
-    int K = W->cols, K32 = K & ~31, g = W->group > 0 ? W->group : K, ng = K / g;
-    bool per_row = g == K;
+    int K = W->cols, K32 = K & ~31, g = per_row ? K : W->group, ng = K / g;
     const int8_t *w[SB_R];
     const float *ws[SB_R];
     for (int r = 0; r < R; r++) {
@@ -157,26 +158,36 @@ AI void sb_i8(const sb_job *j, int r0, int t0, const int R, const int T) {
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
-    for (int k = 0; k < K32; k += 32) {
-        int b = k / 32;
-        __m256i xv[4];
-        __m256 sx[4];
+    /* Per row: one pass over all blocks, the row scale applied at the end.
+     * Per group: the group's scale folds into each block's scale. */
+    int gstep = per_row ? (K32 > 0 ? K32 : 32) : g;
+    for (int g0 = 0; g0 < K32; g0 += gstep) {
+        __m256 sw[SB_R];
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            xv[t] = _mm256_loadu_si256((const __m256i *)(xq[t] + k));
-            sx[t] = _mm256_broadcast_ss(xs[t] + b);
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            __m256i wv = _mm256_loadu_si256((const __m256i *)(w[r] + k));
-            __m256i wa = _mm256_abs_epi8(wv);
-            __m256 sw = per_row ? _mm256_set1_ps(1.0f) : _mm256_broadcast_ss(ws[r] + k / g);
+        for (int r = 0; r < R; r++)
+            sw[r] = per_row ? _mm256_set1_ps(1.0f) : _mm256_broadcast_ss(ws[r] + g0 / g);
+        int gend = g0 + gstep < K32 ? g0 + gstep : K32;
+        for (int k = g0; k < gend; k += 32) {
+            int b = k / 32;
+            __m256i xv[4];
+            __m256 sx[4];
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
-                __m256i p16 = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv[t], wv));
-                __m256 pf = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-                __m256 sc = per_row ? sx[t] : _mm256_mul_ps(sx[t], sw);
-                acc[r][t] = _mm256_fmadd_ps(pf, sc, acc[r][t]);
+                xv[t] = _mm256_loadu_si256((const __m256i *)(xq[t] + k));
+                sx[t] = _mm256_broadcast_ss(xs[t] + b);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256i wv = _mm256_loadu_si256((const __m256i *)(w[r] + k));
+                __m256i wa = _mm256_abs_epi8(wv);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    /* |w| * (x with w's sign): unsigned x signed bytes, pairs to i16, to i32. */
+                    __m256i p16 = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv[t], wv));
+                    __m256 pf = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                    __m256 sc = per_row ? sx[t] : _mm256_mul_ps(sx[t], sw[r]);
+                    acc[r][t] = _mm256_fmadd_ps(pf, sc, acc[r][t]);
+                }
             }
         }
     }
@@ -216,8 +227,13 @@ AI void sb_rows(const sb_job *j, int r0, const int R) {
             sb_f32(j, r0, t, R, 1, true);
         break;
     case KT_I8:
-        for (; t + 2 <= n; t += 2) sb_i8(j, r0, t, R, 2);
-        if (t < n) sb_i8(j, r0, t, R, 1);
+        if (j->W->group <= 0 || j->W->group == j->W->cols) {
+            for (; t + 2 <= n; t += 2) sb_i8(j, r0, t, R, 2, true);
+            if (t < n) sb_i8(j, r0, t, R, 1, true);
+        } else {
+            for (; t + 2 <= n; t += 2) sb_i8(j, r0, t, R, 2, false);
+            if (t < n) sb_i8(j, r0, t, R, 1, false);
+        }
         break;
     }
 }
