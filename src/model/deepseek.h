@@ -24,7 +24,7 @@ void mla_attention_path(model *m, const model_step *st, int l, const float *x, f
  * experts idx[num_experts_per_tok] and their weights w[...], exactly as HF
  * modeling_deepseek does for the config's scoring_func / topk_method (V2:
  * softmax, greedy or group-limited greedy; V3: sigmoid + bias "noaux_tc").
- * bias: e_score_correction_bias or NULL. scratch: 2 * n_routed_experts
+ * bias: e_score_correction_bias or NULL. scratch: 4 * n_routed_experts
  * floats. idx comes out in the order chosen (highest choice score first). */
 void moe_route(const model_config *c, const float *logits, const float *bias, float *scratch,
                int *idx, float *w);

@@ -50,8 +50,7 @@ void moe_route(const model_config *c, const float *logits, const float *bias, fl
     int G = c->n_group;
     if (c->topk_method != TOPK_GREEDY && G > 1 && c->topk_group < G) {
         int gs = E / G;
-        float gscore[G];
-        bool keep[G];
+        float *gscore = scratch + 2 * E, *keep = scratch + 2 * E + G; /* G <= E */
         for (int g = 0; g < G; g++) {
             const float *v = ch + g * gs;
             float a = -INFINITY, b2 = -INFINITY; /* largest, second largest */
@@ -64,13 +63,13 @@ void moe_route(const model_config *c, const float *logits, const float *bias, fl
                 }
             }
             gscore[g] = c->topk_method == TOPK_NOAUX_TC && gs >= 2 ? a + b2 : a;
-            keep[g] = false;
+            keep[g] = 0;
         }
         for (int k = 0; k < c->topk_group; k++) {
             int best = -1;
             for (int g = 0; g < G; g++)
                 if (!keep[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
-            keep[best] = true;
+            keep[best] = 1;
         }
         for (int g = 0; g < G; g++)
             if (!keep[g])
@@ -139,7 +138,7 @@ static void moe_chunk(model *m, const model_layer *L, const float *x, float *out
     kern_matmul(p, logits, x, &L->router, NULL, n);
     int *idx = di_malloc(sizeof(int) * (size_t)n * K);
     float *w = di_malloc(sizeof(float) * (size_t)n * K);
-    float *scratch = di_malloc(sizeof(float) * 2 * (size_t)E);
+    float *scratch = di_malloc(sizeof(float) * 4 * (size_t)E);
     for (int t = 0; t < n; t++)
         moe_route(cfg, logits + (size_t)t * E, L->e_bias, scratch, idx + (size_t)t * K,
                   w + (size_t)t * K);

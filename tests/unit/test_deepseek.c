@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "harness.h"
 #include "model/deepseek.h"
 
@@ -55,7 +57,7 @@ TEST(ds_route_v2_greedy_scales_unnormalised) {
     float lg[8] = {0.1f, 2.0f, -1.0f, 1.5f, 0.3f, 1.9f, 0.0f, -2.0f};
     double p[8];
     softmax_d(lg, p, 8);
-    float sc[16], w[3];
+    float sc[32], w[3];
     int idx[3];
     model_config c = route_cfg(SCORE_SOFTMAX, TOPK_GREEDY, 8, 3, 1, 1, false, 2.0f);
     moe_route(&c, lg, NULL, sc, idx, w);
@@ -82,7 +84,7 @@ TEST(ds_route_v2_group_limited_drops_groups) {
     float lg[8] = {5.0f, -3.0f, 4.9f, -2.0f, 4.8f, -3.0f, -3.0f, -3.0f};
     double p[8];
     softmax_d(lg, p, 8);
-    float sc[16], w[3];
+    float sc[32], w[3];
     int idx[3];
     model_config c = route_cfg(SCORE_SOFTMAX, TOPK_GROUP_LIMITED, 8, 3, 4, 2, false, 1.5f);
     moe_route(&c, lg, NULL, sc, idx, w);
@@ -106,7 +108,7 @@ TEST(ds_route_v3_bias_chooses_but_does_not_weigh) {
     float bias[8];
     float choice[8] = {0.9f, 0.1f, 0.1f, 0.1f, 0.6f, 0.59f, 0.1f, 0.1f};
     for (int e = 0; e < 8; e++) bias[e] = choice[e] - (float)sigm(lg[e]);
-    float sc[16], w[2];
+    float sc[32], w[2];
     int idx[2];
     model_config c = route_cfg(SCORE_SIGMOID, TOPK_NOAUX_TC, 8, 2, 2, 1, true, 2.5f);
     moe_route(&c, lg, bias, sc, idx, w);
@@ -133,7 +135,7 @@ TEST(ds_route_v3_bias_chooses_but_does_not_weigh) {
 TEST(ds_route_v3_single_group_is_plain_topk) {
     float lg[8] = {0.3f, -0.2f, 0.8f, 0.1f, 0.7f, -1.0f, 0.2f, 0.0f};
     float bias[8] = {0, 0, -0.3f, 0, 0, 0, 0.2f, 0};
-    float sc[16], w[2];
+    float sc[32], w[2];
     int idx[2];
     model_config c = route_cfg(SCORE_SIGMOID, TOPK_NOAUX_TC, 8, 2, 1, 1, true, 1.5f);
     moe_route(&c, lg, bias, sc, idx, w);
@@ -222,7 +224,7 @@ TEST(ds_moe_batched_matches_per_token_and_naive) {
     double worst_b = 0, worst_n = 0, scale = 0;
     for (int t = 0; t < N; t++) {
         const float *xt = x + t * D;
-        float lg[E], sc[2 * E], w[K];
+        float lg[E], sc[4 * E], w[K];
         int idx[K];
         const float *R = L.router.data;
         for (int e = 0; e < E; e++) {
@@ -460,28 +462,28 @@ TEST(ds_load_rejects_group_limit_below_top_k) {
     snprintf(src, sizeof src, "%s/dsv2-tiny", harness_model_dir());
     CHECK(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/config.json", src);
-    di_err e = {{0}};
-    size_t len;
-    char *cfg = di_read_file(path, &len, &e);
-    CHECKF(cfg, "%.200s", e.msg);
-    char *k = strstr(cfg, "\"num_experts_per_tok\": 2"), *g = strstr(cfg, "\"topk_group\": 2");
-    CHECK(k && g);
-    k[strlen("\"num_experts_per_tok\": ")] = '5'; /* 5 > 2 groups x 2 experts */
+    json_t *cfg = json_load_file(path, 0, NULL);
+    CHECKF(cfg, "cannot parse %.300s", path);
+    int E = (int)json_integer_value(json_object_get(cfg, "n_routed_experts"));
+    int G = (int)json_integer_value(json_object_get(cfg, "n_group"));
+    int TG = (int)json_integer_value(json_object_get(cfg, "topk_group"));
+    int K = TG * (E / (G > 0 ? G : 1)) + 1; /* one more than the kept groups hold */
+    json_object_set_new(cfg, "num_experts_per_tok", json_integer(K < E ? K : E));
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    CHECK(f);
-    fwrite(cfg, 1, len, f);
-    fclose(f);
-    free(cfg);
+    int wrote = json_dump_file(cfg, path, JSON_INDENT(2));
+    json_decref(cfg);
+    CHECK(wrote == 0 && G > 1 && TG < G && K <= E);
     snprintf(path, sizeof path, "%s/model.safetensors", src);
     snprintf(link, sizeof link, "%s/model.safetensors", dir);
+    di_err e = {{0}};
+    size_t len;
     char *st = di_read_file(path, &len, &e);
     CHECKF(st, "%.200s", e.msg);
-    f = fopen(link, "w");
-    CHECK(f);
-    fwrite(st, 1, len, f);
-    fclose(f);
+    FILE *f = fopen(link, "w");
+    size_t put = f ? fwrite(st, 1, len, f) : 0;
+    if (f) fclose(f);
     free(st);
+    CHECK(put == len);
     model_opts o = {.dtype = MODEL_DTYPE_F32, .threads = 1};
     model *m = model_load(dir, &o, &e);
     unlink(link);
