@@ -24,7 +24,14 @@
  *               `{` / `[`: only the JSON value is emitted (fence and any text
  *               after the value dropped); otherwise the answer is plain text.
  *   stops       match only in answer text (never in reasoning or tool markup);
- *               the text before the stop is emitted, the rest dropped.
+ *               the text before the stop is emitted, the rest dropped. Where
+ *               markers overlap, the earliest match wins, and at one position
+ *               the shortest (so a stop string can pre-empt a tool block).
+ *
+ * Feeding: give it the detokenized text with control tokens KEPT
+ * (tok_stream_new(t, false)): `<think>`, `</think>` and the DSML tags are
+ * added tokens in some tokenizers and would vanish otherwise. End-of-sequence
+ * is the engine's business (stop on the EOS id; do not feed its text).
  *
  * Guarantees:
  *   - results (the concatenated deltas per channel, tool calls, stop, errors)
@@ -48,6 +55,18 @@
  * left out) and its OUTP_EV_TOOL_END has complete == false. For malformed
  * markup inside a block (not truncation), the text from the offending tag on
  * is then parsed as answer text again, so nothing the model wrote is lost.
+ * Reporting it as an error rather than turning the whole block back into
+ * text is deliberate: by then the call's start and arguments have streamed.
+ * Whether a call names a tool the request offered is the caller's check.
+ *
+ * Events arrive in output order: for each call TOOL_START, TOOL_ARGS...,
+ * TOOL_END, never interleaved with text; STOP (if any) is the last event
+ * before FINISH. Typical use:
+ *
+ *     outp_parser *p = outp_new(&cfg, &err);
+ *     while (generating) if (outp_feed(p, text, len, on_event, ctx)) break;
+ *     outp_finish(p, on_event, ctx);  // then map summary->stop_index and
+ *     outp_free(p);                   // n_tool_calls to a finish reason
  *
  * One parser per response; not thread-safe; no global state. */
 #ifndef DI_OUTPUT_PARSER_H
