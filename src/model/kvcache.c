@@ -36,9 +36,9 @@ struct model_kv_pool {
 };
 
 typedef struct {
-    int ring;    /* window + MODEL_SWA_SPARE */
-    size_t *off; /* n_all: offset of the layer's ring in data; SIZE_MAX for full layers */
-    float *data;
+    int ring;      /* window + MODEL_SWA_SPARE */
+    int *cap;      /* n_all: entries allocated so far (grows up to ring; 0 for full layers) */
+    float **layer; /* n_all: the layer's ring, NULL for full layers */
 } kv_rings;
 
 static int n_all_layers(const model *m) {
@@ -139,32 +139,25 @@ void model_kv_release(model_kv_pool *kv, int block) {
 void model_seq_init(model *m, model_seq *s) {
     memset(s, 0, sizeof *s);
     int n_all = n_all_layers(m);
-    size_t total = 0;
     bool any = false;
     for (int l = 0; l < n_all; l++) any |= m->cfg.layer_swa[l];
     if (!any) return;
     kv_rings *r = di_calloc(1, sizeof *r);
     r->ring = m->cfg.sliding_window + MODEL_SWA_SPARE;
-    r->off = di_malloc((size_t)n_all * sizeof *r->off);
-    for (int l = 0; l < n_all; l++) {
-        r->off[l] = SIZE_MAX;
-        if (!m->cfg.layer_swa[l]) continue;
-        r->off[l] = total;
-        total += (size_t)r->ring * (size_t)model_kv_entry_floats(m, l);
-    }
-    r->data = di_alloc_aligned(total * sizeof(float));
+    r->cap = di_calloc((size_t)n_all, sizeof *r->cap);
+    r->layer = di_calloc((size_t)n_all, sizeof *r->layer);
     s->swa = r;
 }
 
 void model_seq_free(model *m, model_kv_pool *kv, model_seq *s) {
-    (void)m;
     if (kv)
         for (int i = 0; i < s->n_blocks; i++) model_kv_release(kv, s->blocks[i]);
     free(s->blocks);
     kv_rings *r = s->swa;
     if (r) {
-        free(r->off);
-        di_free_aligned(r->data);
+        for (int l = 0; l < n_all_layers(m); l++) free(r->layer[l]);
+        free(r->cap);
+        free(r->layer);
         free(r);
     }
     memset(s, 0, sizeof *s);
@@ -219,7 +212,7 @@ const float *model_kv_get(model *m, const model_step *st, int l, int b, int pos)
     size_t n = (size_t)kv->entry[l];
     if (pos >= past) return (const float *)st->scratch + (size_t)(st->first[b] + pos - past) * n;
     const kv_rings *r = s->swa;
-    return r->data + r->off[l] + (size_t)(pos % r->ring) * n;
+    return r->layer[l] + (size_t)(pos % r->ring) * n;
 }
 
 const float *model_kv_run(model *m, const model_step *st, int l, int b, int pos, int want, int *n) {
@@ -238,6 +231,19 @@ const float *model_kv_run(model *m, const model_step *st, int l, int b, int pos,
     return model_kv_get(m, st, l, b, pos);
 }
 
+/* Rings start empty and grow with the sequence up to window + spare, so a
+ * short request does not pay for a long window. While cap < ring every
+ * stored position is below cap, so slot pos % ring == pos survives growth. */
+static void ring_grow(kv_rings *r, int l, int end, size_t entry) {
+    int want = end < r->ring ? end : r->ring;
+    if (want <= r->cap[l]) return;
+    int cap = r->cap[l] ? 2 * r->cap[l] : 16;
+    if (cap < want) cap = want;
+    if (cap > r->ring) cap = r->ring;
+    r->layer[l] = di_realloc(r->layer[l], (size_t)cap * entry * sizeof(float));
+    r->cap[l] = cap;
+}
+
 void model_kv_commit(model *m, const model_step *st, int l) {
     const model_kv_pool *kv = st->kv;
     if (kv->layer_off[l] >= 0) return;
@@ -247,9 +253,10 @@ void model_kv_commit(model *m, const model_step *st, int l) {
         kv_rings *r = bs->seq->swa;
         int past = seq_past(m, bs->seq, l);
         int from = bs->n_tokens > r->ring ? bs->n_tokens - r->ring : 0;
+        ring_grow(r, l, past + bs->n_tokens, n);
         for (int i = from; i < bs->n_tokens; i++) {
             int pos = past + i;
-            memcpy(r->data + r->off[l] + (size_t)(pos % r->ring) * n,
+            memcpy(r->layer[l] + (size_t)(pos % r->ring) * n,
                    (const float *)st->scratch + (size_t)(st->first[b] + i) * n, n * sizeof(float));
         }
     }

@@ -256,6 +256,15 @@ TEST(forward_swa_ring_wrap) {
     model_free(m);
     tm_rmdir(dir);
 
+    /* window 40 -> ring 46: rings grow 16 -> 32 -> 46 as the sequence does */
+    m = open_tiny("mistral", "\"sliding_window\": 40,", 2, &dir);
+    CHECK(m);
+    int grow[] = {1, 1, 9, 20, 1, 50, 3};
+    d = chunking_diff(m, 120, grow, 7, 13);
+    model_free(m);
+    tm_rmdir(dir);
+    CHECKF(d < 1e-5, "window 40: rel diff %g", d);
+
     char why[DI_ERR_LEN];
     m = open_preset("mistral-tiny", MODEL_DTYPE_BF16, why, sizeof why);
     if (m) { /* window 16 -> ring 22 */
