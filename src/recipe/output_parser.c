@@ -510,3 +510,9 @@ const outp_summary *outp_finish(outp_parser *p, outp_event_fn cb, void *ctx) {
     p->cb(p->ctx, &ev);
     return &p->sum;
 }
+
+bool outp_prompt_opens_think(const char *prompt, size_t len) {
+    size_t tl = sizeof THINK_OPEN - 1;
+    while (len && outp_is_ws(prompt[len - 1])) len--;
+    return len >= tl && memcmp(prompt + len - tl, THINK_OPEN, tl) == 0;
+}

@@ -149,4 +149,9 @@ int outp_feed(outp_parser *p, const char *bytes, size_t len, outp_event_fn cb, v
 const outp_summary *outp_finish(outp_parser *p, outp_event_fn cb, void *ctx);
 void outp_free(outp_parser *p);
 
+/* Whether a rendered prompt ends by opening reasoning (`<think>` followed
+ * only by whitespace), i.e. the value for cfg.think_opened (with
+ * cfg.reasoning on). */
+bool outp_prompt_opens_think(const char *prompt, size_t len);
+
 #endif

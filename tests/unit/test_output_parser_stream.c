@@ -235,6 +235,9 @@ TEST(outp_reads_back_what_the_v4_renderer_writes) {
     const char *to = from ? strstr(from, "<｜end▁of▁sentence｜>") : NULL;
     if (!from || !to) free(prompt);
     CHECK(from && to);
+    CHECK(outp_prompt_opens_think(prompt, strlen(prompt))); /* thinking on: ends "<think>" */
+    CHECK(!outp_prompt_opens_think(prompt, (size_t)(from - prompt) + strlen("<｜Assistant｜>")));
+    CHECK(outp_prompt_opens_think("x<think>\n", 9) && !outp_prompt_opens_think("</think>", 8));
     from += strlen("<｜Assistant｜><think>");
     size_t n = (size_t)(to - from);
     char *out = strndup(from, n);
