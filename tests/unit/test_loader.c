@@ -591,3 +591,56 @@ TEST(loader_rope_llama3_and_yarn_match_reference) {
     model_rope_free(&m);
     model_config_free(&m.cfg);
 }
+
+/* The header is untrusted: random byte flips and every truncation of a small
+ * valid file must give a clean open or a clean error, never a crash (this
+ * test earns its keep under ASan/UBSan). */
+TEST(loader_safetensors_fuzz_header) {
+    char *dir = tm_tempdir();
+    tm_set s;
+    tm_llama(&s, "BF16", 1, false);
+    char p[4096];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    CHECK(tm_write_st(p, &s, 0, 4) == 0);
+    tm_free(&s);
+    size_t n;
+    char *orig = di_read_file(p, &n, NULL);
+    CHECK(orig && n > 16);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | (unsigned char)orig[i];
+    char *buf = di_malloc(n);
+    uint32_t seed = 12345;
+    int opened = 0, failed = 0;
+    for (int it = 0; it < 400; it++) {
+        memcpy(buf, orig, n);
+        int flips = 1 + it % 4;
+        for (int k = 0; k < flips; k++) {
+            seed = seed * 1664525u + 1013904223u;
+            size_t at = (seed >> 8) % (8 + hl);
+            seed = seed * 1664525u + 1013904223u;
+            buf[at] =
+                (char)(it % 3 == 0 ? "{}[]\":,0123456789-e"[(seed >> 8) % 19] : (int)(seed >> 24));
+        }
+        size_t len = it % 5 == 0 ? (seed >> 4) % n : n;
+        FILE *f = fopen(p, "wb");
+        fwrite(buf, 1, len, f);
+        fclose(f);
+        st_file sf;
+        di_err err;
+        if (st_open(&sf, p, &err) == 0) {
+            for (int t = 0; t < sf.n_tensors; t++) { /* every tensor must lie in the file */
+                const uint8_t *d = sf.tensors[t].data, *base = sf.map;
+                CHECK(d >= base && d + sf.tensors[t].nbytes <= base + sf.size);
+            }
+            st_close(&sf);
+            opened++;
+        } else {
+            CHECK(strstr(err.msg, "model.safetensors"));
+            failed++;
+        }
+    }
+    CHECK(failed > 0 && opened + failed == 400);
+    free(buf);
+    free(orig);
+    tm_rmdir(dir);
+}
