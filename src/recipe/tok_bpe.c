@@ -272,6 +272,17 @@ static void encode_cached(const tokenizer *t, tok_enc *e, const char *s, size_t 
     if (++e->tn * 2 > e->tcap) cache_grow(e);
 }
 
+struct word_ctx {
+    const tokenizer *t;
+    tok_enc *e;
+    tok_ids *out;
+};
+
+static void word_cb(void *ctx, const char *s, size_t n) {
+    struct word_ctx *w = ctx;
+    encode_cached(w->t, w->e, s, n, w->out);
+}
+
 int tok_encode_normalized(const tokenizer *t, tok_enc *e, const char *text, size_t len, bool first,
                           tok_ids *out, di_err *err) {
     if (!len) return 0;
@@ -286,10 +297,8 @@ int tok_encode_normalized(const tokenizer *t, tok_enc *e, const char *text, size
         }
         return 0;
     }
-    if (tok_pretokenize(t, &e->pre, text, len, first, err)) return -1;
-    for (size_t i = 0; i < e->pre.n; i++)
-        encode_cached(t, e, e->pre.buf.p + e->pre.pc[i].off, e->pre.pc[i].len, out);
-    return 0;
+    struct word_ctx w = {t, e, out};
+    return tok_pretokenize(t, &e->pre, text, len, first, word_cb, &w, err);
 }
 
 int tok_encode_text(const tokenizer *t, const char *text, size_t len, tok_ids *out, di_err *err) {

@@ -179,21 +179,23 @@ void tok_pipeline_free(tokenizer *t);
 char *tok_normalize(const tokenizer *t, const char *text, size_t len, size_t *out_len, bool *same,
                     di_err *err);
 
-/* Pre-tokenization of normalized text into pieces. Pieces are (offset, len)
- * into buf, which the state owns (it may differ from the input when a
- * pre-tokenizer rewrites text). first: the text starts the input (Metaspace
- * prepend_scheme "first"). */
-typedef struct tok_piece {
-    size_t off, len;
-} tok_piece;
+/* Pre-tokenization of normalized text: each word (piece after the last
+ * pre-tokenizer) goes to emit, in order, pointing into the text or into the
+ * state's buffers (valid during the call only). first: the text starts the
+ * input (Metaspace prepend_scheme "first"). */
+#define TOK_MAX_PRETOK 16
+typedef void (*tok_word_fn)(void *ctx, const char *s, size_t n);
+typedef struct tok_spans {
+    struct tok_span *v;
+    size_t n, cap;
+} tok_spans;
 typedef struct tok_pre {
-    tok_buf buf, tmp;
-    tok_piece *pc, *pc2;
-    size_t n, cap, n2, cap2;
+    tok_spans sp[TOK_MAX_PRETOK];
+    tok_buf rw[TOK_MAX_PRETOK];
     pcre2_match_data *md;
 } tok_pre;
 int tok_pretokenize(const tokenizer *t, tok_pre *st, const char *text, size_t len, bool first,
-                    di_err *err);
+                    tok_word_fn emit, void *ctx, di_err *err);
 void tok_pre_free(tok_pre *st);
 
 /* BPE over pre-tokenized text with a per-call word cache (tok_bpe.c). */

@@ -166,7 +166,8 @@ int tok_encode_parallel_min(const tokenizer *t, pool *p, const char *text, size_
 int tok_encode_text_parallel(const tokenizer *t, pool *p, const char *text, size_t len,
                              tok_ids *out, di_err *err) {
     int threads = p ? pool_threads(p) : 1;
-    size_t piece = len / (size_t)(threads * 2 > 0 ? threads * 2 : 1);
+    /* several pieces per thread: the pool hands them out dynamically */
+    size_t piece = len / (size_t)(threads * 2);
     if (piece < 32768) piece = 32768;
     return tok_encode_parallel_min(t, p, text, len, piece, out, err);
 }

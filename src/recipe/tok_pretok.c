@@ -97,6 +97,8 @@ int tok_parse_pretokenizer(tokenizer *t, json_t *j, di_err *err) {
     if (!type) return di_errf(err, "pre_tokenizer without a type");
     if (t->n_pretoks && t->pretoks[t->n_pretoks - 1].kind == TP_BYTELEVEL)
         return di_errf(err, "pre_tokenizer '%s' after ByteLevel is not supported", type);
+    if (t->n_pretoks >= TOK_MAX_PRETOK)
+        return di_errf(err, "more than %d pre-tokenizers", TOK_MAX_PRETOK);
     if (!strcmp(type, "Sequence")) {
         json_t *list = json_object_get(j, "pretokenizers"), *v;
         size_t i;
@@ -164,69 +166,91 @@ int tok_parse_pretokenizer(tokenizer *t, json_t *j, di_err *err) {
     return 0;
 }
 
-/* ---- running them ---------------------------------------------------------- */
+/* ---- running them ----------------------------------------------------------
+ * Pieces are not materialized: each step hands every piece it produces
+ * straight to the next step (recursion by step index), and the last step hands
+ * words to the caller. Isolated and Removed splits stream their matches;
+ * other behaviours fold one piece's match list first. Per-step buffers make
+ * the recursion allocation-free in steady state. */
 
-typedef struct span {
+typedef struct tok_span {
     size_t s, e;
     bool m;
-} span;
+} tok_span;
 
-typedef struct spans {
-    span *v;
-    size_t n, cap;
-} spans;
-
-static void spans_push(spans *l, size_t s, size_t e, bool m) {
+static void spans_push(tok_spans *l, size_t s, size_t e, bool m) {
     if (l->n == l->cap) {
         l->cap = l->cap ? l->cap * 2 : 64;
         l->v = di_realloc(l->v, l->cap * sizeof *l->v);
     }
-    l->v[l->n++] = (span){s, e, m};
+    l->v[l->n++] = (tok_span){s, e, m};
 }
 
-static void out_piece(tok_pre *st, size_t off, size_t len) {
-    if (!len) return;
-    if (st->n2 == st->cap2) {
-        st->cap2 = st->cap2 ? st->cap2 * 2 : 256;
-        st->pc2 = di_realloc(st->pc2, st->cap2 * sizeof *st->pc2);
-    }
-    st->pc2[st->n2++] = (tok_piece){off, len};
+typedef struct run {
+    const tokenizer *t;
+    tok_pre *st;
+    bool first;
+    tok_word_fn emit;
+    void *ctx;
+    di_err *err;
+} run;
+
+static int step(run *r, int k, const char *s, size_t n, bool at_start);
+
+/* A piece [ps, pe) of s (a step-k piece) goes on to step k + 1. */
+static int pass(run *r, int k, const char *s, size_t ps, size_t pe, bool at_start) {
+    if (pe == ps) return 0;
+    return step(r, k + 1, s + ps, pe - ps, at_start && ps == 0);
 }
 
-/* Matches of a regex in s[0, n) as HF's find_matches lists them. */
-static int regex_spans(const tok_pretok *pt, tok_pre *st, const char *s, size_t n, spans *out,
-                       di_err *err) {
+/* Runs the regex over s[0, n). With `stream`, calls pass() for each piece
+ * (Isolated, or Removed keeping non-matches when !keep_match... see callers);
+ * otherwise records (range, is_match) into l. */
+static int regex_scan(run *r, int k, const pcre2_code *re, bool jit, const char *s, size_t n,
+                      bool at_start, int stream, tok_spans *l) {
+    tok_pre *st = r->st;
     if (!st->md) st->md = pcre2_match_data_create(8, NULL);
     size_t pos = 0, prev = 0;
     while (pos <= n) {
-        int rc = pt->jit ? pcre2_jit_match(pt->re, (PCRE2_SPTR)s, n, pos, 0, st->md, NULL)
-                         : PCRE2_ERROR_JIT_BADOPTION;
+        int rc = jit ? pcre2_jit_match(re, (PCRE2_SPTR)s, n, pos, 0, st->md, NULL)
+                     : PCRE2_ERROR_JIT_BADOPTION;
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT || rc == PCRE2_ERROR_JIT_BADOPTION)
-            rc = pcre2_match(pt->re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, st->md, NULL);
+            rc = pcre2_match(re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, st->md, NULL);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
-            return di_errf(err, "pre_tokenizer regex failed: %s", (char *)msg);
+            return di_errf(r->err, "pre_tokenizer regex failed: %s", (char *)msg);
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(st->md);
         size_t ms = ov[0], me = ov[1];
-        if (prev != ms) spans_push(out, prev, ms, false);
-        spans_push(out, ms, me, true);
+        if (stream) {
+            /* stream: 1 = keep both (Isolated), 2 = keep gaps (Removed), 3 = keep matches */
+            if (prev != ms && stream != 3 && pass(r, k, s, prev, ms, at_start)) return -1;
+            if (stream != 2 && pass(r, k, s, ms, me, at_start)) return -1;
+        } else {
+            if (prev != ms) spans_push(l, prev, ms, false);
+            spans_push(l, ms, me, true);
+        }
         prev = me;
         if (me == ms) {
             if (ms >= n) break;
             uint32_t cp;
-            size_t l = tok_utf8_next(s + ms, n - ms, &cp);
-            pos = ms + (l ? l : 1);
+            size_t len = tok_utf8_next(s + ms, n - ms, &cp);
+            pos = ms + (len ? len : 1);
         } else
             pos = me;
     }
-    if (prev != n) spans_push(out, prev, n, false);
+    if (prev != n) {
+        if (!stream)
+            spans_push(l, prev, n, false);
+        else if (stream != 3 && pass(r, k, s, prev, n, at_start))
+            return -1;
+    }
     return 0;
 }
 
-static void literal_spans(const char *lit, size_t ll, const char *s, size_t n, spans *out) {
+static void literal_spans(const char *lit, size_t ll, const char *s, size_t n, tok_spans *out) {
     size_t prev = 0, i = 0;
     const char *h;
     while (i <= n && (h = memmem(s + i, n - i, lit, ll))) {
@@ -243,7 +267,7 @@ static bool is_numeric(uint32_t cp) {
     return c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO;
 }
 
-static void digit_spans(const char *s, size_t n, spans *out) {
+static void digit_spans(const char *s, size_t n, tok_spans *out) {
     size_t i = 0, gap = 0;
     while (i < n) {
         uint32_t cp;
@@ -259,25 +283,22 @@ static void digit_spans(const char *s, size_t n, spans *out) {
     if (gap != n) spans_push(out, gap, n, false);
 }
 
-/* Folds (range, is_match) by behaviour and emits the pieces (offset base). */
-static void apply_behavior(tok_pre *st, spans *l, int beh, bool invert, size_t base) {
+/* Folds (range, is_match) by behaviour (HF's SplitDelimiterBehavior) and
+ * passes the pieces on. */
+static int fold(run *r, int k, const char *s, tok_spans *l, int beh, bool invert, bool at_start) {
     if (invert)
         for (size_t i = 0; i < l->n; i++) l->v[i].m = !l->v[i].m;
-    if (beh == TB_REMOVED) {
+    if (beh == TB_REMOVED || beh == TB_ISOLATED) {
         for (size_t i = 0; i < l->n; i++)
-            if (!l->v[i].m) out_piece(st, base + l->v[i].s, l->v[i].e - l->v[i].s);
-        return;
+            if ((beh == TB_ISOLATED || !l->v[i].m) && pass(r, k, s, l->v[i].s, l->v[i].e, at_start))
+                return -1;
+        return 0;
     }
-    if (beh == TB_ISOLATED) {
-        for (size_t i = 0; i < l->n; i++) out_piece(st, base + l->v[i].s, l->v[i].e - l->v[i].s);
-        return;
-    }
-    /* fold into acc (reuse l in place: acc never outgrows the input) */
     size_t na = 0;
     bool prevm = false;
     if (beh == TB_MERGED_NEXT) {
-        for (size_t k = l->n; k-- > 0;) {
-            span sp = l->v[k];
+        for (size_t j = l->n; j-- > 0;) {
+            tok_span sp = l->v[j];
             if (sp.m && !prevm && na)
                 l->v[l->n - na].s = sp.s;
             else
@@ -285,11 +306,11 @@ static void apply_behavior(tok_pre *st, spans *l, int beh, bool invert, size_t b
             prevm = sp.m;
         }
         for (size_t i = l->n - na; i < l->n; i++)
-            out_piece(st, base + l->v[i].s, l->v[i].e - l->v[i].s);
-        return;
+            if (pass(r, k, s, l->v[i].s, l->v[i].e, at_start)) return -1;
+        return 0;
     }
     for (size_t i = 0; i < l->n; i++) {
-        span sp = l->v[i];
+        tok_span sp = l->v[i];
         bool merge = beh == TB_MERGED_PREV ? (sp.m && !prevm) : (sp.m == prevm);
         if (merge && na)
             l->v[na - 1].e = sp.e;
@@ -297,94 +318,74 @@ static void apply_behavior(tok_pre *st, spans *l, int beh, bool invert, size_t b
             l->v[na++] = sp;
         prevm = sp.m;
     }
-    for (size_t i = 0; i < na; i++) out_piece(st, base + l->v[i].s, l->v[i].e - l->v[i].s);
+    for (size_t i = 0; i < na; i++)
+        if (pass(r, k, s, l->v[i].s, l->v[i].e, at_start)) return -1;
+    return 0;
 }
 
-static void swap_pieces(tok_pre *st) {
-    tok_piece *p = st->pc;
-    size_t c = st->cap;
-    st->pc = st->pc2, st->cap = st->cap2, st->n = st->n2;
-    st->pc2 = p, st->cap2 = c, st->n2 = 0;
+static int step(run *r, int k, const char *s, size_t n, bool at_start) {
+    const tokenizer *t = r->t;
+    if (k == t->n_pretoks) {
+        r->emit(r->ctx, s, n);
+        return 0;
+    }
+    const tok_pretok *pt = &t->pretoks[k];
+    tok_pre *st = r->st;
+    tok_spans *l = &st->sp[k];
+    tok_buf *rw = &st->rw[k];
+    l->n = 0;
+    switch (pt->kind) {
+    case TP_SPLIT:
+        if (pt->re) {
+            int stream = pt->behavior == TB_ISOLATED  ? 1
+                         : pt->behavior == TB_REMOVED ? (pt->invert ? 3 : 2)
+                                                      : 0;
+            if (regex_scan(r, k, pt->re, pt->jit, s, n, at_start, stream, l)) return -1;
+            return stream ? 0 : fold(r, k, s, l, pt->behavior, pt->invert, at_start);
+        }
+        literal_spans(pt->lit, pt->lit_len, s, n, l);
+        return fold(r, k, s, l, pt->behavior, pt->invert, at_start);
+    case TP_DIGITS:
+        digit_spans(s, n, l);
+        return fold(r, k, s, l, pt->individual_digits ? TB_ISOLATED : TB_CONTIGUOUS, false,
+                    at_start);
+    case TP_BYTELEVEL:
+        if (pt->add_prefix_space && s[0] != ' ') {
+            rw->n = 0;
+            tok_buf_putc(rw, ' ');
+            tok_buf_put(rw, s, n);
+            s = rw->p, n = rw->n;
+        }
+        if (!pt->re) return step(r, k + 1, s, n, at_start);
+        return regex_scan(r, k, pt->re, pt->jit, s, n, at_start, 1, l);
+    case TP_METASPACE: {
+        rw->n = 0;
+        bool starts = s[0] == ' ' || (n >= pt->repl_len && !memcmp(s, pt->repl, pt->repl_len));
+        bool allow = pt->prepend_scheme == TM_ALWAYS ||
+                     (pt->prepend_scheme == TM_FIRST && r->first && at_start);
+        if (allow && !starts) tok_buf_put(rw, pt->repl, pt->repl_len);
+        for (size_t c = 0; c < n; c++)
+            if (s[c] == ' ')
+                tok_buf_put(rw, pt->repl, pt->repl_len);
+            else
+                tok_buf_putc(rw, s[c]);
+        if (!pt->split) return step(r, k + 1, rw->p, rw->n, at_start);
+        literal_spans(pt->repl, pt->repl_len, rw->p, rw->n, l);
+        return fold(r, k, rw->p, l, TB_MERGED_NEXT, false, at_start);
+    }
+    }
+    return 0;
 }
 
 int tok_pretokenize(const tokenizer *t, tok_pre *st, const char *text, size_t len, bool first,
-                    di_err *err) {
-    st->n = st->n2 = 0;
-    st->buf.n = 0;
-    tok_buf_put(&st->buf, text, len);
-    out_piece(st, 0, len);
-    swap_pieces(st);
-    spans l = {0};
-    int rc = 0;
-    for (int k = 0; k < t->n_pretoks && !rc; k++) {
-        const tok_pretok *pt = &t->pretoks[k];
-        if (pt->kind == TP_METASPACE || (pt->kind == TP_BYTELEVEL && pt->add_prefix_space)) {
-            /* rewrite every piece into tmp */
-            st->tmp.n = 0;
-            for (size_t i = 0; i < st->n; i++) {
-                const char *s = st->buf.p + st->pc[i].off;
-                size_t n = st->pc[i].len, start = st->tmp.n;
-                if (pt->kind == TP_BYTELEVEL) {
-                    if (s[0] != ' ') tok_buf_putc(&st->tmp, ' ');
-                    tok_buf_put(&st->tmp, s, n);
-                } else {
-                    bool starts =
-                        s[0] == ' ' || (n >= pt->repl_len && !memcmp(s, pt->repl, pt->repl_len));
-                    bool allow = pt->prepend_scheme == TM_ALWAYS ||
-                                 (pt->prepend_scheme == TM_FIRST && first && st->pc[i].off == 0);
-                    bool pre = allow && !starts;
-                    if (pre) tok_buf_put(&st->tmp, pt->repl, pt->repl_len);
-                    for (size_t c = 0; c < n; c++)
-                        if (s[c] == ' ')
-                            tok_buf_put(&st->tmp, pt->repl, pt->repl_len);
-                        else
-                            tok_buf_putc(&st->tmp, s[c]);
-                }
-                out_piece(st, start, st->tmp.n - start);
-            }
-            tok_buf b = st->buf;
-            st->buf = st->tmp;
-            st->tmp = b;
-            swap_pieces(st);
-            if (pt->kind == TP_METASPACE && !pt->split) continue;
-        }
-        for (size_t i = 0; i < st->n && !rc; i++) {
-            const char *s = st->buf.p + st->pc[i].off;
-            size_t n = st->pc[i].len;
-            l.n = 0;
-            int beh = pt->behavior;
-            bool inv = pt->invert;
-            if (pt->kind == TP_SPLIT && pt->re)
-                rc = regex_spans(pt, st, s, n, &l, err);
-            else if (pt->kind == TP_SPLIT)
-                literal_spans(pt->lit, pt->lit_len, s, n, &l);
-            else if (pt->kind == TP_BYTELEVEL) {
-                if (!pt->re) {
-                    out_piece(st, st->pc[i].off, n);
-                    continue;
-                }
-                rc = regex_spans(pt, st, s, n, &l, err);
-                beh = TB_ISOLATED, inv = false;
-            } else if (pt->kind == TP_DIGITS) {
-                digit_spans(s, n, &l);
-                beh = pt->individual_digits ? TB_ISOLATED : TB_CONTIGUOUS, inv = false;
-            } else { /* Metaspace split */
-                literal_spans(pt->repl, pt->repl_len, s, n, &l);
-                beh = TB_MERGED_NEXT, inv = false;
-            }
-            if (!rc) apply_behavior(st, &l, beh, inv, st->pc[i].off);
-        }
-        swap_pieces(st);
-    }
-    free(l.v);
-    return rc;
+                    tok_word_fn emit, void *ctx, di_err *err) {
+    if (!len) return 0;
+    run r = {t, st, first, emit, ctx, err};
+    return step(&r, 0, text, len, true);
 }
 
 void tok_pre_free(tok_pre *st) {
-    free(st->buf.p);
-    free(st->tmp.p);
-    free(st->pc);
-    free(st->pc2);
+    for (int k = 0; k < TOK_MAX_PRETOK; k++) free(st->sp[k].v), free(st->rw[k].p);
     if (st->md) pcre2_match_data_free(st->md);
     memset(st, 0, sizeof *st);
 }
