@@ -63,16 +63,18 @@ static size_t mat_bytes(const kern_mat *W) {
     return (size_t)W->rows * W->cols * e;
 }
 
-/* Best time of `reps` calls (after one warm-up). */
-static double time_matmul(pool *p, const kern_mat *W, int n, int reps) {
+/* Best time of `reps` calls (after one warm-up), cycling through `nw`
+ * copies of the matrix so that decode-sized shapes are read from memory, as
+ * they are in a model with many layers, not from the last-level cache. */
+static double time_matmul(pool *p, const kern_mat *W, int nw, int n, int reps) {
     float *x = di_alloc_aligned((size_t)n * W->cols * sizeof(float));
     float *y = di_alloc_aligned((size_t)n * W->rows * sizeof(float));
     fill_random(x, (size_t)n * W->cols, 3);
-    kern_matmul(p, y, x, W, NULL, n);
+    for (int i = 0; i < nw; i++) kern_matmul(p, y, x, &W[i], NULL, n);
     double best = 1e30;
     for (int i = 0; i < reps; i++) {
         double t0 = di_now();
-        kern_matmul(p, y, x, W, NULL, n);
+        kern_matmul(p, y, x, &W[i % nw], NULL, n);
         double dt = di_now() - t0;
         if (dt < best) best = dt;
     }
@@ -96,12 +98,19 @@ void kern_bench_report(pool *p) {
     static const kern_dtype dts[] = {KT_BF16, KT_F32, KT_I8};
     for (int d = 0; d < 3; d++) {
         for (int s = 0; s < 3; s++) {
-            kern_mat W = bench_mat(dts[d], gemv[s][0], gemv[s][1]);
-            double t = time_matmul(p, &W, 1, s == 2 ? 5 : 20);
-            double gbs = (double)mat_bytes(&W) / t / 1e9;
-            printf("gemv %-4s %6dx%-5d n=1   %8.1f GB/s   %5.1f %% of bandwidth\n", dt_name(dts[d]),
-                   W.rows, W.cols, gbs, 100 * gbs / bw);
-            free_mat(&W);
+            kern_mat W[8];
+            size_t one = (size_t)gemv[s][0] * gemv[s][1] *
+                         (dts[d] == KT_F32  ? 4
+                          : dts[d] == KT_I8 ? 1
+                                            : 2);
+            int nw = (int)(((size_t)256 << 20) / one) + 1;
+            if (nw > 8) nw = 8;
+            for (int i = 0; i < nw; i++) W[i] = bench_mat(dts[d], gemv[s][0], gemv[s][1]);
+            double t = time_matmul(p, W, nw, 1, s == 2 ? 6 : 24);
+            double gbs = (double)mat_bytes(&W[0]) / t / 1e9;
+            printf("gemv %-4s %6dx%-5d n=1   %8.1f GB/s    %5.1f %% of bandwidth\n",
+                   dt_name(dts[d]), W[0].rows, W[0].cols, gbs, 100 * gbs / bw);
+            for (int i = 0; i < nw; i++) free_mat(&W[i]);
         }
     }
     static const int gemm[][3] = {
@@ -110,7 +119,7 @@ void kern_bench_report(pool *p) {
         for (int s = 0; s < 4; s++) {
             kern_mat W = bench_mat(dts[d], gemm[s][1], gemm[s][2]);
             int n = gemm[s][0];
-            double t = time_matmul(p, &W, n, n > 64 ? 2 : 10);
+            double t = time_matmul(p, &W, 1, n, n > 64 ? 3 : 10);
             double gf = 2.0 * n * W.rows * W.cols / t / 1e9;
             printf("gemm %-4s %6dx%-5d n=%-3d %8.1f GFLOP/s %5.1f %% of peak\n", dt_name(dts[d]),
                    W.rows, W.cols, n, gf, 100 * gf / peak);

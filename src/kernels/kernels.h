@@ -23,7 +23,7 @@ typedef enum {
     KT_F32 = 0, /* float */
     KT_BF16,    /* uint16_t, bfloat16 */
     KT_F16,     /* uint16_t, IEEE half (stored only; converted at load) */
-    KT_I8,      /* int8_t with f32 scales, symmetric, per row or per group */
+    KT_I8,      /* int8_t in [-127, 127] with f32 scales, symmetric, per row or per group */
 } kern_dtype;
 
 typedef struct kern_mat {

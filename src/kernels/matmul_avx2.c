@@ -16,8 +16,10 @@
  * (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask, so the
  * activations are pre-split into even/odd halves per 16-column block once per
  * call. int8 weights use llama.cpp's Q8_0 trick: activations are quantized
- * per 32 columns and the products summed in integers with maddubs (|w| times
- * x carrying w's sign), then scaled once per block. */
+ * per 32 columns and the products summed in integers with maddubs (|x| times
+ * w carrying x's sign, so the per-row work is one sign per token), then
+ * scaled once per block. Weights must lie in [-127, 127], as
+ * kern_quantize_i8 makes them. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -169,21 +171,22 @@ AI void sb_i8(const sb_job *j, int r0, int t0, const int R, const int T, const b
         int gend = g0 + gstep < K32 ? g0 + gstep : K32;
         for (int k = g0; k < gend; k += 32) {
             int b = k / 32;
-            __m256i xv[4];
+            __m256i xv[4], xa[4];
             __m256 sx[4];
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
                 xv[t] = _mm256_loadu_si256((const __m256i *)(xq[t] + k));
+                xa[t] = _mm256_abs_epi8(xv[t]);
                 sx[t] = _mm256_broadcast_ss(xs[t] + b);
             }
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 __m256i wv = _mm256_loadu_si256((const __m256i *)(w[r] + k));
-                __m256i wa = _mm256_abs_epi8(wv);
 #pragma GCC unroll 4
                 for (int t = 0; t < T; t++) {
-                    /* |w| * (x with w's sign): unsigned x signed bytes, pairs to i16, to i32. */
-                    __m256i p16 = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv[t], wv));
+                    /* |x| * (w with x's sign): unsigned x signed bytes, pairs to i16, to i32.
+                     * Exact because weights lie in [-127, 127] (kern_quantize_i8). */
+                    __m256i p16 = _mm256_maddubs_epi16(xa[t], _mm256_sign_epi8(wv, xv[t]));
                     __m256 pf = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
                     __m256 sc = per_row ? sx[t] : _mm256_mul_ps(sx[t], sw[r]);
                     acc[r][t] = _mm256_fmadd_ps(pf, sc, acc[r][t]);
