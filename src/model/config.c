@@ -10,6 +10,7 @@
  * sliding_window_pattern N makes every N-th layer full and the rest slide. Every size is bounded so
  * later size arithmetic cannot overflow. No state beyond the config being filled. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,9 @@ static int get_int(cfg_ctx *cx, json_t *o, const char *key, long long dflt, long
     json_t *v = json_object_get(o, key);
     long long x = dflt;
     if (v && !json_is_null(v)) {
-        if (json_is_real(v) && json_real_value(v) == (double)(long long)json_real_value(v))
-            x = (long long)json_real_value(v);
+        double r = json_is_real(v) ? json_real_value(v) : 0.5;
+        if (json_is_real(v) && fabs(r) < 9e18 && r == (double)(long long)r)
+            x = (long long)r; /* 4096.0 is an integer too */
         else if (!json_is_integer(v))
             return di_errf(cx->err, "%s: field %s is not an integer", cx->file, key);
         else

@@ -83,7 +83,8 @@ bool model_has_tensor(model_loader *ld, const char *name) {
 
 static int add_file(model_loader *ld, const char *fname, const char *why, di_err *err) {
     if (strchr(fname, '/') || !strcmp(fname, "..") || !*fname)
-        return di_errf(err, "%s/%s: shard name %s is not a plain file name", ld->dir, why, fname);
+        return di_errf(err, "%s: shard name \"%.200s\" in %s is not a plain file name", ld->dir,
+                       fname, why);
     for (int i = 0; i < ld->n_files; i++) {
         const char *base = strrchr(ld->files[i].path, '/') + 1;
         if (!strcmp(base, fname)) return 0;

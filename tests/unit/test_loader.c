@@ -67,6 +67,10 @@ TEST(loader_error_bad_config_json) {
     model *m = load(dir, MODEL_DTYPE_BF16, &err);
     CHECK(!m);
     CHECKF(strstr(err.msg, "config.json") && strstr(err.msg, "JSON"), "%s", err.msg);
+    tm_make(dir, "llama", "F32", 2, "\"vocab_size\": 1e300,");
+    m = load(dir, MODEL_DTYPE_BF16, &err);
+    CHECK(!m);
+    CHECKF(strstr(err.msg, "vocab_size"), "%s", err.msg);
     tm_make(dir, "llama", "F32", 2, "\"num_key_value_heads\": 3,");
     m = load(dir, MODEL_DTYPE_BF16, &err);
     CHECK(!m);
@@ -228,6 +232,11 @@ TEST(loader_error_missing_shard) {
     CHECKF(strstr(err.msg, "model-00002-of-00002.safetensors") && strstr(err.msg, "missing") &&
                strstr(err.msg, "index.json"),
            "%s", err.msg);
+    /* shard names come from an untrusted file: no paths out of the directory */
+    tm_write_text(dir, "model.safetensors.index.json",
+                  "{\"weight_map\": {\"model.norm.weight\": \"../../etc/passwd\"}}");
+    CHECK(!load(dir, MODEL_DTYPE_BF16, &err));
+    CHECKF(strstr(err.msg, "not a plain file name"), "%s", err.msg);
     tm_rmdir(dir);
 }
 
