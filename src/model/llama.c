@@ -59,12 +59,15 @@ typedef struct {
     const float *q; /* n_tokens x n_heads*head_dim, roped */
     float *att;     /* n_tokens x n_heads*head_dim */
     float *scores;  /* n_tasks x group x max_len */
-    int max_len, n_pairs;
+    int max_len, n_units;
+    int split; /* each kv head's q-head group is cut into this many parts */
 } attn_job;
 
-/* One task: a range of (token, kv head) pairs. The q heads sharing a kv head
- * are done together, so each cached K/V row is read once per group, and the
- * cache is walked in contiguous runs (model_kv_run). */
+/* One task: a range of (token, kv head, part of its q-head group) units. The
+ * q heads of a part are done together, so each cached K/V row is read once
+ * per part, and the cache is walked in contiguous runs (model_kv_run). The
+ * group is split only when there are too few (token, kv head) pairs to keep
+ * every thread busy (decode at small batch, few kv heads). */
 static void attn_task(void *ctx, int task, int n_tasks) {
     attn_job *j = ctx;
     const model_config *c = &j->m->cfg;
@@ -73,26 +76,27 @@ static void attn_task(void *ctx, int task, int n_tasks) {
     size_t E = (size_t)model_kv_entry_floats(j->m, j->l);
     float scale = 1.0f / sqrtf((float)hd);
     float *sc = j->scores + (size_t)task * group * ml;
-    int p0 = (int)((long)j->n_pairs * task / n_tasks);
-    int p1 = (int)((long)j->n_pairs * (task + 1) / n_tasks);
+    int p0 = (int)((long)j->n_units * task / n_tasks);
+    int p1 = (int)((long)j->n_units * (task + 1) / n_tasks);
     for (int p = p0; p < p1; p++) {
-        int t = p / nkv, kh = p % nkv;
+        int part = p % j->split, t = p / j->split / nkv, kh = p / j->split % nkv;
+        int g0 = group * part / j->split, g1 = group * (part + 1) / j->split;
         int b = j->st->seq_of[t], pos = j->st->pos[t];
         int s0 = model_attn_start(j->m, j->l, pos), len = pos - s0 + 1;
         const float *q0 = j->q + (size_t)t * qd + (size_t)kh * group * hd;
         for (int i = 0, run; i < len; i += run) {
             const float *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, len - i, &run);
             for (int r = 0; r < run; r++, e += E)
-                for (int g = 0; g < group; g++)
+                for (int g = g0; g < g1; g++)
                     sc[g * ml + i + r] = kern_dot(q0 + g * hd, e + (size_t)kh * hd, hd) * scale;
         }
-        for (int g = 0; g < group; g++) kern_softmax(sc + g * ml, len);
+        for (int g = g0; g < g1; g++) kern_softmax(sc + g * ml, len);
         float *o0 = j->att + (size_t)t * qd + (size_t)kh * group * hd;
-        memset(o0, 0, (size_t)group * hd * sizeof(float));
+        memset(o0 + (size_t)g0 * hd, 0, (size_t)(g1 - g0) * hd * sizeof(float));
         for (int i = 0, run; i < len; i += run) {
             const float *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, len - i, &run);
             for (int r = 0; r < run; r++, e += E)
-                for (int g = 0; g < group; g++)
+                for (int g = g0; g < g1; g++)
                     kern_axpy(o0 + g * hd, sc[g * ml + i + r], e + kv_dim + (size_t)kh * hd, hd);
         }
     }
@@ -134,9 +138,11 @@ void gqa_attention(model *m, const model_step *st, int l, const float *x, float 
         int len = st->pos[t] - model_attn_start(m, l, st->pos[t]) + 1;
         if (len > max_len) max_len = len;
     }
-    attn_job j = {m, st, l, q, att, NULL, max_len, n * nkv};
-    int n_tasks = pool_threads(m->pool) * 4;
-    if (n_tasks > j.n_pairs) n_tasks = j.n_pairs;
+    int threads = pool_threads(m->pool), split = 1, group = nh / nkv;
+    while (split < group && n * nkv * split < 2 * threads) split++;
+    attn_job j = {m, st, l, q, att, NULL, max_len, n * nkv * split, split};
+    int n_tasks = threads * 4;
+    if (n_tasks > j.n_units) n_tasks = j.n_units;
     j.scores = model_scratch(m, FWD_SLOT_FAMILY0 + 5,
                              (size_t)n_tasks * (size_t)(nh / nkv) * (size_t)max_len);
     pool_run(m->pool, attn_task, &j, n_tasks);
