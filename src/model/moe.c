@@ -17,10 +17,14 @@
  * Execution is batch-shaped: the step's tokens are grouped by expert and each
  * active expert runs its SwiGLU as three kern_matmul calls over just its
  * tokens, so only active experts' weights are read and each is read once per
- * step. Many active experts run as parallel tasks (one expert per task); few
- * run one after another with each matmul parallel over rows. Expert outputs
- * land in per-(token, slot) rows and are summed per token in slot order, so the
- * result does not depend on the schedule. No state survives a call. */
+ * step. All experts' gate/up matmuls (and the shared experts') form one list
+ * of independent jobs, then all down matmuls another: with many jobs each runs
+ * on one thread as a pool task (one-token experts are cut into row bands so
+ * the threads get equal shares), with few each runs parallel over its rows.
+ * Two pool barriers per layer, whatever the number of experts. Expert outputs
+ * land in per-(token, slot) rows and are summed per token in slot order, so
+ * the result does not depend on the schedule or the thread count. No state
+ * survives a call. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,32 +103,54 @@ void moe_route(const model_config *c, const float *logits, const float *bias, fl
         for (int k = 0; k < K; k++) w[k] *= c->routed_scaling_factor;
 }
 
-/* out = down(silu(gate(x)) * up(x)) over n rows; g, u: n x gate.rows scratch. */
-static void moe_swiglu(pool *p, const kern_mat *gate, const kern_mat *up, const kern_mat *down,
-                       const float *x, float *out, int n, float *g, float *u) {
-    kern_matmul(p, g, x, gate, NULL, n);
-    kern_matmul(p, u, x, up, NULL, n);
-    kern_silu_mul(g, u, n * gate->rows);
-    kern_matmul(p, out, g, down, NULL, n);
+/* One matmul of the step's expert work: y = x W^T over n rows, W possibly a
+ * band of rows of an expert matrix (n == 1 only, so y stays contiguous). */
+typedef struct moe_job {
+    kern_mat W;
+    const float *x;
+    float *y;
+    int n;
+} moe_job;
+
+typedef struct moe_jobs {
+    moe_job *j;
+    int n, cap;
+} moe_jobs;
+
+/* Row bands per matrix for one-token units: with one token each expert is a
+ * GEMV; banding gives the threads equal shares. Bands are multiples of 16
+ * rows, so each row is reduced exactly as in the whole matrix. */
+static void moe_add(moe_jobs *js, const kern_mat *W, const float *x, float *y, int n, int bands) {
+    int step = n == 1 && bands > 1 ? (W->rows / bands + 15) / 16 * 16 : W->rows;
+    if (step <= 0) step = W->rows;
+    for (int r0 = 0; r0 < W->rows; r0 += step) {
+        int nr = W->rows - r0 < step ? W->rows - r0 : step;
+        if (js->n == js->cap) {
+            js->cap = js->cap ? 2 * js->cap : 64;
+            js->j = di_realloc(js->j, sizeof(moe_job) * (size_t)js->cap);
+        }
+        js->j[js->n++] = (moe_job){deepseek_rows(W, r0, nr), x, y + r0, n};
+    }
 }
 
-typedef struct moe_ctx {
-    const model_layer *L;
-    int hid, inter;
-    const int *active;    /* active expert ids */
-    const int *off, *cnt; /* per expert: first row in xin/y, number of rows */
-    const float *xin;     /* (n*K) x hid, grouped by expert */
-    float *g, *u, *y;     /* (n*K) x inter, (n*K) x inter, (n*K) x hid */
-    pool *p;              /* NULL inside tasks */
-} moe_ctx;
-
-static void moe_expert(void *vctx, int i, int n) {
+static void moe_job_run(void *ctx, int i, int n) {
     (void)n;
-    moe_ctx *c = vctx;
-    int e = c->active[i];
-    size_t r0 = (size_t)c->off[e];
-    moe_swiglu(c->p, &c->L->exp_gate[e], &c->L->exp_up[e], &c->L->exp_down[e], c->xin + r0 * c->hid,
-               c->y + r0 * c->hid, c->cnt[e], c->g + r0 * c->inter, c->u + r0 * c->inter);
+    const moe_job *j = &((const moe_jobs *)ctx)->j[i];
+    kern_matmul(NULL, j->y, j->x, &j->W, NULL, j->n);
+}
+
+/* Runs a list of independent matmuls: as parallel tasks when there are
+ * enough of them (each matmul on one thread), else one by one with each
+ * matmul parallel over its rows. */
+static void moe_jobs_run(pool *p, moe_jobs *js) {
+    int threads = p ? pool_threads(p) : 1;
+    if (p && js->n >= 2 * threads) {
+        pool_run(p, moe_job_run, js, js->n);
+    } else {
+        for (int i = 0; i < js->n; i++)
+            kern_matmul(p, js->j[i].y, js->j[i].x, &js->j[i].W, NULL, js->j[i].n);
+    }
+    js->n = 0;
 }
 
 static void moe_chunk(model *m, const model_layer *L, const float *x, float *out, int n) {
@@ -145,17 +171,15 @@ static void moe_chunk(model *m, const model_layer *L, const float *x, float *out
     free(scratch);
     free(logits);
 
-    /* Group the (token, slot) pairs by expert, tokens in order. */
+    /* Group the (token, slot) pairs by expert, tokens in order: expert e's
+     * rows are [off[e], off[e] + cnt[e]) of xin / g / u / y. */
     int *cnt = di_calloc((size_t)E, sizeof(int));
     int *off = di_malloc(sizeof(int) * (size_t)E);
-    int *row = di_malloc(sizeof(int) * (size_t)n * K); /* (t, k) -> row in xin/y */
+    int *row = di_malloc(sizeof(int) * (size_t)n * K); /* (t, k) -> row */
     for (int s = 0; s < n * K; s++) cnt[idx[s]]++;
-    int *active = di_malloc(sizeof(int) * (size_t)E);
-    int n_active = 0;
     for (int e = 0, o = 0; e < E; e++) {
         off[e] = o;
         o += cnt[e];
-        if (cnt[e]) active[n_active++] = e;
     }
     int *fill = di_calloc((size_t)E, sizeof(int));
     float *xin = di_malloc(sizeof(float) * (size_t)n * K * hid);
@@ -165,49 +189,50 @@ static void moe_chunk(model *m, const model_layer *L, const float *x, float *out
         memcpy(xin + (size_t)row[s] * hid, x + (size_t)(s / K) * hid, sizeof(float) * (size_t)hid);
     }
     free(fill);
-    /* Biggest experts first: better balance when they run as parallel tasks. */
-    for (int i = 1; i < n_active; i++)
-        for (int j = i; j > 0 && cnt[active[j]] > cnt[active[j - 1]]; j--) {
-            int tmp = active[j];
-            active[j] = active[j - 1];
-            active[j - 1] = tmp;
+
+    /* Every active expert and the shared experts: gate and up, then down. */
+    bool shared = L->sh_gate.data && L->sh_gate.rows > 0;
+    int sw = shared ? L->sh_gate.rows : 0;
+    float *g = di_malloc(sizeof(float) * ((size_t)n * K * inter + (size_t)n * sw));
+    float *u = di_malloc(sizeof(float) * ((size_t)n * K * inter + (size_t)n * sw));
+    float *y = di_malloc(sizeof(float) * (size_t)n * K * hid);
+    float *gs = g + (size_t)n * K * inter, *us = u + (size_t)n * K * inter;
+    moe_jobs js = {0};
+    for (int e = 0; e < E; e++) {
+        if (!cnt[e]) continue;
+        size_t r0 = (size_t)off[e];
+        moe_add(&js, &L->exp_gate[e], xin + r0 * hid, g + r0 * inter, cnt[e], threads);
+        moe_add(&js, &L->exp_up[e], xin + r0 * hid, u + r0 * inter, cnt[e], threads);
+    }
+    if (shared) {
+        moe_add(&js, &L->sh_gate, x, gs, n, threads);
+        moe_add(&js, &L->sh_up, x, us, n, threads);
+    }
+    moe_jobs_run(p, &js);
+    kern_silu_mul(g, u, n * K * inter + n * sw);
+    for (int e = 0; e < E; e++)
+        if (cnt[e]) {
+            size_t r0 = (size_t)off[e];
+            moe_add(&js, &L->exp_down[e], g + r0 * inter, y + r0 * hid, cnt[e], threads);
         }
-
-    moe_ctx c = {
-        .L = L, .hid = hid, .inter = inter, .active = active, .off = off, .cnt = cnt, .xin = xin};
-    c.g = di_malloc(sizeof(float) * (size_t)n * K * inter);
-    c.u = di_malloc(sizeof(float) * (size_t)n * K * inter);
-    c.y = di_malloc(sizeof(float) * (size_t)n * K * hid);
-    if (p && n_active >= 2 * threads) {
-        c.p = NULL;
-        pool_run(p, moe_expert, &c, n_active);
-    } else {
-        c.p = p;
-        for (int i = 0; i < n_active; i++) moe_expert(&c, i, n_active);
-    }
-
-    /* Shared experts over every token, then the routed outputs per token. */
-    if (L->sh_gate.data && L->sh_gate.rows > 0) {
-        int sw = L->sh_gate.rows;
-        float *g = di_malloc(sizeof(float) * (size_t)n * sw);
-        float *u = di_malloc(sizeof(float) * (size_t)n * sw);
-        moe_swiglu(p, &L->sh_gate, &L->sh_up, &L->sh_down, x, out, n, g, u);
-        free(g);
-        free(u);
-    } else {
+    if (shared)
+        moe_add(&js, &L->sh_down, gs, out, n, threads);
+    else
         memset(out, 0, sizeof(float) * (size_t)n * hid);
-    }
+    moe_jobs_run(p, &js);
+    free(js.j);
+
+    /* out = shared + the routed outputs per token, in slot order. */
     for (int t = 0; t < n; t++)
         for (int k = 0; k < K; k++) {
             int s = t * K + k;
-            kern_axpy(out + (size_t)t * hid, w[s], c.y + (size_t)row[s] * hid, hid);
+            kern_axpy(out + (size_t)t * hid, w[s], y + (size_t)row[s] * hid, hid);
         }
 
-    free(c.g);
-    free(c.u);
-    free(c.y);
+    free(g);
+    free(u);
+    free(y);
     free(xin);
-    free(active);
     free(row);
     free(off);
     free(cnt);
