@@ -17,7 +17,11 @@ Random weights are given structure so that logits are peaky: lm_head row j
 is (mostly) the embedding of token perm(j), so the residual stream's copy of
 the current token's embedding gives the next token a clear top-1 margin,
 while attention/MLP/MoE still move every logit. Quantised compute (bf16,
-int8) then agrees with f32 on top-1 almost everywhere.
+int8) then agrees with f32 on top-1 almost everywhere. A tied model
+(qwen2-tiny) cannot do this: lm_head is the embedding, so its top-1 is the
+current token, with a wide margin, and its greedy continuation repeats it.
+The DeepSeek presets use smaller residual branches (out_scale) because
+their routed experts add more to the stream.
 
 Usage:
   make_model.py --list
