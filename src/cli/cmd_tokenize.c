@@ -87,7 +87,7 @@ static int decode_mode(const tokenizer *tok, char *in, int skip, bool records) {
 int cmd_tokenize(int argc, char **argv) {
     const char *dir = NULL;
     int ids_flag = 0, tokens = 0, add_bos = 0, nul = 0, lines = 0, decode = 0, skip = 0, timeit = 0,
-        threads = 1, repeat = 1;
+        threads = 1, repeat = 1, trusted = 0;
     const cli_opt opts[] = {
         {"--model", OPT_STR, &dir, "directory with tokenizer.json (or the file itself)"},
         {"--ids", OPT_FLAG, &ids_flag, "print ids separated by spaces (default)"},
@@ -100,6 +100,8 @@ int cmd_tokenize(int argc, char **argv) {
          "read ids from stdin and print their text (with --lines/--nul: one id list per line, "
          "each text NUL-terminated)"},
         {"--skip-special", OPT_FLAG, &skip, "with --decode: leave out special tokens"},
+        {"--trusted", OPT_FLAG, &trusted,
+         "recognise added tokens in the text (for testing; stdin is otherwise untrusted)"},
         {"--threads", OPT_INT, &threads, "encode on a pool of N threads (default 1)"},
         {"--time", OPT_FLAG, &timeit, "print encode-only throughput to stderr"},
         {"--repeat", OPT_INT, &repeat, "with --time: encode the input N times"},
@@ -152,8 +154,9 @@ int cmd_tokenize(int argc, char **argv) {
             }
             tok_ids ids = {0};
             if (add_bos) tok_ids_push(&ids, tok_bos_id(tok));
-            int e = p ? tok_encode_text_parallel(tok, p, in + pos, end - pos, &ids, &err)
-                      : tok_encode_text(tok, in + pos, end - pos, &ids, &err);
+            int e = trusted ? tok_encode_trusted(tok, in + pos, end - pos, &ids, &err)
+                    : p     ? tok_encode_text_parallel(tok, p, in + pos, end - pos, &ids, &err)
+                            : tok_encode_text(tok, in + pos, end - pos, &ids, &err);
             if (e) {
                 fprintf(stderr, "deepinfer: %s\n", err.msg);
                 rc = 1;

@@ -39,6 +39,11 @@ int tok_encode_text(const tokenizer *t, const char *text, size_t len, tok_ids *o
 int tok_encode_text_parallel(const tokenizer *t, pool *p, const char *text, size_t len,
                              tok_ids *out, di_err *err);
 
+/* Trusted text only (a template the server itself rendered): added tokens
+ * are recognised as Hugging Face does, honouring their lstrip, rstrip,
+ * single_word and normalized flags. Never call it on user text. No BOS. */
+int tok_encode_trusted(const tokenizer *t, const char *text, size_t len, tok_ids *out, di_err *err);
+
 /* Trusted: id of an added/special token by its content (e.g.
  * "<｜begin▁of▁sentence｜>"), or -1. */
 int tok_control_id(const tokenizer *t, const char *content);

@@ -217,6 +217,41 @@ TEST(tok_load_errors_name_the_feature) {
     CHECK(!tok_load("/nonexistent/dir", &err) && strstr(err.msg, "/nonexistent/dir"));
 }
 
+/* tok_encode_trusted: HF's added-token matching with lstrip/rstrip/single_word;
+ * tok_encode_text on the same text never matches them. */
+TEST(tok_trusted_added_token_flags) {
+    char *json = sp_json(SP_NORM, "null", SP_DEC, SP_FLAGS);
+    const char *extra = "\"added_tokens\":["
+                        "{\"id\":276,\"content\":\"<tool>\",\"special\":true,\"lstrip\":true,"
+                        "\"rstrip\":true,\"normalized\":false},"
+                        "{\"id\":277,\"content\":\"ab\",\"special\":false,\"single_word\":true,"
+                        "\"normalized\":false},";
+    tok_buf b = {0};
+    const char *at = strstr(json, "\"added_tokens\":[");
+    tok_buf_put(&b, json, (size_t)(at - json));
+    tok_buf_put(&b, extra, strlen(extra));
+    tok_buf_put(&b, at + strlen("\"added_tokens\":["), strlen(at) - strlen("\"added_tokens\":["));
+    free(json);
+    char *dir = write_tok(b.p, NULL);
+    free(b.p);
+    di_err err = {{0}};
+    tokenizer *t = tok_load(dir, &err);
+    remove_tok(dir);
+    CHECKF(t, "%.300s", err.msg);
+    tok_ids ids = {0};
+    const char *s1 = "x <tool> y";
+    CHECK(tok_encode_trusted(t, s1, strlen(s1), &ids, &err) == 0);
+    CHECKF(ids_eq(&ids, (int[]){259, 3 + 'x', 276, 259, 3 + 'y'}, 5), "got %zu ids", ids.n);
+    ids.n = 0;
+    const char *s2 = "ab cab ab";
+    CHECK(tok_encode_trusted(t, s2, strlen(s2), &ids, &err) == 0);
+    CHECKF(ids_eq(&ids, (int[]){277, 266, 262, 264, 259, 277}, 6), "got %zu ids", ids.n);
+    CHECK(encode_str(t, s1, &ids) == 0);
+    for (size_t i = 0; i < ids.n; i++) CHECK(!tok_is_control(t, ids.v[i]));
+    tok_ids_free(&ids);
+    tok_free(t);
+}
+
 /* ---- the tiny model's byte-level tokenizer ------------------------------- */
 
 TEST(tok_bytelevel_roundtrip_and_invalid_utf8) {

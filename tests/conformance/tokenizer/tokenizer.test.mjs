@@ -130,6 +130,26 @@ for (const name of NAMES) {
     compare(recs, got, (s, i) => Array.from(encs[i].getIds()), `${name} whitespace vs Rust`);
   });
 
+  test(`${name}: trusted text (--trusted) splits added tokens exactly as HF`, async () => {
+    let Tokenizer;
+    try {
+      ({ Tokenizer } = await import('@anush008/tokenizers'));
+    } catch {
+      return;
+    }
+    const { json } = loadOracle(name);
+    const rs = Tokenizer.fromString(JSON.stringify(json));
+    const recs = [];
+    for (const a of added.slice(0, 40)) {
+      const c = a.content;
+      recs.push(c, `${c}hello`, `hello ${c} world`, ` ${c} `, `${c}\n${c}`, `x${c}y`, `\n\n${c}  a`);
+    }
+    recs.push(...corpus.slice(0, 200), ...corpus.slice(1500, 1700).map((s) => `${added[0].content}${s}`));
+    const got = encodeAll(dir, recs, ['--trusted']);
+    const encs = await rs.encodeBatch(recs, { addSpecialTokens: false });
+    compare(recs, got, (s, i) => Array.from(encs[i].getIds()), `${name} trusted vs Rust`);
+  });
+
   test(`${name}: --add-bos prepends only the configured BOS`, () => {
     const r = spawnSync(BIN, ['tokenize', '--model', dir, '--add-bos'], { input: 'Hello' });
     const cfgBos = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8')).bos_token;
