@@ -14,7 +14,7 @@ WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
 INC     := -Isrc -Itests/unit
 OPT     ?= -O2 -g
 SANFL   := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-LIBS    := -ljansson -lpcre2-8 -lxxhash -lutf8proc -lm
+LIBS    := -ljansson -lpcre2-8 -lxxhash -lutf8proc -lmicrohttpd -lm
 AVX2FL  := -mavx2 -mfma -mf16c
 
 LIB_SRC  := $(sort $(shell find src -name '*.c' ! -path 'src/cli/*'))

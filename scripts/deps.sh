@@ -3,7 +3,7 @@
 #   scripts/deps.sh          build dependencies (compiler, libraries)
 #   scripts/deps.sh test     + what the tests need (PyTorch reference, Node for oracles, clang)
 set -euo pipefail
-want=(gcc make pkg-config libjansson-dev libpcre2-dev libxxhash-dev libutf8proc-dev)
+want=(gcc make pkg-config libjansson-dev libpcre2-dev libxxhash-dev libutf8proc-dev libmicrohttpd-dev)
 if [ "${1:-}" = "test" ]; then
   want+=(python3 python3-torch python3-numpy nodejs npm clang)
 fi

@@ -12,6 +12,8 @@ int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_render(int argc, char **argv);
+/* `deepinfer serve`: the OpenAI / Anthropic HTTP API server (src/server/). */
+int cmd_serve(int argc, char **argv);
 /* Developer command used by the reference tests: runs a prompt, then decode
  * steps, and writes every position's logits as raw f32 to a file. */
 int cmd_logits(int argc, char **argv);

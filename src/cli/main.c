@@ -11,6 +11,7 @@ static void usage(FILE *f) {
                "  bench      measure prefill/decode speed against the machine's limits\n"
                "  tokenize   encode text (stdin) with a model's tokenizer\n"
                "  render     render a conversation (JSON, stdin) into a prompt\n"
+               "  serve      serve the OpenAI and Anthropic HTTP APIs\n"
                "run 'deepinfer COMMAND --help' for a command's options\n");
 }
 
@@ -24,7 +25,7 @@ int main(int argc, char **argv) {
         int (*fn)(int, char **);
     } cmds[] = {
         {"generate", cmd_generate}, {"bench", cmd_bench},   {"tokenize", cmd_tokenize},
-        {"render", cmd_render},     {"logits", cmd_logits},
+        {"render", cmd_render},     {"logits", cmd_logits},     {"serve", cmd_serve},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);

@@ -1,0 +1,146 @@
+/* api_openai_completions.c — the legacy OpenAI Completions endpoint: a raw
+ * prompt (a string, or token ids) continued as plain text, the way
+ * `deepinfer generate` does it (BOS, then the prompt as untrusted text; no
+ * chat template, no reasoning or tool parsing; stop strings still apply).
+ * Bodies are `text_completion` objects; streams are `text_completion` chunks
+ * ending with `data: [DONE]`. logprobs is the legacy integer form. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/srv_internal.h"
+
+static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
+    const json_t *p = json_object_get(body, "prompt");
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0); /* a batch of one */
+    if (json_is_string(p)) {
+        r->prompt = di_strdup(json_string_value(p));
+        r->prompt_len = json_string_length(p);
+    } else if (json_is_array(p) && json_array_size(p) > 0) {
+        size_t i;
+        const json_t *id;
+        json_array_foreach(p, i, id) {
+            if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+                json_integer_value(id) > 1 << 30)
+                return srv_failf(f, 400, "prompt", "prompt[%zu]: expected a token id", i);
+            tok_ids_push(&r->prompt_ids, (int)json_integer_value(id));
+        }
+    } else
+        return srv_failf(f, 400, "prompt",
+                         "prompt: expected a string, an array of token ids, or a batch of one");
+    r->max_tokens = 16; /* the OpenAI default for this endpoint */
+    int lp = -1;
+    if (srv_get_sampling(body, r, 2.0f, f) || srv_get_stops(body, "stop", r, lim, f) ||
+        srv_get_bool(body, "stream", &r->stream, f) ||
+        srv_get_int(body, "n", 1, lim->max_n, &r->n, f) ||
+        srv_get_int(body, "max_tokens", 0, 1 << 30, &r->max_tokens, f) ||
+        srv_get_int(body, "logprobs", 0, SAMP_MAX_TOP, &lp, f) ||
+        srv_get_bool(body, "echo", &r->echo, f))
+        return -1;
+    if (r->max_tokens == 0) r->max_tokens = -1; /* null-like: up to the context */
+    if (lp >= 0) {
+        r->logprobs = true;
+        r->top_logprobs = lp;
+    }
+    const json_t *so = json_object_get(body, "stream_options");
+    if (json_is_object(so) && srv_get_bool(so, "include_usage", &r->include_usage, f)) return -1;
+    return 0;
+}
+
+static json_t *choice(srv_gen *g, int bi, const char *text, size_t len, json_t *lps,
+                      const char *finish) {
+    json_t *c = json_pack("{s:o, s:i, s:n, s:n}", "text", srv_jstr(text, len), "index", bi,
+                          "logprobs", "finish_reason");
+    if (finish) json_object_set_new(c, "finish_reason", json_string(finish));
+    if (lps) {
+        json_t *tokens = json_array(), *tlp = json_array(), *top = json_array();
+        size_t i;
+        json_t *e;
+        json_array_foreach(lps, i, e) {
+            json_array_append(tokens, json_object_get(e, "token"));
+            json_array_append(tlp, json_object_get(e, "logprob"));
+            json_t *m = json_object(), *t;
+            size_t k;
+            json_array_foreach(json_object_get(e, "top_logprobs"), k, t) {
+                json_object_set(m, json_string_value(json_object_get(t, "token")),
+                                json_object_get(t, "logprob"));
+            }
+            json_array_append_new(top, m);
+        }
+        json_object_set_new(c, "logprobs",
+                            json_pack("{s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", tlp,
+                                      "top_logprobs", top));
+    }
+    return c;
+}
+
+static json_t *wrap(srv_gen *g, json_t *choices) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:o}", "id", g->id, "object", "text_completion",
+                     "created", (json_int_t)g->created, "model", g->env.model_name,
+                     "system_fingerprint", "deepinfer", "choices", choices);
+}
+
+static void comp_event(srv_gen *g, int bi, const gev *ev) {
+    gen_branch *b = &g->b[bi];
+    if (ev->kind == GEV_LOGPROB) {
+        if (!b->lp_pending) b->lp_pending = json_array();
+        json_array_append(b->lp_pending, ev->logprob);
+        return;
+    }
+    if (ev->kind != GEV_TEXT) return;
+    json_t *c = choice(g, bi, ev->text, ev->len, b->lp_pending, NULL);
+    json_decref(b->lp_pending);
+    b->lp_pending = NULL;
+    sse_json(g, NULL, wrap(g, json_pack("[o]", c)));
+}
+
+static void comp_begin(srv_gen *g) {
+    if (!g->req->echo || !g->echo_text) return;
+    for (int i = 0; i < g->n; i++)
+        sse_json(g, NULL,
+                 wrap(g, json_pack("[o]", choice(g, i, g->echo_text, g->echo_len, NULL, NULL))));
+}
+
+static void comp_branch_end(srv_gen *g, int bi) {
+    gen_branch *b = &g->b[bi];
+    json_t *c = choice(g, bi, "", 0, b->lp_pending, srv_finish_openai(b->finish));
+    json_decref(b->lp_pending);
+    b->lp_pending = NULL;
+    sse_json(g, NULL, wrap(g, json_pack("[o]", c)));
+}
+
+static void comp_end(srv_gen *g) {
+    if (g->req->include_usage) {
+        json_t *w = wrap(g, json_array());
+        json_object_set_new(w, "usage", srv_usage_openai(g));
+        sse_json(g, NULL, w);
+    }
+    sse_raw(g, "data: [DONE]\n\n");
+}
+
+static json_t *comp_body(srv_gen *g) {
+    json_t *choices = json_array();
+    for (int i = 0; i < g->n; i++) {
+        gen_branch *b = &g->b[i];
+        sbuf t = {0};
+        if (g->req->echo && g->echo_text) sbuf_add(&t, g->echo_text, g->echo_len);
+        sbuf_add(&t, b->text.p ? b->text.p : "", b->text.n);
+        json_array_append_new(choices, choice(g, i, t.p, t.n, g->req->logprobs ? b->logprobs : NULL,
+                                              srv_finish_openai(b->finish)));
+        sbuf_free(&t);
+    }
+    json_t *w = wrap(g, choices);
+    json_object_set_new(w, "usage", srv_usage_openai(g));
+    return w;
+}
+
+const srv_api srv_api_completions = {.path = "/v1/completions",
+                                     .name = "completions",
+                                     .proto = SRV_COMPLETIONS,
+                                     .parse = comp_parse,
+                                     .begin = comp_begin,
+                                     .event = comp_event,
+                                     .branch_end = comp_branch_end,
+                                     .end = comp_end,
+                                     .body = comp_body};

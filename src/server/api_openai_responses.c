@@ -1,0 +1,379 @@
+/* api_openai_responses.c — OpenAI Responses: `input` (a string or a list of
+ * message / function_call / function_call_output / reasoning items) plus
+ * `instructions` into the internal conversation; output as a `response`
+ * object whose `output` holds reasoning, message and function_call items,
+ * streamed as response.created, response.in_progress, output_item.added,
+ * content_part.added, output_text.delta, function_call_arguments.delta, the
+ * matching .done events and response.completed (or response.incomplete when
+ * max_output_tokens cut it). Every event carries a sequence_number. Stateless:
+ * previous_response_id is refused (nothing is stored). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/srv_internal.h"
+
+/* --- request ------------------------------------------------------------- */
+static int add_content(const json_t *c, conv_message *m, const char *where, srv_fail *f) {
+    if (json_is_string(c)) {
+        conv_message_add_text(m, json_string_value(c), json_string_length(c));
+        return 0;
+    }
+    if (!json_is_array(c))
+        return srv_failf(f, 400, "input", "%s.content: expected a string or an array", where);
+    m->has_content = true;
+    size_t i;
+    const json_t *p;
+    json_array_foreach(c, i, p) {
+        const char *type = json_string_value(json_object_get(p, "type"));
+        if (!type)
+            return srv_failf(f, 400, "input", "%s.content[%zu].type: expected a string", where, i);
+        if (!strcmp(type, "input_text") || !strcmp(type, "output_text") || !strcmp(type, "text")) {
+            const json_t *t = json_object_get(p, "text");
+            if (!json_is_string(t))
+                return srv_failf(f, 400, "input", "%s.content[%zu].text: expected a string", where,
+                                 i);
+            conv_message_add_text(m, json_string_value(t), json_string_length(t));
+        } else if (!strcmp(type, "input_image"))
+            conv_message_add_image(m);
+        else if (strcmp(type, "refusal"))
+            return srv_failf(f, 400, "input", "%s.content[%zu].type: unsupported '%s'", where, i,
+                             type);
+    }
+    return 0;
+}
+
+static conv_message *last_assistant(conversation *c) {
+    if (c->n_msgs && c->msgs[c->n_msgs - 1].role == CONV_ASSISTANT) return &c->msgs[c->n_msgs - 1];
+    conv_message *m = conv_add_message(c, CONV_ASSISTANT);
+    m->has_content = false;
+    return m;
+}
+
+static int parse_item(const json_t *it, conversation *c, size_t i, srv_fail *f) {
+    char where[48];
+    snprintf(where, sizeof where, "input[%zu]", i);
+    if (!json_is_object(it)) return srv_failf(f, 400, "input", "%s: expected an object", where);
+    const char *type = json_string_value(json_object_get(it, "type"));
+    const char *role = json_string_value(json_object_get(it, "role"));
+    if (!type || !strcmp(type, "message")) {
+        if (!role) return srv_failf(f, 400, "input", "%s.role: expected a string", where);
+        conv_role r;
+        if (!strcmp(role, "user"))
+            r = CONV_USER;
+        else if (!strcmp(role, "assistant"))
+            r = CONV_ASSISTANT;
+        else if (!strcmp(role, "system") || !strcmp(role, "developer"))
+            r = CONV_SYSTEM;
+        else
+            return srv_failf(f, 400, "input", "%s.role: unknown role '%s'", where, role);
+        conv_message *m = conv_add_message(c, r);
+        return add_content(json_object_get(it, "content"), m, where, f);
+    }
+    if (!strcmp(type, "function_call")) {
+        const json_t *name = json_object_get(it, "name"), *args = json_object_get(it, "arguments");
+        const json_t *id = json_object_get(it, "call_id");
+        if (!json_is_string(name))
+            return srv_failf(f, 400, "input", "%s.name: expected a string", where);
+        if (!json_is_string(args))
+            return srv_failf(f, 400, "input", "%s.arguments: expected a string", where);
+        conv_message_add_tool_call(last_assistant(c),
+                                   json_is_string(id) ? json_string_value(id) : "",
+                                   json_string_value(name), json_string_value(args));
+        return 0;
+    }
+    if (!strcmp(type, "function_call_output")) {
+        const json_t *id = json_object_get(it, "call_id"), *out = json_object_get(it, "output");
+        if (!json_is_string(id))
+            return srv_failf(f, 400, "input", "%s.call_id: expected a string", where);
+        conv_message *m = conv_add_message(c, CONV_TOOL);
+        m->tool_call_id = di_strdup(json_string_value(id));
+        if (json_is_string(out))
+            conv_message_add_text(m, json_string_value(out), json_string_length(out));
+        else if (out && !json_is_null(out))
+            return add_content(out, m, where, f);
+        return 0;
+    }
+    if (!strcmp(type, "reasoning")) {
+        sbuf t = {0};
+        const json_t *parts = json_object_get(it, "content");
+        if (!json_is_array(parts)) parts = json_object_get(it, "summary");
+        size_t k;
+        const json_t *p;
+        json_array_foreach(parts, k, p) {
+            const json_t *s = json_object_get(p, "text");
+            if (json_is_string(s)) sbuf_add(&t, json_string_value(s), json_string_length(s));
+        }
+        conv_message *m = last_assistant(c);
+        free(m->reasoning);
+        m->reasoning = di_strdup(t.p ? t.p : "");
+        sbuf_free(&t);
+        return 0;
+    }
+    return srv_failf(f, 400, "input", "%s.type: unsupported item type '%s'", where, type);
+}
+
+static int resp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
+    const json_t *prev = json_object_get(body, "previous_response_id");
+    if (prev && !json_is_null(prev))
+        return srv_failf(f, 400, "previous_response_id",
+                         "previous_response_id: this server stores no responses; send the whole "
+                         "conversation in input");
+    r->conv = conv_new();
+    const char *instr = NULL;
+    if (srv_get_str(body, "instructions", &instr, f)) return -1;
+    if (instr) conv_message_add_text(conv_add_message(r->conv, CONV_SYSTEM), instr, strlen(instr));
+    const json_t *in = json_object_get(body, "input");
+    if (json_is_string(in))
+        conv_message_add_text(conv_add_message(r->conv, CONV_USER), json_string_value(in),
+                              json_string_length(in));
+    else if (json_is_array(in)) {
+        size_t i;
+        const json_t *it;
+        json_array_foreach(in, i, it) if (parse_item(it, r->conv, i, f)) return -1;
+    } else
+        return srv_failf(f, 400, "input", "input: expected a string or an array of items");
+    if (!r->conv->n_msgs) return srv_failf(f, 400, "input", "input: must not be empty");
+    const json_t *reasoning = json_object_get(body, "reasoning");
+    if (json_is_object(reasoning)) {
+        const char *eff = json_string_value(json_object_get(reasoning, "effort"));
+        if (eff && !strcmp(eff, "none"))
+            r->conv->thinking = CONV_THINK_OFF;
+        else if (eff) {
+            r->conv->thinking = CONV_THINK_ON;
+            r->conv->reasoning_effort = di_strdup(eff);
+        }
+    } else if (reasoning && !json_is_null(reasoning))
+        return srv_failf(f, 400, "reasoning", "reasoning: expected an object");
+    const json_t *text = json_object_get(body, "text");
+    if (text && !json_is_null(text) && !json_is_object(text))
+        return srv_failf(f, 400, "text", "text: expected an object");
+    if (srv_parse_tools(json_object_get(body, "tools"), r->conv, f) ||
+        srv_parse_tool_choice(json_object_get(body, "tool_choice"), r, f) ||
+        srv_apply_tool_choice(r, f) ||
+        srv_parse_response_format(json_object_get(text, "format"), "text.format", r, f) ||
+        srv_get_sampling(body, r, 2.0f, f) || srv_get_bool(body, "stream", &r->stream, f) ||
+        srv_get_int(body, "max_output_tokens", 1, 1 << 30, &r->max_tokens, f) ||
+        srv_get_int(body, "top_logprobs", 0, SAMP_MAX_TOP, &r->top_logprobs, f) ||
+        srv_get_bool(body, "parallel_tool_calls", &r->parallel_tool_calls, f))
+        return -1;
+    (void)lim;
+    if (r->top_logprobs) r->logprobs = true;
+    return 0;
+}
+
+/* --- output items -------------------------------------------------------- */
+static void item_id(const srv_gen *g, const char *pre, int index, char *out, size_t cap) {
+    snprintf(out, cap, "%s_%s_%d", pre, g->id + 5, index);
+}
+
+static json_t *reasoning_item(const srv_gen *g, int idx, const char *text, size_t len,
+                              const char *status) {
+    char id[80];
+    item_id(g, "rs", idx, id, sizeof id);
+    json_t *content = json_array();
+    if (text)
+        json_array_append_new(content, json_pack("{s:s, s:o}", "type", "reasoning_text", "text",
+                                                 srv_jstr(text, len)));
+    return json_pack("{s:s, s:s, s:[], s:o, s:s}", "id", id, "type", "reasoning", "summary",
+                     "content", content, "status", status);
+}
+
+static json_t *text_part(const char *text, size_t len) {
+    return json_pack("{s:s, s:o, s:[], s:[]}", "type", "output_text", "text", srv_jstr(text, len),
+                     "annotations", "logprobs");
+}
+
+static json_t *message_item(const srv_gen *g, int idx, const char *text, size_t len,
+                            const char *status) {
+    char id[80];
+    item_id(g, "msg", idx, id, sizeof id);
+    json_t *content = json_array();
+    if (text) json_array_append_new(content, text_part(text, len));
+    return json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", id, "type", "message", "role", "assistant",
+                     "status", status, "content", content);
+}
+
+static json_t *call_item(const srv_gen *g, int idx, const gen_tool *t, const char *status,
+                         bool with_args) {
+    char id[80];
+    item_id(g, "fc", idx, id, sizeof id);
+    const char *a = with_args && t->args.n ? t->args.p : "";
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s}", "id", id, "type", "function_call", "call_id",
+                     t->id, "name", t->name, "arguments", srv_jstr(a, strlen(a)), "status", status);
+}
+
+static json_t *response_obj(srv_gen *g, const char *status, bool final) {
+    gen_branch *b = &g->b[0];
+    json_t *output = json_array();
+    if (final) {
+        int idx = 0;
+        if (b->reasoning.n)
+            json_array_append_new(
+                output, reasoning_item(g, idx++, b->reasoning.p, b->reasoning.n, "completed"));
+        if (b->text.n || !b->n_tools)
+            json_array_append_new(
+                output, message_item(g, idx++, b->text.p ? b->text.p : "", b->text.n, "completed"));
+        for (int t = 0; t < b->n_tools; t++)
+            json_array_append_new(output, call_item(g, idx++, &b->tools[t], "completed", true));
+    }
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:b, s:n, s:n, s:s, s:[], s:n}", "id",
+                          g->id, "object", "response", "created_at", (json_int_t)g->created,
+                          "status", status, "model", g->env.model_name, "output", output,
+                          "parallel_tool_calls", g->req->parallel_tool_calls, "error",
+                          "incomplete_details", "tool_choice", "auto", "tools", "usage");
+    json_object_set_new(o, "temperature", json_real(g->req->samp.temperature));
+    json_object_set_new(o, "top_p", json_real(g->req->samp.top_p > 0 ? g->req->samp.top_p : 1.0));
+    json_object_set_new(o, "max_output_tokens",
+                        g->req->max_tokens > 0 ? json_integer(g->req->max_tokens) : json_null());
+    if (final) {
+        engine_usage u = gen_usage(g);
+        json_object_set_new(o, "usage",
+                            json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens",
+                                      u.prompt_tokens, "input_tokens_details", "cached_tokens",
+                                      u.cached_tokens, "output_tokens", u.completion_tokens,
+                                      "output_tokens_details", "reasoning_tokens", 0,
+                                      "total_tokens", u.prompt_tokens + u.completion_tokens));
+        if (b->finish == FIN_LENGTH)
+            json_object_set_new(o, "incomplete_details",
+                                json_pack("{s:s}", "reason", "max_output_tokens"));
+        if (b->finish == FIN_ERROR)
+            json_object_set_new(o, "error",
+                                json_pack("{s:s, s:s}", "code", "server_error", "message",
+                                          b->error ? b->error : "generation failed"));
+    }
+    return o;
+}
+
+/* --- stream -------------------------------------------------------------- */
+static void emit(srv_gen *g, const char *type, json_t *ev) {
+    json_object_set_new(ev, "type", json_string(type));
+    json_object_set_new(ev, "sequence_number", json_integer(g->seq_no++));
+    sse_json(g, type, ev);
+}
+
+static void close_block(srv_gen *g, gen_branch *b) {
+    int idx = b->blk_index;
+    char id[80];
+    if (b->blk == GEV_REASONING + 1) {
+        const char *t = b->reasoning.p + b->blk_from;
+        size_t n = b->reasoning.n - b->blk_from;
+        item_id(g, "rs", idx, id, sizeof id);
+        emit(g, "response.reasoning_text.done",
+             json_pack("{s:s, s:i, s:i, s:o}", "item_id", id, "output_index", idx, "content_index",
+                       0, "text", srv_jstr(t, n)));
+        emit(g, "response.output_item.done",
+             json_pack("{s:i, s:o}", "output_index", idx, "item",
+                       reasoning_item(g, idx, t, n, "completed")));
+    } else if (b->blk == GEV_TEXT + 1) {
+        const char *t = b->text.p + b->blk_from;
+        size_t n = b->text.n - b->blk_from;
+        item_id(g, "msg", idx, id, sizeof id);
+        emit(g, "response.output_text.done",
+             json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", id, "output_index", idx,
+                       "content_index", 0, "text", srv_jstr(t, n), "logprobs"));
+        emit(g, "response.content_part.done",
+             json_pack("{s:s, s:i, s:i, s:o}", "item_id", id, "output_index", idx, "content_index",
+                       0, "part", text_part(t, n)));
+        emit(g, "response.output_item.done",
+             json_pack("{s:i, s:o}", "output_index", idx, "item",
+                       message_item(g, idx, t, n, "completed")));
+    } else if (b->blk == GEV_TOOL_START + 1) {
+        const gen_tool *t = &b->tools[b->tool_open];
+        item_id(g, "fc", idx, id, sizeof id);
+        const char *a = t->args.n ? t->args.p : "{}";
+        emit(g, "response.function_call_arguments.done",
+             json_pack("{s:s, s:i, s:o}", "item_id", id, "output_index", idx, "arguments",
+                       srv_jstr(a, strlen(a))));
+        emit(g, "response.output_item.done",
+             json_pack("{s:i, s:o}", "output_index", idx, "item",
+                       call_item(g, idx, t, "completed", true)));
+    }
+    if (b->blk) b->blk_index++;
+    b->blk = 0;
+}
+
+static void resp_event(srv_gen *g, int bi, const gev *ev) {
+    gen_branch *b = &g->b[bi];
+    if (bi != 0 || ev->kind == GEV_LOGPROB || ev->kind == GEV_TOOL_END) return;
+    int want = ev->kind == GEV_TOOL_ARGS ? GEV_TOOL_START + 1 : (int)ev->kind + 1;
+    if (b->blk != want || ev->kind == GEV_TOOL_START) {
+        close_block(g, b);
+        int idx = b->blk_index;
+        char id[80];
+        b->blk = want;
+        if (ev->kind == GEV_REASONING) {
+            b->blk_from = b->reasoning.n - ev->len;
+            emit(g, "response.output_item.added",
+                 json_pack("{s:i, s:o}", "output_index", idx, "item",
+                           reasoning_item(g, idx, NULL, 0, "in_progress")));
+        } else if (ev->kind == GEV_TEXT) {
+            b->blk_from = b->text.n - ev->len;
+            item_id(g, "msg", idx, id, sizeof id);
+            emit(g, "response.output_item.added",
+                 json_pack("{s:i, s:o}", "output_index", idx, "item",
+                           message_item(g, idx, NULL, 0, "in_progress")));
+            emit(g, "response.content_part.added",
+                 json_pack("{s:s, s:i, s:i, s:o}", "item_id", id, "output_index", idx,
+                           "content_index", 0, "part", text_part("", 0)));
+        } else if (ev->kind == GEV_TOOL_START) {
+            b->tool_open = ev->tool;
+            emit(g, "response.output_item.added",
+                 json_pack("{s:i, s:o}", "output_index", idx, "item",
+                           call_item(g, idx, &b->tools[ev->tool], "in_progress", false)));
+            return;
+        }
+    }
+    int idx = b->blk_index;
+    char id[80];
+    if (ev->kind == GEV_REASONING) {
+        item_id(g, "rs", idx, id, sizeof id);
+        emit(g, "response.reasoning_text.delta",
+             json_pack("{s:s, s:i, s:i, s:o}", "item_id", id, "output_index", idx, "content_index",
+                       0, "delta", srv_jstr(ev->text, ev->len)));
+    } else if (ev->kind == GEV_TEXT) {
+        item_id(g, "msg", idx, id, sizeof id);
+        emit(g, "response.output_text.delta",
+             json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", id, "output_index", idx,
+                       "content_index", 0, "delta", srv_jstr(ev->text, ev->len), "logprobs"));
+    } else if (ev->kind == GEV_TOOL_ARGS) {
+        item_id(g, "fc", idx, id, sizeof id);
+        emit(g, "response.function_call_arguments.delta",
+             json_pack("{s:s, s:i, s:o}", "item_id", id, "output_index", idx, "delta",
+                       srv_jstr(ev->text, ev->len)));
+    }
+}
+
+static void resp_begin(srv_gen *g) {
+    emit(g, "response.created",
+         json_pack("{s:o}", "response", response_obj(g, "in_progress", false)));
+    emit(g, "response.in_progress",
+         json_pack("{s:o}", "response", response_obj(g, "in_progress", false)));
+}
+
+static const char *status_of(srv_finish f) {
+    return f == FIN_LENGTH ? "incomplete" : f == FIN_ERROR ? "failed" : "completed";
+}
+
+static void resp_end(srv_gen *g) {
+    gen_branch *b = &g->b[0];
+    close_block(g, b);
+    const char *st = status_of(b->finish);
+    const char *type = b->finish == FIN_LENGTH  ? "response.incomplete"
+                       : b->finish == FIN_ERROR ? "response.failed"
+                                                : "response.completed";
+    emit(g, type, json_pack("{s:o}", "response", response_obj(g, st, true)));
+}
+
+static json_t *resp_body(srv_gen *g) {
+    return response_obj(g, status_of(g->b[0].finish), true);
+}
+
+const srv_api srv_api_responses = {.path = "/v1/responses",
+                                   .name = "responses",
+                                   .proto = SRV_RESPONSES,
+                                   .parse = resp_parse,
+                                   .begin = resp_begin,
+                                   .event = resp_event,
+                                   .end = resp_end,
+                                   .body = resp_body};

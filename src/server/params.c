@@ -1,0 +1,215 @@
+/* params.c — the typed request-field readers every protocol parser shares
+ * (bool, int, number, string, stop lists, the common sampling fields), each
+ * failing with a 400 that names the field, plus the small byte buffer the
+ * server writes responses into. Kept apart from the protocol files so every
+ * protocol validates a field the same way. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <utf8proc.h>
+
+#include "server/srv_internal.h"
+
+void sbuf_add(sbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        b->p = di_realloc(b->p, cap);
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+void sbuf_adds(sbuf *b, const char *s) {
+    sbuf_add(b, s, strlen(s));
+}
+
+void sbuf_free(sbuf *b) {
+    free(b->p);
+    *b = (sbuf){0};
+}
+
+int srv_failf(srv_fail *f, int status, const char *param, const char *fmt, ...) {
+    f->status = status;
+    snprintf(f->kind, sizeof f->kind, "%s",
+             status == 401   ? "authentication_error"
+             : status == 404 ? "not_found_error"
+             : status == 413 ? "request_too_large"
+             : status == 429 ? "rate_limit_error"
+             : status >= 500 ? "server_error"
+                             : "invalid_request_error");
+    snprintf(f->param, sizeof f->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
+    va_end(ap);
+    json_t *j = srv_jstr(f->msg, strlen(f->msg)); /* a cut or hostile field name stays UTF-8 */
+    snprintf(f->msg, sizeof f->msg, "%s", json_string_value(j));
+    json_decref(j);
+    return -1;
+}
+
+static const json_t *field(const json_t *o, const char *key) {
+    const json_t *v = json_object_get(o, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+int srv_get_bool(const json_t *o, const char *key, bool *out, srv_fail *f) {
+    const json_t *v = field(o, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return srv_failf(f, 400, key, "%s: expected a boolean", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+int srv_get_int(const json_t *o, const char *key, long long lo, long long hi, int *out,
+                srv_fail *f) {
+    const json_t *v = field(o, key);
+    if (!v) return 0;
+    long long x;
+    if (json_is_integer(v))
+        x = json_integer_value(v);
+    else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+             fabs(json_real_value(v)) < 1e15)
+        x = (long long)json_real_value(v);
+    else
+        return srv_failf(f, 400, key, "%s: expected an integer", key);
+    if (x < lo || x > hi)
+        return srv_failf(f, 400, key, "%s: %lld is out of range [%lld, %lld]", key, x, lo, hi);
+    *out = (int)x;
+    return 0;
+}
+
+int srv_get_num(const json_t *o, const char *key, double lo, double hi, float *out, srv_fail *f) {
+    const json_t *v = field(o, key);
+    if (!v) return 0;
+    if (!json_is_number(v)) return srv_failf(f, 400, key, "%s: expected a number", key);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi))
+        return srv_failf(f, 400, key, "%s: %g is out of range [%g, %g]", key, x, lo, hi);
+    *out = (float)x;
+    return 0;
+}
+
+int srv_get_str(const json_t *o, const char *key, const char **out, srv_fail *f) {
+    const json_t *v = field(o, key);
+    *out = NULL;
+    if (!v) return 0;
+    if (!json_is_string(v)) return srv_failf(f, 400, key, "%s: expected a string", key);
+    *out = json_string_value(v);
+    return 0;
+}
+
+int srv_get_stops(const json_t *o, const char *key, srv_req *r, const srv_limits *lim,
+                  srv_fail *f) {
+    const json_t *v = field(o, key);
+    if (!v) return 0;
+    int cap = lim->max_stops < SRV_MAX_STOPS ? lim->max_stops : SRV_MAX_STOPS;
+    if (json_is_string(v)) {
+        if (json_string_length(v) == 0) return 0;
+        if (json_string_length(v) > OUTP_MAX_STOP_LEN)
+            return srv_failf(f, 400, key, "%s: longer than %d bytes", key, OUTP_MAX_STOP_LEN);
+        r->stops[r->n_stops++] = di_strdup(json_string_value(v));
+        return 0;
+    }
+    if (!json_is_array(v))
+        return srv_failf(f, 400, key, "%s: expected a string or an array of strings", key);
+    if ((int)json_array_size(v) > cap)
+        return srv_failf(f, 400, key, "%s: at most %d stop strings", key, cap);
+    size_t i;
+    const json_t *s;
+    json_array_foreach(v, i, s) {
+        if (!json_is_string(s)) return srv_failf(f, 400, key, "%s[%zu]: expected a string", key, i);
+        if (json_string_length(s) > OUTP_MAX_STOP_LEN)
+            return srv_failf(f, 400, key, "%s[%zu]: longer than %d bytes", key, i,
+                             OUTP_MAX_STOP_LEN);
+        if (json_string_length(s) == 0) continue;
+        if (memchr(json_string_value(s), 0, json_string_length(s)))
+            return srv_failf(f, 400, key, "%s[%zu]: contains a NUL byte", key, i);
+        r->stops[r->n_stops++] = di_strdup(json_string_value(s));
+    }
+    return 0;
+}
+
+int srv_get_sampling(const json_t *o, srv_req *r, float max_temperature, srv_fail *f) {
+    samp_params *s = &r->samp;
+    s->temperature = 1.0f;
+    if (srv_get_num(o, "temperature", 0, max_temperature, &s->temperature, f) ||
+        srv_get_num(o, "top_p", 0, 1, &s->top_p, f) ||
+        srv_get_int(o, "top_k", -1, 1 << 30, &s->top_k, f) ||
+        srv_get_num(o, "min_p", 0, 1, &s->min_p, f) ||
+        srv_get_num(o, "presence_penalty", -2, 2, &s->presence_penalty, f) ||
+        srv_get_num(o, "frequency_penalty", -2, 2, &s->frequency_penalty, f) ||
+        srv_get_num(o, "repetition_penalty", 0, 10, &s->repetition_penalty, f))
+        return -1;
+    const json_t *sd = field(o, "seed");
+    if (sd && !json_is_integer(sd)) return srv_failf(f, 400, "seed", "seed: expected an integer");
+    if (sd) s->seed = (uint64_t)json_integer_value(sd);
+    if (s->top_p == 0 && json_object_get(o, "top_p") && !json_is_null(json_object_get(o, "top_p")))
+        return srv_failf(f, 400, "top_p", "top_p: must be greater than 0");
+    return 0;
+}
+
+static int depth_of(const json_t *v, int d, int cap) {
+    if (d > cap) return d;
+    int best = d;
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)v, k, x) {
+            int e = depth_of(x, d + 1, cap);
+            if (e > best) best = e;
+            if (best > cap) break;
+        }
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) {
+            int e = depth_of(x, d + 1, cap);
+            if (e > best) best = e;
+            if (best > cap) break;
+        }
+    }
+    return best;
+}
+
+int srv_json_depth(const json_t *v) {
+    return depth_of(v, 1, 1 << 20);
+}
+
+void srv_req_free(srv_req *r) {
+    free(r->model);
+    if (r->conv) conv_free(r->conv);
+    free(r->prompt);
+    tok_ids_free(&r->prompt_ids);
+    free(r->bias);
+    for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    free(r->tool_name);
+    *r = (srv_req){0};
+}
+
+json_t *srv_jstr(const char *s, size_t len) {
+    json_t *j = json_stringn(s, len);
+    if (j) return j;
+    sbuf b = {0};
+    for (size_t i = 0; i < len;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k =
+            utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &cp);
+        if (k > 0 && cp != 0) {
+            sbuf_add(&b, s + i, (size_t)k);
+            i += (size_t)k;
+        } else {
+            sbuf_adds(&b, "\xEF\xBF\xBD");
+            i++;
+        }
+    }
+    j = json_stringn(b.p ? b.p : "", b.n);
+    sbuf_free(&b);
+    return j ? j : json_string("");
+}

@@ -1,0 +1,122 @@
+/* routes.c — turning a request body into something the engine can run, the
+ * same way for every protocol: a bounded pre-scan of the JSON nesting depth
+ * (before any recursive parsing), the JSON parse, the model-name check, the
+ * protocol's own field parser, then rendering the conversation with the
+ * model's prompt format and tokenizing it (completions: BOS + the prompt as
+ * untrusted text, as `deepinfer generate` does). HTTP-free, so unit tests
+ * and the fuzzer drive it directly. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/srv_internal.h"
+
+/* Nesting depth of raw JSON text (strings skipped), stopping past cap. */
+static int raw_depth(const char *s, size_t n, int cap) {
+    int d = 0, best = 0;
+    bool str = false, esc = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (str) {
+            if (esc)
+                esc = false;
+            else if (c == '\\')
+                esc = true;
+            else if (c == '"')
+                str = false;
+        } else if (c == '"')
+            str = true;
+        else if (c == '{' || c == '[') {
+            if (++d > best) best = d;
+            if (best > cap) return best;
+        } else if (c == '}' || c == ']')
+            d--;
+    }
+    return best;
+}
+
+static bool ends_with_think(const char *s, size_t n) {
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t' || s[n - 1] == '\r')) n--;
+    return n >= 7 && !memcmp(s + n - 7, "<think>", 7);
+}
+
+int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limits *lim,
+                render_format fmt, const tokenizer *tok, srv_req *r, srv_prepared *out,
+                srv_fail *f) {
+    *r = (srv_req){.proto = api->proto,
+                   .n = 1,
+                   .max_tokens = -1,
+                   .parallel_tool_calls = true,
+                   .completions_logprobs = -1};
+    *out = (srv_prepared){0};
+    int cap = lim->max_json_depth > 0 ? lim->max_json_depth : 64;
+    if (raw_depth(body, len, cap) > cap)
+        return srv_failf(f, 400, NULL, "request body: JSON nested deeper than %d levels", cap);
+    json_error_t je;
+    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!j)
+        return srv_failf(f, 400, NULL, "request body: invalid JSON at line %d column %d: %s",
+                         je.line, je.column, je.text);
+    int rc = -1;
+    if (!json_is_object(j)) {
+        srv_failf(f, 400, NULL, "request body: expected a JSON object");
+        goto done;
+    }
+    const char *model = NULL;
+    if (srv_get_str(j, "model", &model, f)) goto done;
+    if (!model && api->proto == SRV_MESSAGES) {
+        srv_failf(f, 400, "model", "model: Field required");
+        goto done;
+    }
+    if (model && lim->model_name && strcmp(model, lim->model_name)) {
+        srv_failf(f, 404, "model", "The model '%s' does not exist (this server serves '%s')", model,
+                  lim->model_name);
+        goto done;
+    }
+    r->model = di_strdup(model ? model : lim->model_name ? lim->model_name : "deepinfer");
+    if (api->parse(j, r, lim, f)) goto done;
+
+    di_err err = {{0}};
+    if (r->conv) {
+        render_segs segs = {0};
+        if (render_conversation(fmt, r->conv, &segs, &err)) {
+            srv_failf(f, 400, "messages", "%s", err.msg);
+            render_segs_free(&segs);
+            goto done;
+        }
+        size_t plen = 0;
+        char *prompt = render_to_string(&segs, &plen);
+        out->think_opened = ends_with_think(prompt, plen);
+        free(prompt);
+        int e = tok ? render_to_ids(tok, &segs, &out->ids, &err) : 0;
+        render_segs_free(&segs);
+        if (e) {
+            srv_failf(f, 400, "messages", "%s", err.msg);
+            goto done;
+        }
+    } else if (r->prompt) {
+        int bos = tok ? tok_bos_id(tok) : -1;
+        if (bos >= 0) tok_ids_push(&out->ids, bos);
+        if (tok && tok_encode_text(tok, r->prompt, r->prompt_len, &out->ids, &err)) {
+            srv_failf(f, 400, "prompt", "prompt: %s", err.msg);
+            goto done;
+        }
+    } else {
+        int vocab = tok ? tok_vocab_size(tok) : 1 << 30;
+        for (size_t i = 0; i < r->prompt_ids.n; i++) {
+            if (r->prompt_ids.v[i] >= vocab) {
+                srv_failf(f, 400, "prompt", "prompt[%zu]: token id %d is outside the vocabulary", i,
+                          r->prompt_ids.v[i]);
+                goto done;
+            }
+            tok_ids_push(&out->ids, r->prompt_ids.v[i]);
+        }
+    }
+    if (tok && out->ids.n == 0) {
+        srv_failf(f, 400, "prompt", "the prompt is empty");
+        goto done;
+    }
+    rc = 0;
+done:
+    json_decref(j);
+    return rc;
+}

@@ -1,0 +1,267 @@
+/* srv_internal.h — what the server's files share: the protocol-neutral
+ * request (srv_req) every protocol parser fills, the failure record every
+ * error body is made from, the generation state (srv_gen: engine events ->
+ * per-branch detokenizer + output parser -> neutral events), and the table
+ * of per-protocol operations (srv_api) that turns neutral events into SSE
+ * bytes or a JSON body.
+ *
+ * Threads: the HTTP layer owns a srv_gen; the engine's step thread calls the
+ * gen_on_* entry points, which take g->mu and append SSE bytes to g->out (or
+ * accumulate for a body); the HTTP thread waits on g->cv. Nothing here is
+ * global. */
+#ifndef DI_SRV_INTERNAL_H
+#define DI_SRV_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "recipe/conversation.h"
+#include "recipe/output_parser.h"
+#include "recipe/render.h"
+#include "recipe/tokenizer.h"
+#include "server/server.h"
+
+/* --- growable byte buffer ------------------------------------------------ */
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+} sbuf;
+void sbuf_add(sbuf *b, const char *s, size_t n);
+void sbuf_adds(sbuf *b, const char *s);
+void sbuf_free(sbuf *b);
+
+/* --- failures ------------------------------------------------------------ */
+typedef enum { SRV_CHAT, SRV_COMPLETIONS, SRV_RESPONSES, SRV_MESSAGES } srv_proto;
+
+typedef struct srv_fail {
+    int status;    /* HTTP status */
+    char kind[40]; /* "invalid_request_error", "authentication_error", ... */
+    char param[128];
+    char msg[DI_ERR_LEN];
+} srv_fail;
+
+/* Fills f and returns -1. param may be NULL. */
+int srv_failf(srv_fail *f, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The protocol's error body (OpenAI {"error":{...}}, Anthropic
+ * {"type":"error","error":{...}}) as malloc'd compact JSON. */
+char *srv_error_body(srv_proto p, const srv_fail *f);
+
+/* --- the protocol-neutral request ---------------------------------------- */
+typedef enum { SRV_TC_AUTO = 0, SRV_TC_NONE, SRV_TC_REQUIRED, SRV_TC_NAMED } srv_tool_choice;
+
+#define SRV_MAX_STOPS 64
+
+typedef struct srv_req {
+    srv_proto proto;
+    char *model;
+    conversation *conv; /* chat-like protocols */
+    char *prompt;       /* completions: text prompt (NULL if ids) */
+    size_t prompt_len;
+    tok_ids prompt_ids; /* completions: token-id prompt */
+    bool stream, include_usage;
+    int n;
+    int max_tokens; /* -1: unset */
+    samp_params samp;
+    samp_bias *bias;
+    char *stops[SRV_MAX_STOPS];
+    int n_stops;
+    bool logprobs;
+    int top_logprobs;
+    bool json_mode;
+    srv_tool_choice tool_choice;
+    char *tool_name; /* SRV_TC_NAMED */
+    bool parallel_tool_calls;
+    bool echo;                /* completions */
+    int completions_logprobs; /* completions: logprobs as an int, -1 unset */
+} srv_req;
+
+/* Limits the parsers enforce (from srv_opts). */
+typedef struct srv_limits {
+    int max_n, max_stops, max_json_depth;
+    const char *model_name; /* requests naming another model get 404 (NULL: any) */
+} srv_limits;
+
+void srv_req_free(srv_req *r);
+
+/* Typed field readers shared by the parsers: absent (or null) leaves *out as
+ * is and returns 0; a wrong type or range fails naming the field. */
+int srv_get_bool(const json_t *o, const char *key, bool *out, srv_fail *f);
+int srv_get_int(const json_t *o, const char *key, long long lo, long long hi, int *out,
+                srv_fail *f);
+int srv_get_num(const json_t *o, const char *key, double lo, double hi, float *out, srv_fail *f);
+/* NULL when absent; fails (returns -1) when present and not a string. */
+int srv_get_str(const json_t *o, const char *key, const char **out, srv_fail *f);
+/* stop: a string or an array of strings (field name given for errors). */
+int srv_get_stops(const json_t *o, const char *key, srv_req *r, const srv_limits *lim, srv_fail *f);
+/* Sampling fields every protocol shares in name (temperature, top_p, seed,
+ * penalties, top_k, min_p, repetition_penalty). */
+int srv_get_sampling(const json_t *o, srv_req *r, float max_temperature, srv_fail *f);
+/* A JSON string from bytes, invalid UTF-8 replaced by U+FFFD. */
+json_t *srv_jstr(const char *s, size_t len);
+/* Deepest nesting of a JSON value. */
+int srv_json_depth(const json_t *v);
+
+/* --- generation ---------------------------------------------------------- */
+typedef enum {
+    GEV_REASONING,
+    GEV_TEXT,
+    GEV_TOOL_START,
+    GEV_TOOL_ARGS,
+    GEV_TOOL_END,
+    GEV_LOGPROB,
+} gev_kind;
+
+typedef struct gev {
+    gev_kind kind;
+    const char *text;
+    size_t len;
+    int tool; /* tool index within the branch */
+    const char *id, *name;
+    json_t *logprob; /* GEV_LOGPROB: {"token","logprob","bytes","top_logprobs"} */
+} gev;
+
+typedef enum { FIN_NONE = 0, FIN_STOP, FIN_LENGTH, FIN_TOOLS, FIN_CANCELLED, FIN_ERROR } srv_finish;
+
+typedef struct gen_tool {
+    char *id, *name;
+    sbuf args;
+    bool complete;
+} gen_tool;
+
+typedef struct gen_branch {
+    tok_stream *ts;
+    outp_parser *p;
+    sbuf reasoning, text;
+    gen_tool *tools;
+    int n_tools, cap_tools;
+    json_t *logprobs; /* array of token entries (every token) */
+    json_t *lp_pending;
+    srv_finish finish;
+    int stop_index; /* matched stop string or -1 */
+    bool stopped;   /* a stop string matched: later tokens are ignored */
+    bool done;
+    engine_usage usage;
+    char *error;
+    int n_tokens;
+    double t_last;
+    /* protocol stream state */
+    int blk;         /* open block: 0 none, else a GEV_* kind + 1 */
+    int blk_index;   /* index of the open block / next block */
+    int tool_open;   /* tool index of the open block */
+    size_t blk_from; /* where the open block's text starts in reasoning/text */
+    bool started;
+} gen_branch;
+
+typedef struct srv_api srv_api;
+typedef struct srv_metrics srv_metrics;
+
+typedef struct gen_env {
+    const tokenizer *tok;
+    const char *model_name;
+    srv_metrics *metrics; /* may be NULL */
+} gen_env;
+
+typedef struct srv_gen {
+    gen_env env;
+    const srv_api *api;
+    srv_req *req;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sbuf out; /* stream bytes not yet sent */
+    gen_branch *b;
+    int n;
+    int n_done;
+    bool all_done, cancelled;
+    engine *engine; /* set once submitted (NULL in tests) */
+    uint64_t engine_id;
+    char id[48];
+    long long created;
+    int seq_no;
+    int prompt_tokens, cached_tokens;
+    bool think_opened, reasoning;
+    double t_start, t_first;
+    char *echo_text; /* completions echo */
+    size_t echo_len;
+} srv_gen;
+
+/* A generation for a parsed request (which it borrows). think_opened: the
+ * prompt ends inside <think>. NULL with f set if the parser config is bad. */
+srv_gen *gen_new(const gen_env *env, const srv_api *api, srv_req *req, int prompt_tokens,
+                 bool think_opened, srv_fail *f);
+void gen_free(srv_gen *g);
+/* Engine callback (user = srv_gen). */
+void gen_on_engine_event(const engine_event *ev, void *user);
+/* The same steps, for tests and the engine callback: a token's logprobs, a
+ * piece of output text, the end of a branch. Take g->mu themselves. */
+void gen_on_logprob(srv_gen *g, int branch, int token, float lp, const samp_logprob *top,
+                    int n_top);
+void gen_on_text(srv_gen *g, int branch, const char *text, size_t len);
+void gen_on_final(srv_gen *g, int branch, engine_finish fin, engine_usage u, const char *error);
+/* Starts the stream (api->begin) — call once before events arrive. */
+void gen_begin(srv_gen *g);
+
+/* SSE helpers for the api files (called with g->mu held). event may be NULL. */
+void sse_json(srv_gen *g, const char *event, json_t *obj); /* steals obj */
+void sse_raw(srv_gen *g, const char *line);
+/* Total usage over branches. */
+engine_usage gen_usage(const srv_gen *g);
+
+/* --- per-protocol operations --------------------------------------------- */
+struct srv_api {
+    const char *path; /* "/v1/chat/completions" */
+    const char *name; /* metrics label */
+    srv_proto proto;
+    int (*parse)(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f);
+    void (*begin)(srv_gen *g);                            /* stream start */
+    void (*event)(srv_gen *g, int branch, const gev *ev); /* stream event */
+    void (*branch_end)(srv_gen *g, int branch);           /* stream: branch finished */
+    void (*end)(srv_gen *g);                              /* stream: all branches finished */
+    json_t *(*body)(srv_gen *g);                          /* non-stream body */
+};
+
+/* Shared between the chat-like parsers (api_openai_chat.c). */
+int srv_parse_tool_choice(const json_t *tc, srv_req *r, srv_fail *f);
+int srv_apply_tool_choice(srv_req *r, srv_fail *f);
+int srv_parse_thinking(const json_t *body, conversation *c, srv_fail *f);
+int srv_parse_response_format(const json_t *rf, const char *name, srv_req *r, srv_fail *f);
+int srv_parse_tools(const json_t *tools, conversation *c, srv_fail *f);
+
+extern const srv_api srv_api_chat, srv_api_completions, srv_api_responses, srv_api_messages;
+
+/* Shared JSON pieces. */
+json_t *srv_usage_openai(const srv_gen *g);
+const char *srv_finish_openai(srv_finish f);
+json_t *srv_tool_args_json(const gen_tool *t); /* parsed arguments (object) */
+
+/* --- request preparation (routes.c) -------------------------------------- */
+typedef struct srv_prepared {
+    tok_ids ids;
+    bool think_opened;
+} srv_prepared;
+
+/* Parses a body for api into r (validation, limits), renders and tokenizes
+ * the prompt. tok may be NULL (fuzzing: stop after rendering). */
+int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limits *lim,
+                render_format fmt, const tokenizer *tok, srv_req *r, srv_prepared *out,
+                srv_fail *f);
+
+/* Fuzzing entry (fuzz_entry.c): data = 1 byte protocol/stream, 1 byte
+ * format, a request body, a NUL, then model output text that is fed through
+ * a generation as if the model had written it. Must never crash or leak. */
+int srv_fuzz_one(const uint8_t *data, size_t len);
+
+/* --- metrics ------------------------------------------------------------- */
+srv_metrics *srv_metrics_new(void);
+void srv_metrics_free(srv_metrics *m);
+void srv_metrics_request(srv_metrics *m, const char *endpoint, int status);
+void srv_metrics_tokens(srv_metrics *m, int prompt, int generated, int cached);
+void srv_metrics_ttft(srv_metrics *m, double s);
+void srv_metrics_tbt(srv_metrics *m, double s);
+/* Prometheus text exposition (malloc'd). */
+char *srv_metrics_render(srv_metrics *m, const engine_stats *st, int pending);
+
+#endif
