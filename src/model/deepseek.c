@@ -43,6 +43,40 @@ kern_mat deepseek_rows(const kern_mat *W, int r0, int nr) {
     return s;
 }
 
+/* Row bands for one-token jobs: with one token a matmul is a GEMV; banding
+ * gives the threads equal shares. Bands are multiples of 16 rows, so each row
+ * is reduced exactly as in the whole matrix. */
+void deepseek_jobs_add(deepseek_jobs *js, const kern_mat *W, const float *x, float *y, int n,
+                       int bands) {
+    int step = n == 1 && bands > 1 ? (W->rows / bands + 15) / 16 * 16 : W->rows;
+    if (step <= 0) step = W->rows;
+    for (int r0 = 0; r0 < W->rows; r0 += step) {
+        int nr = W->rows - r0 < step ? W->rows - r0 : step;
+        if (js->n == js->cap) {
+            js->cap = js->cap ? 2 * js->cap : 64;
+            js->j = di_realloc(js->j, sizeof(deepseek_job) * (size_t)js->cap);
+        }
+        js->j[js->n++] = (deepseek_job){deepseek_rows(W, r0, nr), x, y + r0, n};
+    }
+}
+
+static void ds_job_run(void *ctx, int i, int n) {
+    (void)n;
+    const deepseek_job *j = &((const deepseek_jobs *)ctx)->j[i];
+    kern_matmul(NULL, j->y, j->x, &j->W, NULL, j->n);
+}
+
+void deepseek_jobs_run(pool *p, deepseek_jobs *js) {
+    int threads = p ? pool_threads(p) : 1;
+    if (p && js->n >= 2 * threads) {
+        pool_run(p, ds_job_run, js, js->n);
+    } else {
+        for (int i = 0; i < js->n; i++)
+            kern_matmul(p, js->j[i].y, js->j[i].x, &js->j[i].W, NULL, js->j[i].n);
+    }
+    js->n = 0;
+}
+
 /* w_uk_t[h] (kv_lora x nope, transposed k_nope rows of head h) and w_uv[h]. */
 static int ds_absorb(model *m, model_layer *L, di_err *err) {
     const model_config *c = &m->cfg;

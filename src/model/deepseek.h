@@ -13,6 +13,26 @@ model_layer *deepseek_layer(model *m, int l);
 /* A view of rows [r0, r0 + nr) of W: same storage, no copy (int8 scales too). */
 kern_mat deepseek_rows(const kern_mat *W, int r0, int nr);
 
+/* A list of independent matmuls (y = x W^T over n rows) run with one pool
+ * barrier: as parallel tasks, each matmul on one thread, when there are at
+ * least two per thread, else one after another, each parallel over its rows.
+ * add() with bands > 1 cuts a one-token matmul into that many row bands (at
+ * 16-row multiples: the results are bit-identical to the whole matrix's).
+ * run() empties the list; free js->j when done. */
+typedef struct deepseek_job {
+    kern_mat W;
+    const float *x;
+    float *y;
+    int n;
+} deepseek_job;
+typedef struct deepseek_jobs {
+    deepseek_job *j;
+    int n, cap;
+} deepseek_jobs;
+void deepseek_jobs_add(deepseek_jobs *js, const kern_mat *W, const float *x, float *y, int n,
+                       int bands);
+void deepseek_jobs_run(pool *p, deepseek_jobs *js);
+
 /* How mla_attention attends over the latent cache. AUTO picks, per sequence
  * of the step, whichever of the two costs fewer FLOPs; the other two force a
  * path (tests check both give the same result). */

@@ -54,6 +54,7 @@ typedef struct mla_ctx {
     /* absorbed */
     const int *at; /* na absorbed tokens (step indices) */
     int na;
+    bool fused;                      /* few tokens: each task absorbs its own heads' q and output */
     float *qin, *qlat, *olat, *vout; /* head-major: [h][i][...] */
     /* expanded (one sequence, one head group at a time) */
     int t0, T, s0, C; /* tokens [t0, t0+T), visible window [s0, s0+C) */
@@ -100,6 +101,10 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
     int s0 = model_attn_start(c->m, c->l, pos), C = pos - s0 + 1;
     float *sc = c->scores + (size_t)task * c->hc * c->max_ctx;
     const float *qt = c->q + (size_t)t * d->H * d->qk;
+    if (c->fused) /* q_lat = W_uk^T q_nope for this task's heads */
+        for (int h = ha; h < hb; h++)
+            kern_matmul(NULL, c->qlat + ((size_t)h * c->na + i) * d->lora, qt + (size_t)h * d->qk,
+                        &c->L->w_uk_t[h], NULL, 1);
     for (int j = 0; j < C; j++) {
         const float *e = model_kv_get(c->m, c->st, c->l, b, s0 + j);
         for (int h = ha; h < hb; h++) {
@@ -119,6 +124,10 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
             kern_axpy(c->olat + ((size_t)h * c->na + i) * d->lora,
                       sc[(size_t)(h - ha) * c->max_ctx + j], e, d->lora);
     }
+    if (c->fused) /* out_h = W_uv o_lat */
+        for (int h = ha; h < hb; h++)
+            kern_matmul(NULL, c->attn + (size_t)t * d->H * d->vd + (size_t)h * d->vd,
+                        c->olat + ((size_t)h * c->na + i) * d->lora, &c->L->w_uv[h], NULL, 1);
 }
 
 /* --- expanded path -------------------------------------------------------- */
@@ -152,6 +161,10 @@ static void mla_expand_attend(void *vctx, int task, int n) {
                       c->kvx + (size_t)j * kvw + (size_t)hh * (d->nope + d->vd) + d->nope, d->vd);
     }
 }
+
+/* Absorbed tokens up to which each task absorbs its own heads (a constant,
+ * not the thread count, so results do not depend on the pool size). */
+#define MLA_FUSED_MAX 8
 
 /* Bound on the expanded K/V buffer of one head group (floats). */
 #define MLA_EXPAND_FLOATS ((size_t)16 << 20)
@@ -230,19 +243,20 @@ void mla_attention_path(model *m, const model_step *st, int l, const float *x, f
     /* Queries, and this step's cache entries (stored before anyone attends:
      * a chunk's later tokens see its earlier ones). */
     float *q = di_malloc(sizeof(float) * (size_t)n * d.H * d.qk);
-    if (cfg->q_lora_rank > 0) {
-        int r = cfg->q_lora_rank;
-        float *qa = di_malloc(sizeof(float) * (size_t)n * r);
-        kern_matmul(p, qa, x, &L->q_a, NULL, n);
+    float *kva = di_malloc(sizeof(float) * (size_t)n * d.ent);
+    int r = cfg->q_lora_rank;
+    float *qa = r > 0 ? di_malloc(sizeof(float) * (size_t)n * r) : NULL;
+    deepseek_jobs js = {0}; /* the two projections of x in one pool barrier */
+    deepseek_jobs_add(&js, r > 0 ? &L->q_a : &L->q_proj, x, r > 0 ? qa : q, n, threads);
+    deepseek_jobs_add(&js, &L->kv_a, x, kva, n, threads);
+    deepseek_jobs_run(p, &js);
+    free(js.j);
+    if (r > 0) {
         for (int t = 0; t < n; t++)
             kern_rmsnorm(qa + (size_t)t * r, qa + (size_t)t * r, L->q_a_norm, r, eps);
         kern_matmul(p, q, qa, &L->q_b, NULL, n);
         free(qa);
-    } else {
-        kern_matmul(p, q, x, &L->q_proj, NULL, n);
     }
-    float *kva = di_malloc(sizeof(float) * (size_t)n * d.ent);
-    kern_matmul(p, kva, x, &L->kv_a, NULL, n);
     float *cs = di_malloc(sizeof(float) * (size_t)d.rope);
     float *sn = cs + d.rope / 2;
     for (int t = 0; t < n; t++) {
@@ -281,13 +295,19 @@ void mla_attention_path(model *m, const model_step *st, int l, const float *x, f
     }
 
     if (na > 0) {
+        /* Few tokens (small-batch decode): one task per (token, head range)
+         * absorbs, attends and un-absorbs, one pool barrier in all. Many:
+         * the absorptions run per head as GEMMs over all the tokens. */
         c.at = at;
         c.na = na;
-        c.qin = di_malloc(sizeof(float) * (size_t)d.H * na * d.nope);
+        c.fused = na <= MLA_FUSED_MAX;
         c.qlat = di_malloc(sizeof(float) * (size_t)d.H * na * d.lora);
         c.olat = di_malloc(sizeof(float) * (size_t)d.H * na * d.lora);
-        c.vout = di_malloc(sizeof(float) * (size_t)d.H * na * d.vd);
-        mla_run(p, mla_absorb_q, &c, d.H);
+        if (!c.fused) {
+            c.qin = di_malloc(sizeof(float) * (size_t)d.H * na * d.nope);
+            c.vout = di_malloc(sizeof(float) * (size_t)d.H * na * d.vd);
+            mla_run(p, mla_absorb_q, &c, d.H);
+        }
         c.n_hchunks = na >= 2 * threads ? 1 : (2 * threads + na - 1) / na;
         if (c.n_hchunks > d.H) c.n_hchunks = d.H;
         c.hc = (d.H + c.n_hchunks - 1) / c.n_hchunks;
@@ -297,11 +317,13 @@ void mla_attention_path(model *m, const model_step *st, int l, const float *x, f
         c.scores = di_malloc(sizeof(float) * (size_t)n_tasks * c.hc * max_ctx);
         mla_run(p, mla_absorb_attend, &c, n_tasks);
         free(c.scores);
-        mla_run(p, mla_absorb_o, &c, d.H);
-        free(c.qin);
+        if (!c.fused) {
+            mla_run(p, mla_absorb_o, &c, d.H);
+            free(c.qin);
+            free(c.vout);
+        }
         free(c.qlat);
         free(c.olat);
-        free(c.vout);
     }
     for (int b = 0; b < st->n_batch; b++)
         if (st->batch[b].n_tokens > 0 && !absorb[b]) mla_expanded_seq(&c, b, threads);

@@ -103,56 +103,6 @@ void moe_route(const model_config *c, const float *logits, const float *bias, fl
         for (int k = 0; k < K; k++) w[k] *= c->routed_scaling_factor;
 }
 
-/* One matmul of the step's expert work: y = x W^T over n rows, W possibly a
- * band of rows of an expert matrix (n == 1 only, so y stays contiguous). */
-typedef struct moe_job {
-    kern_mat W;
-    const float *x;
-    float *y;
-    int n;
-} moe_job;
-
-typedef struct moe_jobs {
-    moe_job *j;
-    int n, cap;
-} moe_jobs;
-
-/* Row bands per matrix for one-token units: with one token each expert is a
- * GEMV; banding gives the threads equal shares. Bands are multiples of 16
- * rows, so each row is reduced exactly as in the whole matrix. */
-static void moe_add(moe_jobs *js, const kern_mat *W, const float *x, float *y, int n, int bands) {
-    int step = n == 1 && bands > 1 ? (W->rows / bands + 15) / 16 * 16 : W->rows;
-    if (step <= 0) step = W->rows;
-    for (int r0 = 0; r0 < W->rows; r0 += step) {
-        int nr = W->rows - r0 < step ? W->rows - r0 : step;
-        if (js->n == js->cap) {
-            js->cap = js->cap ? 2 * js->cap : 64;
-            js->j = di_realloc(js->j, sizeof(moe_job) * (size_t)js->cap);
-        }
-        js->j[js->n++] = (moe_job){deepseek_rows(W, r0, nr), x, y + r0, n};
-    }
-}
-
-static void moe_job_run(void *ctx, int i, int n) {
-    (void)n;
-    const moe_job *j = &((const moe_jobs *)ctx)->j[i];
-    kern_matmul(NULL, j->y, j->x, &j->W, NULL, j->n);
-}
-
-/* Runs a list of independent matmuls: as parallel tasks when there are
- * enough of them (each matmul on one thread), else one by one with each
- * matmul parallel over its rows. */
-static void moe_jobs_run(pool *p, moe_jobs *js) {
-    int threads = p ? pool_threads(p) : 1;
-    if (p && js->n >= 2 * threads) {
-        pool_run(p, moe_job_run, js, js->n);
-    } else {
-        for (int i = 0; i < js->n; i++)
-            kern_matmul(p, js->j[i].y, js->j[i].x, &js->j[i].W, NULL, js->j[i].n);
-    }
-    js->n = 0;
-}
-
 static void moe_chunk(model *m, const model_layer *L, const float *x, float *out, int n) {
     const model_config *cfg = &m->cfg;
     int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok, hid = cfg->hidden_size;
@@ -197,29 +147,29 @@ static void moe_chunk(model *m, const model_layer *L, const float *x, float *out
     float *u = di_malloc(sizeof(float) * ((size_t)n * K * inter + (size_t)n * sw));
     float *y = di_malloc(sizeof(float) * (size_t)n * K * hid);
     float *gs = g + (size_t)n * K * inter, *us = u + (size_t)n * K * inter;
-    moe_jobs js = {0};
+    deepseek_jobs js = {0};
     for (int e = 0; e < E; e++) {
         if (!cnt[e]) continue;
         size_t r0 = (size_t)off[e];
-        moe_add(&js, &L->exp_gate[e], xin + r0 * hid, g + r0 * inter, cnt[e], threads);
-        moe_add(&js, &L->exp_up[e], xin + r0 * hid, u + r0 * inter, cnt[e], threads);
+        deepseek_jobs_add(&js, &L->exp_gate[e], xin + r0 * hid, g + r0 * inter, cnt[e], threads);
+        deepseek_jobs_add(&js, &L->exp_up[e], xin + r0 * hid, u + r0 * inter, cnt[e], threads);
     }
     if (shared) {
-        moe_add(&js, &L->sh_gate, x, gs, n, threads);
-        moe_add(&js, &L->sh_up, x, us, n, threads);
+        deepseek_jobs_add(&js, &L->sh_gate, x, gs, n, threads);
+        deepseek_jobs_add(&js, &L->sh_up, x, us, n, threads);
     }
-    moe_jobs_run(p, &js);
+    deepseek_jobs_run(p, &js);
     kern_silu_mul(g, u, n * K * inter + n * sw);
     for (int e = 0; e < E; e++)
         if (cnt[e]) {
             size_t r0 = (size_t)off[e];
-            moe_add(&js, &L->exp_down[e], g + r0 * inter, y + r0 * hid, cnt[e], threads);
+            deepseek_jobs_add(&js, &L->exp_down[e], g + r0 * inter, y + r0 * hid, cnt[e], threads);
         }
     if (shared)
-        moe_add(&js, &L->sh_down, gs, out, n, threads);
+        deepseek_jobs_add(&js, &L->sh_down, gs, out, n, threads);
     else
         memset(out, 0, sizeof(float) * (size_t)n * hid);
-    moe_jobs_run(p, &js);
+    deepseek_jobs_run(p, &js);
     free(js.j);
 
     /* out = shared + the routed outputs per token, in slot order. */
