@@ -35,28 +35,6 @@ typedef struct gemm_job {
     int n_panels;
 } gemm_job;
 
-/* 8 consecutive weights of row r from column k, as f32. */
-AI __m256 w_load8(const kern_mat *W, int r, int k) {
-    size_t i = (size_t)r * W->cols + k;
-    switch (W->dtype) {
-    case KT_F32:
-        return _mm256_loadu_ps((const float *)W->data + i);
-    case KT_BF16: {
-        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)W->data + i));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-    case KT_F16:
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)W->data + i)));
-    case KT_I8: {
-        __m128i b = _mm_loadl_epi64((const __m128i *)((const int8_t *)W->data + i));
-        int g = W->group > 0 ? W->group : W->cols;
-        float s = W->scales[(size_t)r * (W->cols / g) + k / g];
-        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_set1_ps(s));
-    }
-    }
-    return _mm256_setzero_ps();
-}
-
 static float w_load1(const kern_mat *W, int r, int k) {
     size_t i = (size_t)r * W->cols + k;
     switch (W->dtype) {
@@ -94,6 +72,44 @@ AI void transpose8(__m256 r[8]) {
     r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
+/* Packs 8 full rows [rb, rb+8) x columns [k0, k0+kc8) (kc8 % 8 == 0) into
+ * dst[k][16] at column offset 8*h, as f32: 8x8 tiles converted then
+ * transposed in registers. dt is a constant after inlining. */
+AI void pack8_rows(float *dst, const kern_mat *W, int rb, int k0, int kc8, int h,
+                   const kern_dtype dt) {
+    size_t K = (size_t)W->cols;
+    int g = W->group > 0 ? W->group : W->cols, gend = -1;
+    __m256 sc[8];
+    for (int k = 0; k < kc8; k += 8) {
+        __m256 v[8];
+        size_t base = (size_t)rb * K + (size_t)(k0 + k);
+        if (dt == KT_I8 && k0 + k >= gend) { /* entering a new scale group */
+            int gi = (k0 + k) / g, ng = W->cols / g;
+            gend = (gi + 1) * g;
+            for (int i = 0; i < 8; i++)
+                sc[i] = _mm256_set1_ps(W->scales[(size_t)(rb + i) * ng + gi]);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            size_t at = base + (size_t)i * K;
+            if (dt == KT_F32) {
+                v[i] = _mm256_loadu_ps((const float *)W->data + at);
+            } else if (dt == KT_BF16) {
+                __m128i b = _mm_loadu_si128((const __m128i *)((const uint16_t *)W->data + at));
+                v[i] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+            } else if (dt == KT_F16) {
+                v[i] = _mm256_cvtph_ps(
+                    _mm_loadu_si128((const __m128i *)((const uint16_t *)W->data + at)));
+            } else {
+                __m128i b = _mm_loadl_epi64((const __m128i *)((const int8_t *)W->data + at));
+                v[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), sc[i]);
+            }
+        }
+        transpose8(v);
+        for (int i = 0; i < 8; i++) _mm256_store_ps(dst + (size_t)(k + i) * 16 + 8 * h, v[i]);
+    }
+}
+
 /* Packs rows [r0, r0+16) x columns [k0, k0+kc) into dst[k][16] as f32;
  * rows past the matrix are zero. */
 static void pack_panel(float *dst, const kern_mat *W, int r0, int k0, int kc) {
@@ -103,12 +119,19 @@ static void pack_panel(float *dst, const kern_mat *W, int r0, int k0, int kc) {
         int valid = W->rows - rb;
         if (valid > 8) valid = 8;
         if (valid == 8) {
-            for (int k = 0; k < kc8; k += 8) {
-                __m256 v[8];
-                for (int i = 0; i < 8; i++) v[i] = w_load8(W, rb + i, k0 + k);
-                transpose8(v);
-                for (int i = 0; i < 8; i++)
-                    _mm256_store_ps(dst + (size_t)(k + i) * 16 + 8 * h, v[i]);
+            switch (W->dtype) {
+            case KT_F32:
+                pack8_rows(dst, W, rb, k0, kc8, h, KT_F32);
+                break;
+            case KT_BF16:
+                pack8_rows(dst, W, rb, k0, kc8, h, KT_BF16);
+                break;
+            case KT_F16:
+                pack8_rows(dst, W, rb, k0, kc8, h, KT_F16);
+                break;
+            case KT_I8:
+                pack8_rows(dst, W, rb, k0, kc8, h, KT_I8);
+                break;
             }
         } else {
             for (int k = 0; k < kc8; k++)
