@@ -217,7 +217,7 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
     engine_request er = {.prompt = p.ids.v,
                          .n_prompt = (int)p.ids.n,
                          .sampling = sp,
-                         .stop = {.max_tokens = max_tokens},
+                         .stop = {.max_tokens = max_tokens, .ignore_eos = r->ignore_eos},
                          .n = g->n,
                          .traffic = k->api->proto == SRV_COMPLETIONS ? ENGINE_TRAFFIC_AGENT
                                                                      : ENGINE_TRAFFIC_CHAT,
@@ -330,13 +330,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         else if (k->api && !authorized(s, c))
             srv_failf(&k->fail, 401, NULL,
                       "missing or wrong API key (send Authorization: Bearer KEY or x-api-key)");
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (!k->fail.status && cl && strtoull(cl, NULL, 10) > s->o.max_body)
-            srv_failf(&k->fail, 413, NULL, "request body: larger than %zu bytes", s->o.max_body);
         if (k->fail.status) return reply_fail(k, c, &k->fail);
         return MHD_YES;
     }
-    if (*upload_size) {
+    if (*upload_size) { /* an oversized body is drained, not kept: 413 at its end */
         if (k->body.n + *upload_size > s->o.max_body) k->too_big = true;
         if (!k->too_big) sbuf_add(&k->body, upload_data, *upload_size);
         *upload_size = 0;

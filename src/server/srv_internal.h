@@ -76,6 +76,7 @@ typedef struct srv_req {
     char *tool_name; /* SRV_TC_NAMED */
     bool parallel_tool_calls;
     bool echo;                /* completions */
+    bool ignore_eos;          /* vLLM extension: keep going past EOS */
     int completions_logprobs; /* completions: logprobs as an int, -1 unset */
 } srv_req;
 

@@ -1,0 +1,97 @@
+// anthropic.test.mjs — `deepinfer serve` driven by the official
+// `@anthropic-ai/sdk`: messages (streamed with the SDK's stream helper and
+// not), usage with cache reads, stop sequences, thinking, a tool_use /
+// tool_result round trip, and errors in Anthropic's error shape.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import Anthropic from '@anthropic-ai/sdk';
+import { startServer, MODEL } from './server.mjs';
+
+const KEY = 'anthropic-key';
+let srv, client;
+before(async () => {
+  srv = await startServer(['--api-key', KEY, '--max-model-len', '1024']);
+  client = new Anthropic({ baseURL: srv.url, apiKey: KEY, maxRetries: 0 });
+});
+after(async () => { assert.equal(await srv.stop(), 0); });
+
+const user = (content) => [{ role: 'user', content }];
+
+test('messages: body shape, usage, greedy determinism', async () => {
+  const req = { model: MODEL, max_tokens: 10, temperature: 0, messages: user('Hello') };
+  const m = await client.messages.create(req);
+  assert.equal(m.type, 'message');
+  assert.equal(m.role, 'assistant');
+  assert.ok(['end_turn', 'max_tokens'].includes(m.stop_reason));
+  assert.ok(m.usage.input_tokens > 0 && m.usage.output_tokens > 0);
+  assert.equal(typeof m.usage.cache_read_input_tokens, 'number');
+  const again = await client.messages.create(req);
+  assert.deepEqual(again.content, m.content);
+});
+
+test('messages stream: SDK helper accumulates the same message as the body', async () => {
+  const req = { model: MODEL, max_tokens: 16, temperature: 0, system: 'Be brief.', messages: user('Tell me a story') };
+  const whole = await client.messages.create(req);
+  const stream = client.messages.stream(req);
+  const types = [];
+  stream.on('streamEvent', (e) => types.push(e.type));
+  const final = await stream.finalMessage();
+  assert.equal(types[0], 'message_start');
+  assert.equal(types.at(-1), 'message_stop');
+  assert.ok(types.includes('message_delta'));
+  assert.deepEqual(final.content.map((b) => b.text), whole.content.map((b) => b.text));
+  assert.equal(final.stop_reason, whole.stop_reason);
+  assert.equal(final.usage.output_tokens, whole.usage.output_tokens);
+});
+
+test('raw stream events follow content_block_start / delta / stop', async () => {
+  const stream = await client.messages.create({ model: MODEL, max_tokens: 8, messages: user('Hi'), stream: true });
+  let open = null, blocks = 0;
+  for await (const ev of stream) {
+    if (ev.type === 'content_block_start') { assert.equal(open, null); open = ev.index; blocks++; }
+    if (ev.type === 'content_block_delta') assert.equal(ev.index, open);
+    if (ev.type === 'content_block_stop') { assert.equal(ev.index, open); open = null; }
+    if (ev.type === 'message_delta') assert.ok(ev.delta.stop_reason);
+  }
+  assert.equal(open, null);
+  assert.ok(blocks >= 1);
+});
+
+test('thinking on/off, stop_sequences, top_k', async () => {
+  for (const thinking of [{ type: 'enabled', budget_tokens: 1024 }, { type: 'disabled' }]) {
+    const m = await client.messages.create({ model: MODEL, max_tokens: 6, thinking, messages: user('2+2?') });
+    assert.equal(m.type, 'message');
+  }
+  const m = await client.messages.create({ model: MODEL, max_tokens: 6, top_k: 5, stop_sequences: ['zzz'], messages: user('x') });
+  assert.ok(['end_turn', 'max_tokens', 'stop_sequence'].includes(m.stop_reason));
+});
+
+test('tools: tool_use / tool_result round trip and tool_choice', async () => {
+  const tools = [{ name: 'get_weather', description: 'Weather', input_schema: { type: 'object', properties: { city: { type: 'string' } } } }];
+  for (const tool_choice of [{ type: 'auto' }, { type: 'any' }, { type: 'none' }, { type: 'tool', name: 'get_weather' }]) {
+    const m = await client.messages.create({ model: MODEL, max_tokens: 4, tools, tool_choice, messages: user('Weather in Paris?') });
+    assert.ok(['end_turn', 'max_tokens', 'tool_use'].includes(m.stop_reason));
+  }
+  const m = await client.messages.create({
+    model: MODEL, max_tokens: 4, tools,
+    messages: [
+      ...user('Weather in Paris?'),
+      { role: 'assistant', content: [{ type: 'text', text: 'Checking.' }, { type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Paris' } }] },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: 'sunny, 21C' }] },
+    ],
+  });
+  assert.ok(m.usage.input_tokens + m.usage.cache_read_input_tokens > 20);
+});
+
+test('errors in the Anthropic shape', async () => {
+  const anon = new Anthropic({ baseURL: srv.url, apiKey: 'nope', maxRetries: 0 });
+  await assert.rejects(anon.messages.create({ model: MODEL, max_tokens: 5, messages: user('x') }), (e) => e instanceof Anthropic.AuthenticationError && e.error.type === 'error');
+  await assert.rejects(client.messages.create({ model: 'claude-nope', max_tokens: 5, messages: user('x') }), (e) => e instanceof Anthropic.NotFoundError && e.error.error.type === 'not_found_error');
+  await assert.rejects(client.messages.create({ model: MODEL, messages: user('x') }), (e) => e instanceof Anthropic.BadRequestError && /max_tokens/.test(e.message));
+  await assert.rejects(client.messages.create({ model: MODEL, max_tokens: 5, messages: [{ role: 'robot', content: 'x' }] }), (e) => e.status === 400 && /messages\.0\.role/.test(e.message));
+  const raw = await fetch(`${srv.url}/v1/messages`, { method: 'POST', headers: { 'x-api-key': KEY }, body: '{"model":' });
+  assert.equal(raw.status, 400);
+  const body = await raw.json();
+  assert.equal(body.type, 'error');
+  assert.equal(body.error.type, 'invalid_request_error');
+});

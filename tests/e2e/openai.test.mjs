@@ -1,0 +1,178 @@
+// openai.test.mjs — `deepinfer serve` driven by the official `openai` SDK:
+// chat completions (streamed and not, n > 1, logprobs, usage with cached
+// tokens), completions (greedy output equals `deepinfer generate`), responses
+// (streamed and not), a tool-result round trip, and errors (401, 404, 400
+// naming the field, context overflow) in OpenAI's error shape.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { startServer, offlineGreedy, MODEL } from './server.mjs';
+
+const KEY = 'test-key';
+let srv, client;
+before(async () => {
+  srv = await startServer(['--api-key', KEY, '--max-model-len', '1024']);
+  client = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: KEY, maxRetries: 0 });
+});
+after(async () => { assert.equal(await srv.stop(), 0, 'server exits cleanly on SIGTERM'); });
+
+const user = (content) => [{ role: 'user', content }];
+
+test('models list names the served model', async () => {
+  const models = await client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), [MODEL]);
+});
+
+test('chat completion: body shape, usage, greedy determinism', async () => {
+  const req = { model: MODEL, messages: user('Hello'), max_tokens: 12, temperature: 0 };
+  const a = await client.chat.completions.create(req);
+  assert.equal(a.object, 'chat.completion');
+  assert.equal(a.choices.length, 1);
+  assert.equal(a.choices[0].message.role, 'assistant');
+  assert.ok(['stop', 'length'].includes(a.choices[0].finish_reason));
+  assert.ok(a.usage.prompt_tokens > 0);
+  assert.ok(a.usage.completion_tokens > 0 && a.usage.completion_tokens <= 12);
+  assert.equal(a.usage.total_tokens, a.usage.prompt_tokens + a.usage.completion_tokens);
+  assert.equal(typeof a.usage.prompt_tokens_details.cached_tokens, 'number');
+  const b = await client.chat.completions.create(req);
+  assert.equal(b.choices[0].message.content, a.choices[0].message.content);
+});
+
+test('chat stream: deltas concatenate to the non-streamed text; usage chunk; [DONE]', async () => {
+  const req = { model: MODEL, messages: user('Tell me a story'), max_tokens: 20, temperature: 0 };
+  const whole = await client.chat.completions.create(req);
+  const stream = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+  let text = '', finish = null, usage = null, chunks = 0;
+  for await (const c of stream) {
+    chunks++;
+    assert.equal(c.object, 'chat.completion.chunk');
+    if (c.usage) usage = c.usage;
+    for (const ch of c.choices) {
+      if (ch.delta.content) text += ch.delta.content;
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
+  }
+  assert.ok(chunks > 2);
+  assert.equal(text, whole.choices[0].message.content);
+  assert.equal(finish, whole.choices[0].finish_reason);
+  assert.equal(usage.completion_tokens, whole.usage.completion_tokens);
+});
+
+test('a long shared prefix is served from the prefix cache on the second request', async () => {
+  const long = 'The history of the city spans many centuries of trade and war. '.repeat(6);
+  const req = { model: MODEL, messages: user(long), max_tokens: 2, temperature: 0 };
+  await client.chat.completions.create(req);
+  const again = await client.chat.completions.create(req);
+  assert.ok(again.usage.prompt_tokens > 128);
+  assert.ok(again.usage.prompt_tokens_details.cached_tokens >= 128, JSON.stringify(again.usage));
+  assert.equal(again.usage.prompt_cache_hit_tokens, again.usage.prompt_tokens_details.cached_tokens);
+});
+
+test('n > 1, logprobs with top_logprobs, seed, stop, penalties', async () => {
+  const r = await client.chat.completions.create({
+    model: MODEL, messages: user('Hi'), max_tokens: 6, n: 3, temperature: 0.9, top_p: 0.9, seed: 7,
+    logprobs: true, top_logprobs: 3, presence_penalty: 0.5, frequency_penalty: 0.2, stop: ['zzzz'],
+  });
+  assert.equal(r.choices.length, 3);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  for (const c of r.choices) {
+    assert.ok(Array.isArray(c.logprobs.content));
+    for (const t of c.logprobs.content) {
+      assert.equal(typeof t.token, 'string');
+      assert.ok(t.logprob <= 0);
+      assert.equal(t.top_logprobs.length, 3);
+    }
+  }
+  const again = await client.chat.completions.create({
+    model: MODEL, messages: user('Hi'), max_tokens: 6, n: 3, temperature: 0.9, top_p: 0.9, seed: 7,
+    presence_penalty: 0.5, frequency_penalty: 0.2, stop: ['zzzz'],
+  });
+  assert.deepEqual(again.choices.map((c) => c.message.content), r.choices.map((c) => c.message.content), 'same seed, same samples');
+});
+
+test('completions: greedy output equals `deepinfer generate`', async () => {
+  const prompt = 'The quick brown fox';
+  const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 24, temperature: 0 });
+  assert.equal(r.object, 'text_completion');
+  assert.equal(r.choices[0].text, offlineGreedy(prompt, 24));
+  const s = await client.completions.create({ model: MODEL, prompt, max_tokens: 24, temperature: 0, stream: true });
+  let text = '';
+  for await (const c of s) for (const ch of c.choices) text += ch.text;
+  assert.equal(text, r.choices[0].text);
+});
+
+test('responses: body and stream events', async () => {
+  const r = await client.responses.create({ model: MODEL, input: 'Hello', max_output_tokens: 8, temperature: 0 });
+  assert.equal(r.object, 'response');
+  assert.ok(['completed', 'incomplete'].includes(r.status));
+  assert.equal(r.output.at(-1).type, 'message');
+  assert.equal(typeof r.output_text, 'string');
+  assert.ok(r.usage.input_tokens > 0 && r.usage.output_tokens > 0);
+  const stream = await client.responses.create({ model: MODEL, input: 'Hello', max_output_tokens: 8, temperature: 0, stream: true });
+  const types = [];
+  let text = '', last;
+  for await (const ev of stream) {
+    types.push(ev.type);
+    if (ev.type === 'response.output_text.delta') text += ev.delta;
+    last = ev;
+  }
+  assert.equal(types[0], 'response.created');
+  assert.ok(types.includes('response.output_item.added'));
+  assert.ok(['response.completed', 'response.incomplete'].includes(types.at(-1)));
+  assert.equal(text, r.output_text);
+  assert.equal(last.response.output_text ?? last.response.output[0].content[0].text, r.output_text);
+});
+
+test('tools: definitions, tool_choice variants and a tool-result follow-up turn', async () => {
+  const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather for a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+  for (const tool_choice of ['auto', 'none', 'required', { type: 'function', function: { name: 'get_weather' } }]) {
+    const r = await client.chat.completions.create({ model: MODEL, messages: user('Weather in Paris?'), tools, tool_choice, max_tokens: 4, temperature: 0, parallel_tool_calls: true });
+    assert.ok(['stop', 'length', 'tool_calls'].includes(r.choices[0].finish_reason));
+  }
+  const follow = await client.chat.completions.create({
+    model: MODEL, tools, max_tokens: 4, temperature: 0,
+    messages: [
+      ...user('Weather in Paris and Rome?'),
+      { role: 'assistant', content: null, tool_calls: [
+        { id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
+        { id: 'call_2', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Rome"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: 'sunny' },
+      { role: 'tool', tool_call_id: 'call_2', content: 'rainy' },
+    ],
+  });
+  assert.ok(follow.usage.prompt_tokens > 20);
+  const resp = await client.responses.create({
+    model: MODEL, max_output_tokens: 4,
+    tools: [{ type: 'function', name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } }],
+    input: [{ role: 'user', content: 'Weather?' },
+      { type: 'function_call', call_id: 'c1', name: 'get_weather', arguments: '{"city":"Paris"}' },
+      { type: 'function_call_output', call_id: 'c1', output: 'sunny' }],
+  });
+  assert.ok(resp.usage.input_tokens > 10);
+});
+
+test('thinking on and off, json_object response format', async () => {
+  for (const thinking of [{ type: 'enabled' }, { type: 'disabled' }]) {
+    const r = await client.chat.completions.create({ model: MODEL, messages: user('2+2?'), max_tokens: 4, thinking });
+    assert.equal(r.choices.length, 1);
+  }
+  const j = await client.chat.completions.create({ model: MODEL, messages: user('JSON please'), max_tokens: 4, response_format: { type: 'json_object' } });
+  assert.equal(j.choices.length, 1);
+});
+
+test('errors: 401 without the key, 404 unknown model, 400 naming the field, context overflow', async () => {
+  const anon = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'wrong', maxRetries: 0 });
+  await assert.rejects(anon.chat.completions.create({ model: MODEL, messages: user('x') }), (e) => e.status === 401 && e instanceof OpenAI.AuthenticationError);
+  await assert.rejects(client.chat.completions.create({ model: 'gpt-nope', messages: user('x') }), (e) => e.status === 404 && /gpt-nope/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), temperature: 'hot' }), (e) => e.status === 400 && e.param === 'temperature');
+  await assert.rejects(client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 7 }] }), (e) => e.status === 400 && /messages\[0\]\.content/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: MODEL, messages: user('word '.repeat(3000)) }), (e) => e.status === 400 && /context/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), max_tokens: 5000 }), (e) => e.status === 400 && e.param === 'max_tokens');
+  const big = await fetch(`${srv.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: user('x'.repeat(9 << 20)) }) });
+  assert.equal(big.status, 413);
+  assert.ok((await big.json()).error.message.includes('larger than'));
+  const deep = await fetch(`${srv.url}/v1/chat/completions`, { method: 'POST', headers: { 'x-api-key': KEY }, body: '['.repeat(100000) });
+  assert.equal(deep.status, 400);
+  assert.equal((await fetch(`${srv.url}/v1/nope`, { headers: { 'x-api-key': KEY } })).status, 404);
+  assert.equal((await fetch(`${srv.url}/health`)).status, 200);
+});
