@@ -149,7 +149,7 @@ TEST(server_messages_tool_use_stream_sequence) {
     CHECK(run_synth(&s, &srv_api_messages, body, true, CALL_OUTPUT, 5, false, ENGINE_FINISH_STOP) ==
           0);
     /* event names, collapsed: deltas of one block counted once */
-    char seq[1024] = "";
+    char seq[400] = "";
     size_t i;
     json_t *n;
     const char *prev = "";
