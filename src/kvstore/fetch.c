@@ -1,0 +1,148 @@
+/* fetch.c — the fetch stage: fetch threads read block files into host
+ * memory off the request's critical path. kvs_fetch_start queues every block
+ * of a hit at once, so the threads read ahead of the consumer (swap-in
+ * copies block 0 while later blocks are still being read); each block
+ * settles as intact (1) or miss (-1) and wakes whoever waits for it.
+ *
+ * The job queue, the per-block states and the counters live under the
+ * store's mutex; the reads themselves run unlocked straight into the
+ * fetch's buffer. A freed fetch is cancelled: its queued blocks settle as
+ * misses without I/O, and kvs_fetch_free waits for reads in progress. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvstore/kvs_internal.h"
+
+struct kvs_fetch {
+    kvs *s;
+    int n;
+    uint64_t *keys;
+    int32_t *tokens; /* n * 128, or NULL */
+    unsigned char *buf;
+    signed char *state; /* 0 pending, 1 intact, -1 miss */
+    int pending;
+    bool cancelled;
+    pthread_cond_t cond;
+};
+
+kvs_fetch *kvs_fetch_start(kvs *s, const uint64_t *keys, const int32_t *tokens, int n) {
+    if (n < 0) n = 0;
+    kvs_fetch *f = di_calloc(1, sizeof *f);
+    f->s = s;
+    f->n = n;
+    size_t m = n ? (size_t)n : 1;
+    f->keys = di_malloc(m * sizeof *f->keys);
+    memcpy(f->keys, keys, (size_t)n * sizeof *f->keys);
+    if (tokens) {
+        f->tokens = di_malloc(m * KVS_BLOCK_TOKENS * sizeof *f->tokens);
+        memcpy(f->tokens, tokens, (size_t)n * KVS_BLOCK_TOKENS * sizeof *f->tokens);
+    }
+    f->buf = di_alloc_aligned(m * s->lay.block_bytes);
+    f->state = di_calloc(m, 1);
+    pthread_cond_init(&f->cond, NULL);
+    pthread_mutex_lock(&s->mu);
+    if (s->fq_n + n > s->fq_cap) {
+        /* Grow the ring, unrolling it so the head is at 0. */
+        int cap = s->fq_cap ? s->fq_cap : 64;
+        while (cap < s->fq_n + n) cap *= 2;
+        kvs_fjob *q = di_malloc((size_t)cap * sizeof *q);
+        for (int i = 0; i < s->fq_n; i++) q[i] = s->fq[(s->fq_head + i) % s->fq_cap];
+        free(s->fq);
+        s->fq = q;
+        s->fq_cap = cap;
+        s->fq_head = 0;
+    }
+    for (int i = 0; i < n; i++)
+        s->fq[(s->fq_head + s->fq_n++) % s->fq_cap] = (kvs_fjob){.f = f, .i = i};
+    f->pending = n;
+    pthread_cond_broadcast(&s->fcond);
+    pthread_mutex_unlock(&s->mu);
+    return f;
+}
+
+static void settle(kvs_fetch *f, int i, int state) {
+    f->state[i] = (signed char)state;
+    f->pending--;
+    pthread_cond_broadcast(&f->cond);
+}
+
+void *kvs_fetch_main(void *arg) {
+    kvs *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && !s->fq_n) pthread_cond_wait(&s->fcond, &s->mu);
+        if (!s->fq_n) break; /* stopping with nothing queued */
+        kvs_fjob j = s->fq[s->fq_head];
+        s->fq_head = (s->fq_head + 1) % s->fq_cap;
+        s->fq_n--;
+        kvs_fetch *f = j.f;
+        if (f->cancelled) {
+            settle(f, j.i, -1);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        double t0 = di_now();
+        int cls = KVS_CLASS_UNKNOWN;
+        kvs_read_status rs =
+            kvs_file_read(s->root, &s->lay, f->keys[j.i],
+                          f->tokens ? f->tokens + (size_t)j.i * KVS_BLOCK_TOKENS : NULL,
+                          f->buf + (size_t)j.i * s->lay.block_bytes, &cls, s->o.touch_s);
+        double dt = di_now() - t0;
+        pthread_mutex_lock(&s->mu);
+        kvs_note_read(s, f->keys[j.i], rs, cls, dt);
+        settle(f, j.i, rs == KVS_READ_OK ? 1 : -1);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+int kvs_fetch_poll(kvs_fetch *f, int i, const void **payload) {
+    if (i < 0 || i >= f->n) return -1;
+    pthread_mutex_lock(&f->s->mu);
+    int st = f->state[i];
+    pthread_mutex_unlock(&f->s->mu);
+    if (st > 0 && payload) *payload = f->buf + (size_t)i * f->s->lay.block_bytes;
+    return st;
+}
+
+int kvs_fetch_wait(kvs_fetch *f, int i, const void **payload) {
+    if (i < 0 || i >= f->n) return -1;
+    pthread_mutex_lock(&f->s->mu);
+    while (!f->state[i]) pthread_cond_wait(&f->cond, &f->s->mu);
+    int st = f->state[i];
+    pthread_mutex_unlock(&f->s->mu);
+    if (st > 0 && payload) *payload = f->buf + (size_t)i * f->s->lay.block_bytes;
+    return st > 0 ? 0 : -1;
+}
+
+int kvs_fetch_wait_all(kvs_fetch *f) {
+    pthread_mutex_lock(&f->s->mu);
+    while (f->pending) pthread_cond_wait(&f->cond, &f->s->mu);
+    int ok = 0;
+    while (ok < f->n && f->state[ok] > 0) ok++;
+    pthread_mutex_unlock(&f->s->mu);
+    return ok;
+}
+
+void kvs_fetch_free(kvs_fetch *f) {
+    if (!f) return;
+    pthread_mutex_lock(&f->s->mu);
+    f->cancelled = true;
+    while (f->pending) pthread_cond_wait(&f->cond, &f->s->mu);
+    pthread_mutex_unlock(&f->s->mu);
+    pthread_cond_destroy(&f->cond);
+    free(f->keys);
+    free(f->tokens);
+    di_free_aligned(f->buf);
+    free(f->state);
+    free(f);
+}
+
+/* swapin.c reads a fetch's geometry through these. */
+const kvs_layout *kvs_fetch_layout(const kvs_fetch *f) {
+    return &f->s->lay;
+}
+
+int kvs_fetch_count(const kvs_fetch *f) {
+    return f->n;
+}
