@@ -79,6 +79,11 @@ static void publish(engine *e) {
     s.prefix_hit_tokens = b.hit_tokens;
     s.cows = b.cows;
     s.evictions = b.evictions;
+    if (e->swa_cache) {
+        swc_stats w = swc_get_stats(e->swa_cache);
+        s.swa_cache_entries = w.entries;
+        s.swa_cache_bytes = w.bytes;
+    }
     pthread_mutex_lock(&e->mu);
     e->pub = s;
     pthread_mutex_unlock(&e->mu);
@@ -121,10 +126,12 @@ static void *engine_main(void *arg) {
             engine_cancel_now(e, cancels[i], ENGINE_FINISH_CANCELLED, NULL);
         if (e->active) {
             di_err err = {{0}};
+            double t0 = di_now();
             if (engine_step(e, &err)) {
                 di_log(DI_LOG_ERROR, "engine: step failed: %s", err.msg);
                 fail_all(e, err.msg);
             }
+            e->st.active_s += di_now() - t0;
         }
         publish(e);
         pthread_mutex_lock(&e->mu);
@@ -175,7 +182,26 @@ engine *engine_create_runner(const engine_runner *r, const engine_detok *detok,
         return NULL;
     }
     e->bm = bm_create(e->block_ids, e->n_block_ids);
-    bm_set_caching(e->bm, !o.no_prefix_cache && !r->has_swa);
+    /* Sliding-window models share prefixes only when their rings can be
+     * snapshotted (and rebuilt by replay). */
+    e->swa = r->has_swa && r->swa_save && r->swa_restore && r->swa_free && r->swa_bytes;
+    bm_set_caching(e->bm, !o.no_prefix_cache && (!r->has_swa || e->swa));
+    if (e->swa) {
+        e->swa_cache =
+            swc_create(o.swa_cache_bytes ? o.swa_cache_bytes : (size_t)64 << 20, r->swa_free);
+        int exact = r->sliding_window * (r->n_swa_layers > 0 ? r->n_swa_layers : 1);
+        e->replay_tokens = o.swa_replay_exact        ? exact
+                           : o.swa_replay_tokens > 0 ? o.swa_replay_tokens
+                                                     : 128;
+    }
+    if (o.batch_invariant) {
+        if (!r->set_batch_invariant) {
+            di_errf(err, "engine: --batch-invariant: the backend has no batch-invariant mode");
+            engine_free(e);
+            return NULL;
+        }
+        r->set_batch_invariant(r->ctx, true);
+    }
     e->samp = samp_ctx_new(r->vocab);
     if (o.step_tokens > 0)
         e->st.token_budget = o.step_tokens;
@@ -183,7 +209,8 @@ engine *engine_create_runner(const engine_runner *r, const engine_detok *detok,
         measure_budget(e);
     e->sched = sched_create(e->bm, &(sched_opts){.token_budget = e->st.token_budget,
                                                  .max_running = o.max_running,
-                                                 .can_copy = r->copy_block != NULL});
+                                                 .can_copy = r->copy_block != NULL,
+                                                 .block_chunks = e->swa});
     e->next_req_id = 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
@@ -223,11 +250,16 @@ void engine_free(engine *e) {
         pthread_cond_destroy(&e->work);
         pthread_cond_destroy(&e->idle);
     }
+    swc_free(e->swa_cache);
+    if (e->o.batch_invariant && e->run.set_batch_invariant)
+        e->run.set_batch_invariant(e->run.ctx, false);
     bm_free(e->bm);
     for (int i = 0; i < e->n_block_ids; i++) e->run.kv_release(e->run.ctx, e->block_ids[i]);
     free(e->block_ids);
     samp_ctx_free(e->samp);
     free(e->batch);
+    free(e->replay);
+    free(e->replay_seq);
     free(e->logits);
     free(e->text);
     free(e->cancels);

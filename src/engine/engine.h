@@ -93,6 +93,17 @@ typedef struct engine_opts {
     int max_running;      /* bound on running sequences (0: 256) */
     int max_model_len;    /* 0: the model's context */
     bool no_prefix_cache; /* disable prefix reuse */
+    /* Sliding-window models: on a prefix hit whose ring snapshot is not in
+     * the SWA state cache, the rings are rebuilt by replaying the last
+     * swa_replay_tokens (0: 128) tokens of the cached prefix (bounded), or,
+     * with swa_replay_exact, window x sliding-window depth tokens (the whole
+     * receptive field: the same state as no cache). Capped at the prefix. */
+    bool swa_replay_exact;
+    int swa_replay_tokens;
+    size_t swa_cache_bytes; /* bound on the host-memory SWA state cache (0: 64 MiB) */
+    /* A request's logits do not depend on what else runs in its steps or on
+     * its chunking (fixed reduction orders in every kernel; slower). */
+    bool batch_invariant;
 } engine_opts;
 
 typedef struct engine_stats {
@@ -104,6 +115,14 @@ typedef struct engine_stats {
     long long generated_tokens;
     long long steps, preemptions, cows, evictions;
     long long requests_done, requests_cancelled;
+    /* Sliding-window state: snapshots restored on prefix hits, replays run
+     * (and their tokens) when the snapshot was missing, cache occupancy. */
+    long long swa_restores, swa_replays, swa_replayed_tokens;
+    int swa_cache_entries;
+    size_t swa_cache_bytes;
+    /* Time on the step thread: inside forward passes vs. wall time while
+     * there was work (1 - busy/active: fraction the compute threads idle). */
+    double forward_s, active_s;
     long long traffic_requests[ENGINE_N_TRAFFIC];
     int token_budget;               /* tokens per step */
     double step_fixed_ms, token_ms; /* the cost model: step ~ fixed + n * token */

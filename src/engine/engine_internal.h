@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/swa_cache.h"
 
 /* One request in flight, with owned copies of everything it points to. */
 typedef struct ereq {
@@ -35,12 +36,16 @@ struct engine {
     bm *bm;
     sched *sched;
     samp_ctx *samp;
+    bool swa; /* sliding-window model with snapshots: SWA cache, replay, forks */
+    swc *swa_cache;
+    int replay_tokens; /* tokens replayed on a SWA cache miss (before capping at the prefix) */
 
     /* Step-thread state. */
     ereq *active;
     uint64_t next_seq_id;
-    model_batch_seq *batch;
-    int cap_batch;
+    model_batch_seq *batch, *replay; /* the step's batch; replays run before it */
+    seq **replay_seq;
+    int cap_batch, cap_replay;
     float *logits;
     int cap_rows;
     char *text;

@@ -3,14 +3,17 @@
  * tokenizer.h (tok_stream_*) into the runner and detokenizer tables that the
  * engine core is written against, so the core stays testable with a fake.
  *
- * The pool has no block copy, so copy-on-write after a fork recomputes the
- * copied block (at most 127 tokens once per branch). Whether the model has
- * sliding-window layers is read off model_seq_init: only then does it give
- * a sequence ring buffers. */
+ * Copy-on-write copies the block (model_kv_copy_block); sliding-window
+ * models get ring snapshots (model_swa_save / restore) for the SWA state
+ * cache, replay and forks, with the window and depth from model_info.
+ * Batch invariance is a kernel-wide switch (kern_set_batch_invariant): the
+ * rest of the forward pass (per-token norms and attention, expert matmuls
+ * over their own tokens) already reduces in an order fixed per row. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "recipe/tokenizer.h"
 
@@ -36,6 +39,24 @@ static void mr_seq_free(void *c, model_seq *s) {
 static int mr_forward(void *c, model_batch_seq *b, int n, di_err *err) {
     model_runner *r = c;
     return model_forward(r->m, r->kv, b, n, err);
+}
+static int mr_copy_block(void *c, int dst, int src, di_err *err) {
+    (void)err;
+    model_kv_copy_block(((model_runner *)c)->kv, dst, src);
+    return 0;
+}
+static model_swa_state *mr_swa_save(void *c, const model_seq *s) {
+    return model_swa_save(((model_runner *)c)->m, s);
+}
+static void mr_swa_restore(void *c, model_seq *s, const model_swa_state *st) {
+    model_swa_restore(((model_runner *)c)->m, s, st);
+}
+static void mr_swa_free(void *st) {
+    model_swa_state_free(st);
+}
+static void mr_batch_invariant(void *c, bool on) {
+    (void)c;
+    kern_set_batch_invariant(on);
 }
 static void mr_destroy(void *c) {
     model_runner *r = c;
@@ -84,6 +105,8 @@ engine *engine_create(model *m, tokenizer *tok, const engine_opts *opts, di_err 
                        .seq_init = mr_seq_init,
                        .seq_free = mr_seq_free,
                        .forward = mr_forward,
+                       .copy_block = mr_copy_block,
+                       .set_batch_invariant = mr_batch_invariant,
                        .destroy = mr_destroy};
     for (int i = 0; i < info->n_eos && r.n_eos < MODEL_MAX_EOS; i++)
         r.eos_ids[r.n_eos++] = info->eos_ids[i];
@@ -91,10 +114,15 @@ engine *engine_create(model *m, tokenizer *tok, const engine_opts *opts, di_err 
     bool have = false;
     for (int i = 0; i < r.n_eos; i++) have |= r.eos_ids[i] == teos;
     if (teos >= 0 && !have && r.n_eos < MODEL_MAX_EOS) r.eos_ids[r.n_eos++] = teos;
-    model_seq probe;
-    model_seq_init(m, &probe);
-    r.has_swa = probe.swa != NULL;
-    model_seq_free(m, NULL, &probe);
+    r.has_swa = info->n_swa_layers > 0;
+    r.sliding_window = info->sliding_window;
+    r.n_swa_layers = info->n_swa_layers;
+    if (r.has_swa) {
+        r.swa_save = mr_swa_save;
+        r.swa_restore = mr_swa_restore;
+        r.swa_free = mr_swa_free;
+        r.swa_bytes = model_swa_state_bytes;
+    }
 
     engine_detok d = {
         .ctx = tok, .open = td_open, .push = td_push, .flush = td_flush, .close = td_close};

@@ -6,8 +6,22 @@
  * n > 1: the request starts as one sequence; when its prompt is done, the
  * n - 1 other branches fork from it (sharing every prompt block) and each
  * branch samples its first token from the same logits row with its own
- * generator. Models with sliding-window layers cannot share ring buffers, so
- * there the n branches are independent sequences from the start. */
+ * generator. Sliding-window models fork their rings by snapshot/restore; a
+ * runner without snapshots runs the n branches as independent sequences.
+ *
+ * Sliding-window state (runners with swa_save/swa_restore): a sequence that
+ * stands exactly at a hashed block boundary after a step (the scheduler cuts
+ * prefill chunks there, decodes cross every boundary) leaves a snapshot of
+ * its rings in the SWA cache under that block's chain key — so the state of
+ * the last boundary before a sequence ends is always there when it ends. A
+ * sequence admitted with a prefix hit of H tokens restores the snapshot of
+ * block H/128 - 1, or, when it is missing, rebuilds the rings by replaying
+ * tokens [H - R, H) (R = min(replay_tokens, H)) in a forward pass of their
+ * own before the step: the sliding-window layers see nothing below H - R
+ * (swa_floor), and the full-attention layers read the cached KV and do not
+ * write it (kv_keep_end = H), so shared cached blocks never change and the
+ * replayed tokens' full-layer outputs are those of the cached context. With
+ * R = window x SWA depth this is exactly the no-cache state. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,13 +47,14 @@ void engine_seq_model_free(engine *e, seq *q) {
 }
 
 void engine_ingest(engine *e, ereq *r) {
-    int n_initial = e->run.has_swa ? r->r.n : 1;
+    bool independent = e->run.has_swa && !e->swa;
+    int n_initial = independent ? r->r.n : 1;
     for (int b = 0; b < n_initial; b++) {
         seq *q = seq_new(e->next_seq_id++, r->prompt, r->r.n_prompt, r->r.priority, r->id);
         seq_setup(e, r, q, b);
         sched_add_waiting(e->sched, q);
     }
-    if (e->run.has_swa || r->r.n == 1) r->forked = true; /* nothing left to fork */
+    if (independent || r->r.n == 1) r->forked = true; /* nothing left to fork */
     r->next = e->active;
     e->active = r;
     e->st.prompt_tokens += r->r.n_prompt;
@@ -197,14 +212,17 @@ static void fork_and_sample(engine *e, seq *q, const float *row) {
     r->forked = true;
     seq *branch[ENGINE_MAX_N];
     branch[0] = q;
+    model_swa_state *rings = e->swa ? e->run.swa_save(e->run.ctx, &q->mseq) : NULL;
     for (int b = 1; b < r->r.n; b++) {
         seq *c = seq_clone(q, e->next_seq_id++);
         seq_setup(e, r, c, b);
         bm_fork(e->bm, &q->table, &c->table);
+        if (rings) e->run.swa_restore(e->run.ctx, &c->mseq, rings);
         c->mseq.n_past = q->mseq.n_past;
         sched_add_running(e->sched, c);
         branch[b] = c;
     }
+    if (rings) e->run.swa_free(rings);
     int n = r->r.n;
     for (int b = 0; b < n; b++) on_token(e, branch[b], row); /* r may be freed by the last */
 }
@@ -215,6 +233,43 @@ static void fail_seq(engine *e, seq *q, const char *msg) {
     emit(e, r, q, -1, NULL, 0, NULL, ENGINE_FINISH_ERROR, msg);
     end_unforked(e, r, ENGINE_FINISH_ERROR, msg);
     finish_seq(e, q);
+}
+
+/* --- sliding-window state --------------------------------------------------- */
+/* q was admitted with a prefix hit of q->n_computed tokens and its rings are
+ * empty: restore them from the SWA cache, or queue a replay. */
+static void swa_rebuild(engine *e, seq *q, int *n_replay) {
+    int H = q->n_computed;
+    const model_swa_state *st =
+        q->table.n_hashed * BM_BLOCK == H ? swc_get(e->swa_cache, q->table.last_key) : NULL;
+    if (st && model_swa_state_pos(st) == H) {
+        e->run.swa_restore(e->run.ctx, &q->mseq, st);
+        e->st.swa_restores++;
+        return;
+    }
+    int R = e->replay_tokens < H ? e->replay_tokens : H;
+    q->mseq.n_past = H - R;
+    q->mseq.swa_floor = H - R;
+    q->mseq.kv_keep_end = H;
+    if (*n_replay == e->cap_replay) {
+        e->cap_replay = e->cap_replay ? 2 * e->cap_replay : 8;
+        e->replay = di_realloc(e->replay, sizeof *e->replay * (size_t)e->cap_replay);
+        e->replay_seq = di_realloc(e->replay_seq, sizeof(seq *) * (size_t)e->cap_replay);
+    }
+    e->replay_seq[*n_replay] = q;
+    e->replay[(*n_replay)++] = (model_batch_seq){&q->mseq, q->tokens + H - R, R, NULL, false, NULL};
+    e->st.swa_replays++;
+    e->st.swa_replayed_tokens += R;
+}
+
+/* After a step: a sequence standing at a hashed block boundary leaves its
+ * rings in the cache under that block's key (once per key). */
+static void swa_snapshot(engine *e, seq *q) {
+    int H = q->n_computed;
+    if (H == 0 || H % BM_BLOCK || q->table.n_hashed * BM_BLOCK != H) return;
+    if (swc_has(e->swa_cache, q->table.last_key)) return;
+    model_swa_state *st = e->run.swa_save(e->run.ctx, &q->mseq);
+    if (st) swc_put(e->swa_cache, q->table.last_key, st, e->run.swa_bytes(st));
 }
 
 int engine_step(engine *e, di_err *err) {
@@ -244,17 +299,27 @@ int engine_step(engine *e, di_err *err) {
         e->logits = di_malloc(sizeof(float) * (size_t)e->cap_rows * (size_t)e->run.vocab);
     }
     rows = 0;
+    int n_replay = 0;
     for (int i = 0; i < n; i++) {
         seq *q = p->items[i].s;
         q->mseq.blocks = q->table.blocks;
         q->mseq.n_blocks = q->table.n;
         q->mseq.cap_blocks = q->table.cap;
-        q->mseq.n_past = q->n_computed; /* differs only after a recomputing rewind */
+        if (e->swa && q->mseq.n_past != q->n_computed)
+            swa_rebuild(e, q, &n_replay); /* a prefix hit: rings empty */
+        else
+            q->mseq.n_past = q->n_computed; /* differs only after a recomputing rewind */
         float *lg = p->items[i].logits ? e->logits + (size_t)rows++ * (size_t)e->run.vocab : NULL;
         e->batch[i] = (model_batch_seq){
             &q->mseq, q->tokens + q->n_computed, p->items[i].n_tokens, lg, false, NULL};
     }
+    double t0 = di_now();
+    if (n_replay) {
+        if (e->run.forward(e->run.ctx, e->replay, n_replay, err)) return -1;
+        for (int i = 0; i < n_replay; i++) swa_snapshot(e, e->replay_seq[i]);
+    }
     if (e->run.forward(e->run.ctx, e->batch, n, err)) return -1;
+    e->st.forward_s += di_now() - t0;
     e->st.steps++;
     e->st.computed_tokens += p->n_decode + p->n_prefill_tokens;
 
@@ -262,6 +327,7 @@ int engine_step(engine *e, di_err *err) {
         seq *q = p->items[i].s;
         q->n_computed += p->items[i].n_tokens;
         bm_commit(e->bm, &q->table, q->tokens, q->n_computed);
+        if (e->swa) swa_snapshot(e, q);
     }
     /* Sampling last: it may fork, finish and free sequences. */
     for (int i = 0; i < n; i++) {

@@ -20,11 +20,13 @@ typedef struct engine_runner {
     int vocab;
     int max_context; /* positions the model supports */
     int eos_ids[MODEL_MAX_EOS], n_eos;
-    /* Sliding-window layers keep per-sequence ring buffers that the engine
-     * can neither share nor rewind: no prefix reuse, no forking (n > 1 runs
-     * as independent sequences), no copy-on-write by recomputation. */
+    /* Sliding-window layers keep per-sequence ring buffers outside the
+     * blocks. With swa_save / swa_restore the engine snapshots them (prefix
+     * cache, forks) and rebuilds them by replay on a miss; without, it runs
+     * such a model with no prefix reuse and n > 1 as independent sequences. */
     bool has_swa;
-    int (*kv_alloc)(void *ctx); /* a block id, or -1 when the pool is empty */
+    int sliding_window, n_swa_layers; /* for exact replay: window x SWA depth */
+    int (*kv_alloc)(void *ctx);       /* a block id, or -1 when the pool is empty */
     void (*kv_release)(void *ctx, int block);
     /* Initialises / frees a sequence's model state (ring buffers). The
      * engine owns s->blocks: seq_free must not free or release them (the
@@ -36,6 +38,15 @@ typedef struct engine_runner {
     /* Optional: copies block src's KV to block dst (copy-on-write). NULL:
      * the engine recomputes the copied block's tokens instead. */
     int (*copy_block)(void *ctx, int dst, int src, di_err *err);
+    /* Optional (sliding-window models): snapshot / restore a sequence's
+     * rings at its n_past (model_swa_save / model_swa_restore semantics);
+     * swa_free frees a snapshot, swa_bytes is its size. */
+    model_swa_state *(*swa_save)(void *ctx, const model_seq *s);
+    void (*swa_restore)(void *ctx, model_seq *s, const model_swa_state *st);
+    void (*swa_free)(void *st);
+    size_t (*swa_bytes)(const model_swa_state *st);
+    /* Optional: turns batch-invariant kernels on or off for this backend. */
+    void (*set_batch_invariant)(void *ctx, bool on);
     /* Optional: frees ctx when the engine is freed. */
     void (*destroy)(void *ctx);
 } engine_runner;

@@ -125,6 +125,18 @@ static void fail(sched *s, seq *q) {
     s->plan.failed[s->plan.n_failed++] = q;
 }
 
+/* Tokens of a prefill chunk: what is pending, at most the budget, cut back
+ * to the last block boundary it crosses under block_chunks. */
+static int chunk_len(const sched *s, const seq *q, int budget) {
+    int pending = seq_pending(q);
+    int n = pending < budget ? pending : budget;
+    if (s->o.block_chunks && n > 1) {
+        int end = q->n_computed + n, cut = end - end % BM_BLOCK;
+        if (cut > q->n_computed && cut < end) n = cut - q->n_computed;
+    }
+    return n;
+}
+
 static void add_item(sched *s, seq *q, int n, const bm_cow *cow) {
     sched_plan *p = &s->plan;
     if (cow->src >= 0) {
@@ -170,7 +182,7 @@ const sched_plan *sched_schedule(sched *s) {
     for (int i = 0; i < s->running.n; i++) {
         seq *q = s->running.v[i];
         int pending = seq_pending(q);
-        int n = pending == 1 ? 1 : (pending < budget ? pending : budget);
+        int n = pending == 1 ? 1 : chunk_len(s, q, budget);
         if (n <= 0) continue;
         bool placed = true;
         while (bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) != 0) {
@@ -204,8 +216,7 @@ const sched_plan *sched_schedule(sched *s) {
             if (!q->admitted)
                 q->n_cached = q->n_computed < q->n_prompt ? q->n_computed : q->n_prompt;
         }
-        int pending = seq_pending(q);
-        int n = pending < budget ? pending : budget;
+        int n = chunk_len(s, q, budget);
         if (bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) != 0) {
             bm_release(s->b, &q->table);
             q->n_computed = 0;

@@ -29,6 +29,10 @@ typedef struct sched_opts {
     int token_budget; /* tokens per step (decodes always run) */
     int max_running;  /* bound on running sequences */
     bool can_copy;    /* runner copies blocks; else copy-on-write recomputes the block */
+    /* A prefill chunk that crosses a block boundary ends at the last one it
+     * crosses (sliding-window models: the engine snapshots the rings when a
+     * sequence stands exactly at a block boundary, for the prefix cache). */
+    bool block_chunks;
 } sched_opts;
 
 typedef struct sched_item {

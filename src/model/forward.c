@@ -168,6 +168,7 @@ int model_forward(model *m, model_kv_pool *kv, model_batch_seq *batch, int n_bat
     float *stage =
         max_entry ? model_scratch(m, FWD_SLOT_STAGE, (size_t)n * (size_t)max_entry) : NULL;
     model_step st = {kv, batch, n_batch, n, pos, seq_of, first, stage};
+    model_kv_prepare(m, &st);
 
     for (int t = 0; t < n; t++)
         kern_row_f32(x + (size_t)t * H, &m->w.embed, batch[seq_of[t]].tokens[t - first[seq_of[t]]]);

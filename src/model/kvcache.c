@@ -15,6 +15,15 @@
  * longer than the ring still reads its own earlier positions; after the
  * layer, model_kv_commit moves the last ring-size entries into the ring.
  *
+ * Replay and snapshots: a sequence's swa_floor hides ring positions never
+ * written (a replay starts mid-context): attention that asks
+ * model_attn_first starts there; one that asks model_attn_start (MLA) reads
+ * zero entries below it — either way the rings it leaves after window x
+ * depth replayed tokens do not depend on what lies below the floor; kv_keep_end keeps shared cached
+ * full-layer entries from being rewritten by a replay; model_swa_save /
+ * model_swa_restore copy the last `window` ring entries in and out of
+ * host memory (the engine's SWA state cache, forks).
+ *
  * MTP layers (index >= n_layers) count their positions with seq->mtp_n_past.
  * No global state; the pool is used by one forward pass at a time. */
 #include <stdlib.h>
@@ -39,6 +48,7 @@ typedef struct {
     int ring;      /* window + MODEL_SWA_SPARE */
     int *cap;      /* n_all: entries allocated so far (grows up to ring; 0 for full layers) */
     float **layer; /* n_all: the layer's ring, NULL for full layers */
+    float *zero;   /* ring entries of zeros: what positions below swa_floor read as */
 } kv_rings;
 
 static int n_all_layers(const model *m) {
@@ -158,6 +168,7 @@ void model_seq_free(model *m, model_kv_pool *kv, model_seq *s) {
         for (int l = 0; l < n_all_layers(m); l++) free(r->layer[l]);
         free(r->cap);
         free(r->layer);
+        free(r->zero);
         free(r);
     }
     memset(s, 0, sizeof *s);
@@ -197,9 +208,11 @@ void model_kv_put(model *m, const model_step *st, int l, int t, const float *ent
     const model_kv_pool *kv = st->kv;
     int n = kv->entry[l];
     float *dst;
-    if (kv->layer_off[l] >= 0)
-        dst = full_entry(kv, st->batch[st->seq_of[t]].seq, l, st->pos[t]);
-    else
+    if (kv->layer_off[l] >= 0) {
+        const model_seq *s = st->batch[st->seq_of[t]].seq;
+        if (l < m->cfg.n_layers && st->pos[t] < s->kv_keep_end) return; /* replay: keep cached */
+        dst = full_entry(kv, s, l, st->pos[t]);
+    } else
         dst = (float *)st->scratch + (size_t)t * (size_t)n;
     memcpy(dst, entry, (size_t)n * sizeof(float));
 }
@@ -212,6 +225,7 @@ const float *model_kv_get(model *m, const model_step *st, int l, int b, int pos)
     size_t n = (size_t)kv->entry[l];
     if (pos >= past) return (const float *)st->scratch + (size_t)(st->first[b] + pos - past) * n;
     const kv_rings *r = s->swa;
+    if (pos < s->swa_floor && l < m->cfg.n_layers) return r->zero;
     return r->layer[l] + (size_t)(pos % r->ring) * n;
 }
 
@@ -225,7 +239,12 @@ const float *model_kv_run(model *m, const model_step *st, int l, int b, int pos,
         int past = seq_past(m, s, l);
         const kv_rings *r = s->swa;
         run = pos >= past ? past + st->batch[b].n_tokens - pos : past - pos;
-        if (pos < past && r->ring - pos % r->ring < run) run = r->ring - pos % r->ring;
+        if (pos < past && pos < s->swa_floor && l < m->cfg.n_layers) {
+            run = s->swa_floor - pos; /* zeros, at most a window of them */
+            if (run > r->ring) run = r->ring;
+        } else if (pos < past && r->ring - pos % r->ring < run) {
+            run = r->ring - pos % r->ring;
+        }
     }
     *n = run < want ? run : want;
     return model_kv_get(m, st, l, b, pos);
@@ -262,8 +281,94 @@ void model_kv_commit(model *m, const model_step *st, int l) {
     }
 }
 
+void model_kv_prepare(model *m, const model_step *st) {
+    int max_entry = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        if (m->cfg.layer_swa[l] && model_kv_entry_floats(m, l) > max_entry)
+            max_entry = model_kv_entry_floats(m, l);
+    for (int b = 0; b < st->n_batch; b++) {
+        kv_rings *r = st->batch[b].seq->swa;
+        if (r && st->batch[b].seq->swa_floor > 0 && !r->zero)
+            r->zero = di_calloc((size_t)r->ring * (size_t)max_entry, sizeof(float));
+    }
+}
+
 int model_attn_start(const model *m, int l, int pos) {
     if (!m->cfg.layer_swa[l]) return 0;
     int s = pos - m->cfg.sliding_window + 1;
     return s > 0 ? s : 0;
+}
+
+int model_attn_first(const model *m, const model_step *st, int l, int b, int pos) {
+    int s = model_attn_start(m, l, pos);
+    if (!m->cfg.layer_swa[l] || l >= m->cfg.n_layers) return s;
+    int floor = st->batch[b].seq->swa_floor;
+    return s < floor ? floor : s;
+}
+
+void model_kv_copy_block(model_kv_pool *kv, int dst, int src) {
+    if (dst == src || !kv->block_floats) return;
+    memcpy(kv->data + (size_t)dst * kv->block_floats, kv->data + (size_t)src * kv->block_floats,
+           kv->block_floats * sizeof(float));
+}
+
+/* --- sliding-window snapshots ------------------------------------------------ */
+/* Layout: for each sliding-window layer of the main model in order, `keep`
+ * entries for positions pos - keep .. pos - 1. keep = min(window, pos -
+ * swa_floor): no later token looks further back than the window. */
+struct model_swa_state {
+    int pos, keep, floor;
+    size_t floats;
+    float data[];
+};
+
+model_swa_state *model_swa_save(model *m, const model_seq *s) {
+    const kv_rings *r = s->swa;
+    if (!r) return NULL;
+    const model_config *c = &m->cfg;
+    int keep = s->n_past - s->swa_floor;
+    if (keep > c->sliding_window) keep = c->sliding_window;
+    if (keep < 0) keep = 0;
+    size_t floats = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->layer_swa[l]) floats += (size_t)keep * (size_t)model_kv_entry_floats(m, l);
+    model_swa_state *st = di_malloc(sizeof *st + floats * sizeof(float));
+    st->pos = s->n_past;
+    st->keep = keep;
+    st->floor = s->n_past - keep;
+    st->floats = floats;
+    float *d = st->data;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!c->layer_swa[l]) continue;
+        size_t n = (size_t)model_kv_entry_floats(m, l);
+        for (int p = st->floor; p < st->pos; p++, d += n)
+            memcpy(d, r->layer[l] + (size_t)(p % r->ring) * n, n * sizeof(float));
+    }
+    return st;
+}
+
+void model_swa_restore(model *m, model_seq *s, const model_swa_state *st) {
+    kv_rings *r = s->swa;
+    if (!r || !st) return;
+    const model_config *c = &m->cfg;
+    const float *d = st->data;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!c->layer_swa[l]) continue;
+        size_t n = (size_t)model_kv_entry_floats(m, l);
+        ring_grow(r, l, st->pos, n);
+        for (int p = st->floor; p < st->pos; p++, d += n)
+            memcpy(r->layer[l] + (size_t)(p % r->ring) * n, d, n * sizeof(float));
+    }
+    s->n_past = st->pos;
+    s->swa_floor = st->floor;
+}
+
+int model_swa_state_pos(const model_swa_state *st) {
+    return st->pos;
+}
+size_t model_swa_state_bytes(const model_swa_state *st) {
+    return sizeof *st + st->floats * sizeof(float);
+}
+void model_swa_state_free(model_swa_state *st) {
+    free(st);
 }

@@ -82,7 +82,7 @@ static void attn_task(void *ctx, int task, int n_tasks) {
         int part = p % j->split, t = p / j->split / nkv, kh = p / j->split % nkv;
         int g0 = group * part / j->split, g1 = group * (part + 1) / j->split;
         int b = j->st->seq_of[t], pos = j->st->pos[t];
-        int s0 = model_attn_start(j->m, j->l, pos), len = pos - s0 + 1;
+        int s0 = model_attn_first(j->m, j->st, j->l, b, pos), len = pos - s0 + 1;
         const float *q0 = j->q + (size_t)t * qd + (size_t)kh * group * hd;
         for (int i = 0, run; i < len; i += run) {
             const float *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, len - i, &run);

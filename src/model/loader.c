@@ -459,6 +459,8 @@ model *model_load(const char *dir, const model_opts *opts, di_err *err) {
     double params;
     active_figures(m, &in->active_bytes_per_token, &params);
     in->flops_per_token = 2 * params;
+    for (int l = 0; l < c->n_layers; l++) in->n_swa_layers += c->layer_swa[l];
+    in->sliding_window = in->n_swa_layers ? c->sliding_window : 0;
     m->pool = pool_create(m->opts.threads);
     return m;
 }

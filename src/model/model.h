@@ -19,9 +19,9 @@
 #include "base/base.h"
 #include "base/pool.h"
 
-#define MODEL_KV_BLOCK 128
+#define MODEL_KV_BLOCK  128
 #define MODEL_SWA_SPARE 6
-#define MODEL_MAX_EOS 8
+#define MODEL_MAX_EOS   8
 
 typedef struct model model;
 typedef struct model_kv_pool model_kv_pool;
@@ -35,15 +35,19 @@ typedef struct model_opts {
 } model_opts;
 
 typedef struct model_info {
-    const char *arch;       /* config.json model_type */
+    const char *arch; /* config.json model_type */
     int vocab_size, hidden_size, n_layers;
-    int max_context;        /* max_position_embeddings */
-    int n_mtp_layers;       /* num_nextn_predict_layers loaded */
-    int bos_id;             /* -1 if none */
+    int max_context;  /* max_position_embeddings */
+    int n_mtp_layers; /* num_nextn_predict_layers loaded */
+    int bos_id;       /* -1 if none */
     int eos_ids[MODEL_MAX_EOS], n_eos;
-    size_t weight_bytes;            /* bytes of all weights as computed on (after --dtype) */
-    size_t active_bytes_per_token;  /* bytes read per decoded token at batch 1 (MoE: active experts only) */
-    double flops_per_token;         /* matmul FLOPs per token, excluding attention over the context */
+    size_t weight_bytes;           /* bytes of all weights as computed on (after --dtype) */
+    size_t active_bytes_per_token; /* bytes read per decoded token at batch 1 (MoE: active experts
+                                      only) */
+    double flops_per_token; /* matmul FLOPs per token, excluding attention over the context */
+    /* Sliding-window layers (main model): how many, and their window (0, 0
+     * when every layer attends to the whole context). */
+    int n_swa_layers, sliding_window;
 } model_info;
 
 /* Loads config.json and *.safetensors from dir (memory-mapped). On failure
@@ -58,18 +62,24 @@ model_kv_pool *model_kv_pool_create(model *m, int n_blocks, di_err *err);
 void model_kv_pool_free(model_kv_pool *kv);
 size_t model_kv_block_bytes(const model *m);
 int model_kv_n_free(const model_kv_pool *kv);
-int model_kv_alloc(model_kv_pool *kv);            /* block id, or -1 when exhausted */
+int model_kv_alloc(model_kv_pool *kv); /* block id, or -1 when exhausted */
 void model_kv_release(model_kv_pool *kv, int block);
 
 /* One sequence's cache state. Create with model_seq_init, which allocates the
  * sliding-window ring buffers; the block table is filled by the caller (or by
  * model_seq_reserve) before a forward pass needs it. */
 typedef struct model_seq {
-    int n_past;        /* tokens already in the cache */
-    int *blocks;       /* block table: blocks[i] holds positions [i*128, (i+1)*128) */
+    int n_past;  /* tokens already in the cache */
+    int *blocks; /* block table: blocks[i] holds positions [i*128, (i+1)*128) */
     int n_blocks, cap_blocks;
-    void *swa;         /* model-owned ring buffers for sliding-window layers */
-    int mtp_n_past;    /* tokens in the MTP layers' cache */
+    void *swa;      /* model-owned ring buffers for sliding-window layers */
+    int mtp_n_past; /* tokens in the MTP layers' cache */
+    /* Replay (rebuilding the rings over a cached prefix): sliding-window
+     * layers see no position below swa_floor (their ring holds nothing
+     * there), and full-attention layers keep their cached entries below
+     * kv_keep_end (a step's new entries there are computed but not stored,
+     * so shared cached blocks are never rewritten). Both 0 normally. */
+    int swa_floor, kv_keep_end;
 } model_seq;
 
 void model_seq_init(model *m, model_seq *s);
@@ -85,12 +95,31 @@ typedef struct model_batch_seq {
     model_seq *seq;
     const int *tokens;
     int n_tokens;
-    float *logits;     /* NULL: none; else vocab floats for the last token, or
-                          n_tokens * vocab when all_logits */
+    float *logits; /* NULL: none; else vocab floats for the last token, or
+                      n_tokens * vocab when all_logits */
     bool all_logits;
-    float *hidden;     /* optional: hidden_size floats, the last token's final
-                          hidden state (after the final norm), input to MTP */
+    float *hidden; /* optional: hidden_size floats, the last token's final
+                      hidden state (after the final norm), input to MTP */
 } model_batch_seq;
+
+/* Copies every full-attention layer's entries of block src to block dst
+ * (copy-on-write when a forked sequence writes into a shared block). */
+void model_kv_copy_block(model_kv_pool *kv, int dst, int src);
+
+/* --- sliding-window state ------------------------------------------------ */
+/* A snapshot of a sequence's sliding-window rings at its n_past: the last
+ * `window` entries of every sliding-window layer of the main model (all any
+ * later token can see), so it restores exactly. Host memory, owned by the
+ * caller. NULL when the model has no sliding-window layers. */
+typedef struct model_swa_state model_swa_state;
+model_swa_state *model_swa_save(model *m, const model_seq *s);
+/* Restores a snapshot into s (fresh, or any state: its rings are replaced):
+ * sets s->n_past to the snapshot's position. The full layers' blocks are the
+ * caller's business (the prefix cache). */
+void model_swa_restore(model *m, model_seq *s, const model_swa_state *st);
+int model_swa_state_pos(const model_swa_state *st);
+size_t model_swa_state_bytes(const model_swa_state *st);
+void model_swa_state_free(model_swa_state *st);
 
 /* Runs the batch through every layer. Blocks must be reserved for each
  * sequence up to n_past + n_tokens. Advances each seq->n_past. */

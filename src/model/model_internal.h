@@ -219,8 +219,15 @@ const float *model_kv_run(model *m, const model_step *st, int l, int b, int pos,
 /* After layer l's attention: moves staged sliding-window entries into the
  * sequences' ring buffers. No-op for full layers. */
 void model_kv_commit(model *m, const model_step *st, int l);
+/* forward.c calls this once per step before the layers (single-threaded):
+ * sets up what sequences with a replay floor need (their zero entries). */
+void model_kv_prepare(model *m, const model_step *st);
 /* First position token t may attend to on layer l (0, or the window start). */
 int model_attn_start(const model *m, int l, int pos);
+/* The same for batch sequence b of a step, raised to the sequence's
+ * swa_floor on sliding-window layers (after a replay the ring holds nothing
+ * below it). Attention implementations that support replay use this one. */
+int model_attn_first(const model *m, const model_step *st, int l, int b, int pos);
 
 /* Attention of layer l for every token of the step. x: n_tokens x hidden
  * (already normed); out: n_tokens x hidden (after the output projection).

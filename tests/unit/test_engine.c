@@ -7,8 +7,10 @@
  * output, so comparing with a direct computation over the token list checks
  * the whole paging machinery. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "engine/engine.h"
@@ -23,6 +25,7 @@ typedef struct fake {
     bool copy; /* offer copy_block */
     int max_batch;
     long long forwards;
+    atomic_int hold; /* forwards wait while set: a test queues work before the first step */
 } fake;
 
 static uint64_t entry(int token, int pos) {
@@ -67,6 +70,7 @@ static int fake_copy(void *c, int dst, int src, di_err *err) {
 }
 static int fake_forward(void *c, model_batch_seq *b, int n, di_err *err) {
     fake *f = c;
+    while (atomic_load(&f->hold)) usleep(200);
     f->forwards++;
     if (n > f->max_batch) f->max_batch = n;
     for (int i = 0; i < n; i++) {
@@ -220,11 +224,13 @@ TEST(engine_fake_batch_equals_solo_and_reference) {
     engine *e = fake_engine(f, 100, 8, false);
     CHECK(e);
     memset(together, 0, sizeof together);
+    atomic_store(&f->hold, 1);
     for (int i = 0; i < NR; i++) {
         lens[i] = 5 + (i * 53) % 390;
         make_prompt(prompts[i], lens[i], i);
         CHECK(submit(e, prompts[i], lens[i], 20 + i * 3, 1, &together[i]) > 0);
     }
+    atomic_store(&f->hold, 0);
     engine_wait_idle(e);
     CHECK(f->max_batch > 1);
     for (int i = 0; i < NR; i++) {
@@ -283,10 +289,12 @@ static void preempt_case(bool copy) {
     fake *f = fake_new(12, copy);
     engine *e = fake_engine(f, 512, 16, false);
     memset(res, 0, sizeof res);
+    atomic_store(&f->hold, 1);
     for (int i = 0; i < NR; i++) {
         make_prompt(prompts[i], 100 + i * 10, 100 + i);
         submit(e, prompts[i], 100 + i * 10, 150, 1, &res[i]);
     }
+    atomic_store(&f->hold, 0);
     engine_wait_idle(e);
     engine_stats s = engine_get_stats(e);
     for (int i = 0; i < NR; i++) {
