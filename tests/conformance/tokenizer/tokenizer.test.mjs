@@ -19,7 +19,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { TokenizerLoader } from '@lenml/tokenizers';
-import { makeCorpus, corpusBytes, LOOKALIKES } from './corpus.mjs';
+import { makeCorpus, corpusBytes, LOOKALIKES, rng } from './corpus.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const BIN = process.env.DI_BIN ?? path.resolve(here, '../../../build/deepinfer');
@@ -148,6 +148,36 @@ for (const name of NAMES) {
     const got = encodeAll(dir, recs, ['--trusted']);
     const encs = await rs.encodeBatch(recs, { addSpecialTokens: false });
     compare(recs, got, (s, i) => Array.from(encs[i].getIds()), `${name} trusted vs Rust`);
+  });
+
+  test(`${name}: decode of random id sequences (added tokens, stray bytes) matches HF's Rust decode`, async () => {
+    let Tokenizer;
+    try {
+      ({ Tokenizer } = await import('@anush008/tokenizers'));
+    } catch {
+      return;
+    }
+    const { json } = loadOracle(name);
+    const rs = Tokenizer.fromString(JSON.stringify(json));
+    const r = rng(7);
+    const nv = Object.keys(json.model.vocab).length;
+    const addedIds = added.map((a) => a.id);
+    let seqs = [];
+    for (let i = 0; i < 400; i++) {
+      const n = 1 + Math.floor(r() * 20), s = [];
+      for (let k = 0; k < n; k++)
+        s.push(r() < 0.1 ? addedIds[Math.floor(r() * addedIds.length)] : r() < 0.3 ? Math.floor(r() * 300) : Math.floor(r() * nv));
+      seqs.push(s);
+    }
+    const full = await rs.decodeBatch(seqs, false);
+    seqs = seqs.filter((s, i) => !full[i].includes('\0')); // NUL separates our output records
+    for (const skip of [false, true]) {
+      const ours = runBin(['--model', dir, '--decode', '--lines', ...(skip ? ['--skip-special'] : [])],
+        seqs.map((s) => s.join(' ')).join('\n') + '\n').toString('utf8').split('\0');
+      const exp = await rs.decodeBatch(seqs, skip);
+      const bad = seqs.map((s, i) => i).filter((i) => ours[i] !== exp[i]);
+      assert.equal(bad.length, 0, `skip_special=${skip}: ${bad.length}/${seqs.length} differ, e.g. ${bad.slice(0, 2).map((i) => `[${seqs[i]}] -> ${show(ours[i])} vs ${show(exp[i])}`).join('; ')}`);
+    }
   });
 
   test(`${name}: --add-bos prepends only the configured BOS`, () => {
