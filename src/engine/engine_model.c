@@ -6,14 +6,14 @@
  * Copy-on-write copies the block (model_kv_copy_block); sliding-window
  * models get ring snapshots (model_swa_save / restore) for the SWA state
  * cache, replay and forks, with the window and depth from model_info.
- * Batch invariance is a kernel-wide switch (kern_set_batch_invariant): the
- * rest of the forward pass (per-token norms and attention, expert matmuls
- * over their own tokens) already reduces in an order fixed per row. */
+ * Batch invariance is model_set_batch_invariant (fixed kernel reduction
+ * orders, one attention path); the rest of the forward pass (per-token
+ * norms and attention, expert matmuls over their own tokens) already
+ * reduces in an order fixed per row. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
-#include "kernels/kernels.h"
 #include "model/model.h"
 #include "recipe/tokenizer.h"
 
@@ -55,8 +55,7 @@ static void mr_swa_free(void *st) {
     model_swa_state_free(st);
 }
 static void mr_batch_invariant(void *c, bool on) {
-    (void)c;
-    kern_set_batch_invariant(on);
+    model_set_batch_invariant(((model_runner *)c)->m, on);
 }
 static void mr_destroy(void *c) {
     model_runner *r = c;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/deepseek.h"
 #include "model/model_internal.h"
 
 typedef struct {
@@ -58,6 +59,11 @@ void model_forward_free(model *m) {
     free(s->ints);
     free(s);
     m->fwd = NULL;
+}
+
+void model_set_batch_invariant(model *m, bool on) {
+    m->batch_invariant = on;
+    kern_set_batch_invariant(on);
 }
 
 void dense_ffn(model *m, const model_layer *L, const float *x, float *out, int n) {
@@ -180,7 +186,12 @@ int model_forward(model *m, model_kv_pool *kv, model_batch_seq *batch, int n_bat
         float *out = model_scratch(m, FWD_SLOT_OUT, (size_t)n * H);
         for (int t = 0; t < n; t++)
             kern_rmsnorm(xn + t * H, x + t * H, L->attn_norm, (int)H, c->rms_norm_eps);
-        (ds ? mla_attention : gqa_attention)(m, &st, l, xn, out);
+        if (!ds)
+            gqa_attention(m, &st, l, xn, out);
+        else if (m->batch_invariant) /* the path AUTO picks depends on the chunk */
+            mla_attention_path(m, &st, l, xn, out, MLA_PATH_ABSORBED);
+        else
+            mla_attention(m, &st, l, xn, out);
         kern_add(x, out, (int)((size_t)n * H));
         for (int t = 0; t < n; t++)
             kern_rmsnorm(xn + t * H, x + t * H, L->ffn_norm, (int)H, c->rms_norm_eps);

@@ -121,6 +121,12 @@ int model_swa_state_pos(const model_swa_state *st);
 size_t model_swa_state_bytes(const model_swa_state *st);
 void model_swa_state_free(model_swa_state *st);
 
+/* Batch-invariant mode: a token's results stop depending on what else is in
+ * the step or how its sequence is chunked — the kernels reduce in a fixed
+ * order (kern_set_batch_invariant, process-wide) and attention takes one
+ * fixed path (MLA: always the absorbed form). Slower; off by default. */
+void model_set_batch_invariant(model *m, bool on);
+
 /* Runs the batch through every layer. Blocks must be reserved for each
  * sequence up to n_past + n_tokens. Advances each seq->n_past. */
 int model_forward(model *m, model_kv_pool *kv, model_batch_seq *batch, int n_batch, di_err *err);

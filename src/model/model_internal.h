@@ -155,10 +155,11 @@ struct model {
     model_info info;
     model_opts opts;
     pool *pool;
-    model_loader *ld; /* keeps the mappings alive */
-    void *rope;       /* rope.c: inverse frequencies with the scaling folded in */
-    void *fwd;        /* forward.c: step scratch, grown on demand, reused across
-                         steps (one model_forward at a time per model) */
+    model_loader *ld;     /* keeps the mappings alive */
+    void *rope;           /* rope.c: inverse frequencies with the scaling folded in */
+    void *fwd;            /* forward.c: step scratch, grown on demand, reused across
+                             steps (one model_forward at a time per model) */
+    bool batch_invariant; /* model_set_batch_invariant: fixed attention paths */
 };
 
 /* rope.c: precomputes the rotary frequencies at load; freed by model_free. */
