@@ -16,6 +16,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { TokenizerLoader } from '@lenml/tokenizers';
@@ -192,5 +193,40 @@ for (const name of NAMES) {
     const ids = r.stdout.toString().trim().split(' ').map(Number);
     assert.equal(ids[0], bos);
     assert.deepEqual(ids.slice(1), tok.encode('Hello', { add_special_tokens: false }));
+  });
+}
+
+// Mistral-style SentencePiece: the Llama 2 vocabulary with a Metaspace
+// pre-tokenizer and decoder instead of Prepend/Replace (prepend_scheme "first"
+// without split, and "always" with split), against HF's Rust tokenizers.
+for (const [scheme, split] of [['first', false], ['always', true]]) {
+  test(`llama2 vocabulary with Metaspace (prepend_scheme ${scheme}, split ${split}): encode and decode match HF's Rust tokenizers`, async () => {
+    let Tokenizer;
+    try {
+      ({ Tokenizer } = await import('@anush008/tokenizers'));
+    } catch {
+      return;
+    }
+    const base = JSON.parse(fs.readFileSync(path.join(dirOf('llama2'), 'tokenizer.json'), 'utf8'));
+    const ms = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: scheme, split };
+    const j = { ...base, normalizer: null, pre_tokenizer: ms,
+      decoder: { type: 'Sequence', decoders: [ms, { type: 'ByteFallback' }, { type: 'Fuse' }] } };
+    const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'di-ms-'));
+    try {
+      fs.writeFileSync(path.join(tmp, 'tokenizer.json'), JSON.stringify(j));
+      const rs = Tokenizer.fromString(JSON.stringify({ ...j, added_tokens: [] }));
+      const recs = corpus.slice(0, 3000);
+      const got = encodeAll(tmp, recs);
+      const encs = await rs.encodeBatch(recs, { addSpecialTokens: false });
+      compare(recs, got, (s, i) => Array.from(encs[i].getIds()), `Metaspace ${scheme}`);
+      const seqs = got.slice(0, 500);
+      const ours = runBin(['--model', tmp, '--decode', '--lines'], seqs.map((s) => s.join(' ')).join('\n') + '\n')
+        .toString('utf8').split('\0');
+      const exp = await rs.decodeBatch(seqs, false);
+      const bad = seqs.map((s, i) => i).filter((i) => ours[i] !== exp[i]);
+      assert.equal(bad.length, 0, `decode differs for ${bad.length} records, e.g. ${bad.slice(0, 2).map((i) => `${show(ours[i])} vs ${show(exp[i])}`).join('; ')}`);
+    } finally {
+      fs.rmSync(tmp, { recursive: true, force: true });
+    }
   });
 }
