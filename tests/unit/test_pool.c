@@ -4,6 +4,7 @@
 
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "base/pool.h"
@@ -55,6 +56,18 @@ TEST(pool_many_calls) {
     pool *p = pool_create(4); /* more threads than cores: exercises preemption */
     int ok = 1;
     for (int i = 0; i < 2000 && ok; i++) ok = run_counts(p, 1 + i % 9);
+    CHECK(ok);
+    pool_free(p);
+}
+
+/* Workers that went to sleep on the futex are woken by the next call. */
+TEST(pool_wakes_sleeping_workers) {
+    pool *p = pool_create(3);
+    int ok = 1;
+    for (int i = 0; i < 6 && ok; i++) {
+        usleep(5000); /* longer than the spin phase */
+        ok = run_counts(p, 16);
+    }
     CHECK(ok);
     pool_free(p);
 }
