@@ -27,7 +27,7 @@ ISA = $(if $(findstring _avx2,$(1)),$(AVX2FL))
 
 DEPS_OK := $(BUILD)/.deps-ok
 
-.PHONY: all test bench run models clean format format-check asan
+.PHONY: all test bench run models clean format format-check asan fuzz
 all: $(BUILD)/deepinfer
 
 $(DEPS_OK): scripts/deps.sh
@@ -58,6 +58,24 @@ $(BUILD)/asan/test_unit: $(call obj,$(BUILD)/asan,$(LIB_SRC) $(TEST_SRC))
 	$(CC) $(SANFL) -pthread $^ -o $@ $(LIBS)
 
 asan: $(BUILD)/asan/deepinfer $(BUILD)/asan/test_unit
+
+# --- fuzzing (clang + libFuzzer): the API server's request/response conversion
+FUZZ_CC   ?= clang
+FUZZ_TIME ?= 60
+FUZZFL    := -O1 -g -fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer
+$(BUILD)/fuzz/obj/%.o: %.c $(HDRS) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CSTD) -Wall -Wextra -Wno-unused-parameter $(INC) $(FUZZFL) $(call ISA,$<) -c $< -o $@
+
+$(BUILD)/fuzz/fuzz_request: $(call obj,$(BUILD)/fuzz,$(LIB_SRC) tests/fuzz/fuzz_request.c)
+	$(FUZZ_CC) $(FUZZFL) -fsanitize=fuzzer -pthread $^ -o $@ $(LIBS)
+
+# Long runs: new inputs go to build/fuzz/corpus; the seed corpus (replayed by
+# `make test` through the unit test server_fuzz_corpus_replays_cleanly) stays as is.
+fuzz: $(BUILD)/fuzz/fuzz_request
+	@mkdir -p $(BUILD)/fuzz/corpus
+	$(BUILD)/fuzz/fuzz_request -max_total_time=$(FUZZ_TIME) -max_len=16384 -timeout=10 \
+		$(BUILD)/fuzz/corpus tests/fuzz/corpus
 
 # --- tests, models, benchmarks ---------------------------------------------
 test: $(BUILD)/deepinfer $(BUILD)/test_unit asan
