@@ -227,7 +227,7 @@ int tok_choose_cut_rule(const tokenizer *t);
 /* The safe cut at or after pos (text already normalized), or len if none. */
 size_t tok_next_cut(const tokenizer *t, const char *s, size_t len, size_t pos);
 
-/* Decoder pipeline (tok_decode.c). */
+/* Reads bos/eos from dir/tokenizer_config.json if present (tokenizer.c). */
 int tok_load_config(tokenizer *t, const char *dir, di_err *err);
 
 #endif

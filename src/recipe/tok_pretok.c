@@ -203,9 +203,9 @@ static int pass(run *r, int k, const char *s, size_t ps, size_t pe, bool at_star
     return step(r, k + 1, s + ps, pe - ps, at_start && ps == 0);
 }
 
-/* Runs the regex over s[0, n). With `stream`, calls pass() for each piece
- * (Isolated, or Removed keeping non-matches when !keep_match... see callers);
- * otherwise records (range, is_match) into l. */
+/* Runs the regex over s[0, n). stream 1 passes every piece on (Isolated),
+ * 2 only the gaps (Removed), 3 only the matches (Removed, inverted); stream 0
+ * records (range, is_match) into l for fold(). */
 static int regex_scan(run *r, int k, const pcre2_code *re, bool jit, const char *s, size_t n,
                       bool at_start, int stream, tok_spans *l) {
     tok_pre *st = r->st;
