@@ -31,10 +31,9 @@ bool kern_matmul_avx2(pool *p, float *y, const float *x, const kern_mat *W, cons
                       int n, bool batch_inv);
 
 /* Blocked AVX2 GEMM for prefill (gemm_avx2.c); used above KERN_GEMM_MIN_N
- * tokens outside batch-invariant mode. Any dtype; int8 needs blockable groups. */
-#ifndef KERN_GEMM_MIN_N
+ * tokens outside batch-invariant mode (below it the weight-streaming kernel
+ * measured faster). Any dtype; int8 needs blockable groups. */
 #define KERN_GEMM_MIN_N 32
-#endif
 void kern_gemm_avx2(pool *p, float *y, const float *x, const kern_mat *W, const float *bias, int n);
 
 /* AVX2 vector helpers (ops_avx2.c), same contracts as kernels.h. */

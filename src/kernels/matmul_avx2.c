@@ -1,5 +1,5 @@
 /* matmul_avx2.c — AVX2/FMA matmul for decode: the n = 1 GEMV and small
- * batches (n <= 16), plus the dispatch between it and the blocked GEMM
+ * batches (n <= KERN_GEMM_MIN_N = 32), plus the dispatch between it and the blocked GEMM
  * (gemm_avx2.c) for prefill.
  *
  * Decode is bound by streaming the weights, so the kernel walks the matrix
