@@ -67,7 +67,9 @@ $(BUILD)/fuzz/obj/%.o: %.c $(HDRS) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CSTD) -Wall -Wextra -Wno-unused-parameter $(INC) $(FUZZFL) $(call ISA,$<) -c $< -o $@
 
-$(BUILD)/fuzz/fuzz_request: $(call obj,$(BUILD)/fuzz,$(LIB_SRC) tests/fuzz/fuzz_request.c)
+FUZZ_SRC  := $(filter src/base/% src/recipe/% src/server/%,$(LIB_SRC)) tests/fuzz/fuzz_request.c \
+             tests/fuzz/engine_stub.c
+$(BUILD)/fuzz/fuzz_request: $(call obj,$(BUILD)/fuzz,$(FUZZ_SRC))
 	$(FUZZ_CC) $(FUZZFL) -fsanitize=fuzzer -pthread $^ -o $@ $(LIBS)
 
 # Long runs: new inputs go to build/fuzz/corpus; the seed corpus (replayed by
