@@ -13,7 +13,7 @@
 //
 //   node tools/loadgen.mjs --model build/models/dsv3-tiny [--concurrency 64] [--requests 10000]
 //   node tools/loadgen.mjs --url http://127.0.0.1:8000 --pid PID ...
-// Options: --max-tokens 16, --prompts 32 (distinct prompts), --bin build/deepinfer,
+// Options: --max-tokens 16, --rounds 1 (repeat the load; RSS after each), --prompts 32 (distinct prompts), --bin build/deepinfer,
 // --server-args="..." (extra serve flags), --json (one JSON line at the end).
 // Exit status 1 when any request failed or any stream differed from its reference.
 import { spawn } from 'node:child_process';
@@ -55,7 +55,6 @@ async function once(url, prompt, stream) {
   if (!stream) { const j = await res.json(); return { ok: true, text: j.choices[0].text, tokens: j.usage.completion_tokens }; }
   const dec = new TextDecoder();
   let buf = '', text = '', tokens = -1, finish = null, done = false, first = 0, last = 0;
-  const gaps = [];
   for await (const chunk of res.body) {
     buf += dec.decode(chunk, { stream: true });
     let i;
@@ -69,7 +68,7 @@ async function once(url, prompt, stream) {
       for (const c of j.choices) {
         if (c.text) {
           const now = performance.now() / 1000;
-          if (!first) first = now; else gaps.push(now - last);
+          if (!first) first = now;
           last = now;
           text += c.text;
         }
@@ -78,7 +77,10 @@ async function once(url, prompt, stream) {
     }
   }
   const ok = done && finish !== null;
-  return { ok, error: ok ? null : 'stream ended without finish/[DONE]', text, tokens, ttft: first ? first - t0 : NaN, gaps };
+  // TBT per request: mean time between tokens after the first (chunks that
+  // arrive in one TCP read would otherwise read as 0)
+  const tbt = tokens > 1 && last > first ? (last - first) / (tokens - 1) : NaN;
+  return { ok, error: ok ? null : 'stream ended without finish/[DONE]', text, tokens, ttft: first ? first - t0 : NaN, tbt };
 }
 
 const srv = args.url ? { url: args.url, pid: args.pid } : await startServer();
@@ -90,39 +92,44 @@ for (const p of prompts) ref.push(await once(srv.url, p, false));
 await Promise.all(Array.from({ length: C }, (_, i) => once(srv.url, prompts[i % P], true)));
 const rss0 = srv.pid ? rss(srv.pid) : NaN;
 
-let next = 0, failed = 0, mismatched = 0, outTokens = 0;
-const ttfts = [], tbts = [], errors = [];
-const t0 = performance.now() / 1000;
-async function worker() {
-  while (next < R) {
-    const k = next++;
-    const r = await once(srv.url, prompts[k % P], true).catch((e) => ({ ok: false, error: String(e) }));
-    if (!r.ok) { failed++; if (errors.length < 5) errors.push(r.error); continue; }
-    outTokens += r.tokens;
-    if (!Number.isNaN(r.ttft)) ttfts.push(r.ttft);
-    tbts.push(...r.gaps);
-    if (r.text !== ref[k % P].text || r.tokens !== ref[k % P].tokens) { mismatched++; if (errors.length < 5) errors.push(`request ${k}: stream differs from its reference`); }
+let anyBad = false;
+const rounds = Number(args.rounds ?? 1);
+for (let round = 1; round <= rounds; round++) {
+  let next = 0, failed = 0, mismatched = 0, outTokens = 0;
+  const ttfts = [], tbts = [], errors = [];
+  const t0 = performance.now() / 1000;
+  async function worker() {
+    while (next < R) {
+      const k = next++;
+      const r = await once(srv.url, prompts[k % P], true).catch((e) => ({ ok: false, error: String(e) }));
+      if (!r.ok) { failed++; if (errors.length < 5) errors.push(r.error); continue; }
+      outTokens += r.tokens;
+      if (!Number.isNaN(r.ttft)) ttfts.push(r.ttft);
+      if (!Number.isNaN(r.tbt)) tbts.push(r.tbt);
+      if (r.text !== ref[k % P].text || r.tokens !== ref[k % P].tokens) { mismatched++; if (errors.length < 5) errors.push(`request ${k}: stream differs from its reference`); }
+    }
+  }
+  await Promise.all(Array.from({ length: C }, worker));
+  const wall = performance.now() / 1000 - t0;
+  let rss1 = NaN;
+  anyBad ||= failed > 0 || mismatched > 0;
+  if (srv.pid) { await new Promise((r) => setTimeout(r, 500)); rss1 = rss(srv.pid); }
+  const out = {
+    concurrency: C, requests: R, failed, mismatched, wall_s: +wall.toFixed(2),
+    requests_per_s: +(R / wall).toFixed(1), output_tokens_per_s: +(outTokens / wall).toFixed(1),
+    ttft_ms: { p50: +ms(pct(ttfts, 50)), p90: +ms(pct(ttfts, 90)), p99: +ms(pct(ttfts, 99)) },
+    tbt_ms: { p50: +ms(pct(tbts, 50)), p90: +ms(pct(tbts, 90)), p99: +ms(pct(tbts, 99)) },
+    rss_mib: { before: +(rss0 / 1048576).toFixed(1), after: +(rss1 / 1048576).toFixed(1) },
+  };
+  if (args.json) console.log(JSON.stringify(out));
+  else {
+    console.log(`loadgen round ${round}/${rounds}: ${R} requests, ${C} concurrent streams, ${MAXT} tokens each, ${P} prompts`);
+    console.log(`  completed ${R - failed}, failed ${failed}, streams differing from greedy reference ${mismatched}`);
+    console.log(`  ${out.requests_per_s} requests/s, ${out.output_tokens_per_s} output tokens/s over ${out.wall_s} s`);
+    console.log(`  TTFT ms p50 ${out.ttft_ms.p50} p90 ${out.ttft_ms.p90} p99 ${out.ttft_ms.p99}; TBT ms p50 ${out.tbt_ms.p50} p90 ${out.tbt_ms.p90} p99 ${out.tbt_ms.p99}`);
+    console.log(`  server RSS MiB before ${out.rss_mib.before} after ${out.rss_mib.after}`);
+    for (const e of errors) console.log(`  error: ${e}`);
   }
 }
-await Promise.all(Array.from({ length: C }, worker));
-const wall = performance.now() / 1000 - t0;
-let rss1 = NaN;
-if (srv.pid) { await new Promise((r) => setTimeout(r, 500)); rss1 = rss(srv.pid); }
-const out = {
-  concurrency: C, requests: R, failed, mismatched, wall_s: +wall.toFixed(2),
-  requests_per_s: +(R / wall).toFixed(1), output_tokens_per_s: +(outTokens / wall).toFixed(1),
-  ttft_ms: { p50: +ms(pct(ttfts, 50)), p90: +ms(pct(ttfts, 90)), p99: +ms(pct(ttfts, 99)) },
-  tbt_ms: { p50: +ms(pct(tbts, 50)), p90: +ms(pct(tbts, 90)), p99: +ms(pct(tbts, 99)) },
-  rss_mib: { before: +(rss0 / 1048576).toFixed(1), after: +(rss1 / 1048576).toFixed(1) },
-};
-if (args.json) console.log(JSON.stringify(out));
-else {
-  console.log(`loadgen: ${R} requests, ${C} concurrent streams, ${MAXT} tokens each, ${P} prompts`);
-  console.log(`  completed ${R - failed}, failed ${failed}, streams differing from greedy reference ${mismatched}`);
-  console.log(`  ${out.requests_per_s} requests/s, ${out.output_tokens_per_s} output tokens/s over ${out.wall_s} s`);
-  console.log(`  TTFT ms p50 ${out.ttft_ms.p50} p90 ${out.ttft_ms.p90} p99 ${out.ttft_ms.p99}; TBT ms p50 ${out.tbt_ms.p50} p90 ${out.tbt_ms.p90} p99 ${out.tbt_ms.p99}`);
-  console.log(`  server RSS MiB before ${out.rss_mib.before} after ${out.rss_mib.after}`);
-  for (const e of errors) console.log(`  error: ${e}`);
-}
 if (srv.proc) srv.proc.kill('SIGTERM');
-process.exitCode = failed || mismatched ? 1 : 0;
+process.exitCode = anyBad ? 1 : 0;

@@ -49,6 +49,7 @@ typedef struct conn {
     const srv_api *api;
     const char *endpoint;
     sbuf body;
+    size_t received; /* body bytes seen, kept or drained */
     bool too_big;
     srv_fail fail; /* set when the request was refused before its body ended */
 } conn;
@@ -334,6 +335,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*upload_size) { /* an oversized body is drained, not kept: 413 at its end */
+        k->received += *upload_size;
+        if (k->received > 4 * s->o.max_body + (1 << 20)) return MHD_NO; /* a flood: hang up */
         if (k->body.n + *upload_size > s->o.max_body) k->too_big = true;
         if (!k->too_big) sbuf_add(&k->body, upload_data, *upload_size);
         *upload_size = 0;
