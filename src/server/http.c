@@ -328,7 +328,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             srv_failf(&k->fail, 404, NULL, "no route for %s %s", method, url);
         else if (k->api ? !is_post : !is_get)
             srv_failf(&k->fail, 405, NULL, "%s does not accept %s", url, method);
-        else if (k->api && !authorized(s, c))
+        else if ((k->api || !strcmp(k->endpoint, "models")) && !authorized(s, c))
             srv_failf(&k->fail, 401, NULL,
                       "missing or wrong API key (send Authorization: Bearer KEY or x-api-key)");
         if (k->fail.status) return reply_fail(k, c, &k->fail);

@@ -148,6 +148,28 @@ int srv_get_sampling(const json_t *o, srv_req *r, float max_temperature, srv_fai
         srv_get_num(o, "repetition_penalty", 0, 10, &s->repetition_penalty, f) ||
         srv_get_bool(o, "ignore_eos", &r->ignore_eos, f))
         return -1;
+    const json_t *lb = field(o, "logit_bias");
+    if (lb) {
+        if (!json_is_object(lb))
+            return srv_failf(f, 400, "logit_bias",
+                             "logit_bias: expected an object of token id -> bias");
+        if (json_object_size(lb) > SAMP_MAX_BIAS)
+            return srv_failf(f, 400, "logit_bias", "logit_bias: at most %d entries", SAMP_MAX_BIAS);
+        r->bias = di_calloc(json_object_size(lb) + 1, sizeof *r->bias);
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)lb, k, v) {
+            char *end;
+            long id = strtol(k, &end, 10);
+            if (!*k || *end || id < 0 || id > 1 << 30)
+                return srv_failf(f, 400, "logit_bias", "logit_bias: key '%s' is not a token id", k);
+            if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
+                return srv_failf(f, 400, "logit_bias",
+                                 "logit_bias[%s]: expected a number in [-100, 100]", k);
+            r->bias[s->n_bias++] = (samp_bias){(int)id, (float)json_number_value(v)};
+        }
+        s->bias = r->bias;
+    }
     const json_t *sd = field(o, "seed");
     if (sd && !json_is_integer(sd)) return srv_failf(f, 400, "seed", "seed: expected an integer");
     if (sd) s->seed = (uint64_t)json_integer_value(sd);

@@ -163,6 +163,10 @@ test('thinking on and off, json_object response format', async () => {
 test('errors: 401 without the key, 404 unknown model, 400 naming the field, context overflow', async () => {
   const anon = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'wrong', maxRetries: 0 });
   await assert.rejects(anon.chat.completions.create({ model: MODEL, messages: user('x') }), (e) => e.status === 401 && e instanceof OpenAI.AuthenticationError);
+  await assert.rejects(anon.models.list(), (e) => e.status === 401);
+  await assert.rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), logit_bias: { 99999: 5 } }), (e) => e.status === 400 && /logit_bias|bias/.test(e.message));
+  const banned = await client.chat.completions.create({ model: MODEL, messages: user('x'), max_tokens: 3, temperature: 0, logit_bias: { 65: 100 } });
+  assert.equal(banned.choices[0].message.content, 'AAA', 'a +100 bias forces the token');
   await assert.rejects(client.chat.completions.create({ model: 'gpt-nope', messages: user('x') }), (e) => e.status === 404 && /gpt-nope/.test(e.message));
   await assert.rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), temperature: 'hot' }), (e) => e.status === 400 && e.param === 'temperature');
   await assert.rejects(client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 7 }] }), (e) => e.status === 400 && /messages\[0\]\.content/.test(e.message));
