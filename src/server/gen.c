@@ -84,6 +84,10 @@ static void on_outp(void *ctx, const outp_event *e) {
     }
     if ((ev.kind == GEV_REASONING || ev.kind == GEV_TEXT || ev.kind == GEV_TOOL_ARGS) && !ev.len)
         return;
+    /* parallel_tool_calls: false (disable_parallel_tool_use) keeps the first call only */
+    if (ev.kind >= GEV_TOOL_START && ev.kind <= GEV_TOOL_END && e->index > 0 &&
+        !g->req->parallel_tool_calls)
+        return;
     dispatch(g, fc->branch, &ev);
 }
 

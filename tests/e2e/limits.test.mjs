@@ -44,7 +44,7 @@ test('a client disconnect cancels the request and frees its KV blocks', async ()
   assert.equal(after.get('deepinfer_requests_running'), 0);
   assert.equal(after.get('deepinfer_requests_pending'), 0);
   assert.ok(after.get('deepinfer_kv_blocks_used') <= used0 + after.get('deepinfer_kv_blocks_cached'), 'blocks back in the pool');
-  assert.ok(ms < 1000, `cancelled after ${ms} ms`);
+  assert.ok(ms < 2000, `cancelled after ${ms} ms`);
 });
 
 test('a full queue answers 429 in the protocol error shape', async () => {

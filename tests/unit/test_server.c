@@ -423,3 +423,28 @@ TEST(server_fuzz_corpus_replays_cleanly) {
     closedir(d);
     CHECKF(n >= 10, "only %d corpus files", n);
 }
+
+TEST(server_parallel_tool_calls_false_keeps_the_first_call) {
+    char body[1024], out[2048];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],%s,"
+             "\"parallel_tool_calls\":false}",
+             TOOLS_CHAT);
+    const char *call = "<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" "
+                       "string=\"true\">X</｜DSML｜parameter>\n</｜DSML｜invoke>\n";
+    snprintf(out, sizeof out, "<｜DSML｜tool_calls>\n%s%s</｜DSML｜tool_calls>", call, call);
+    synth s;
+    CHECK(run_synth(&s, &srv_api_chat, body, true, out, 3, false, ENGINE_FINISH_STOP) == 0);
+    CHECK(json_array_size(json_object_get(
+              json_object_get(json_array_get(json_object_get(s.body, "choices"), 0), "message"),
+              "tool_calls")) == 1);
+    synth_free(&s);
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],%s}",
+             TOOLS_CHAT);
+    CHECK(run_synth(&s, &srv_api_chat, body, false, out, 3, false, ENGINE_FINISH_STOP) == 0);
+    CHECK(json_array_size(json_object_get(
+              json_object_get(json_array_get(json_object_get(s.body, "choices"), 0), "message"),
+              "tool_calls")) == 2);
+    CHECK(!strcmp(jpath_s(s.body, "choices.0.message.tool_calls.1.function.name"), "get_weather"));
+    synth_free(&s);
+}
