@@ -7,7 +7,11 @@
  * Concurrency: submitters and the step thread meet only at the mutex-guarded
  * inbox, cancel list and published stats snapshot; everything else (the
  * scheduler, block manager, sequences) belongs to the step thread alone, so
- * the hot path takes the lock once per step. */
+ * the hot path takes the lock once per step. Forward passes run on the
+ * compute thread (engine_exec.c): while one runs, the step thread delivers
+ * the previous step's events and takes in new requests and cancellations
+ * (engine_step.c), so the compute threads wait only for sampling and
+ * planning between passes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,14 +101,21 @@ static void *engine_main(void *arg) {
     engine *e = arg;
     uint64_t *cancels = NULL;
     int cap = 0;
+    double t_prev = 0; /* wall time with work in flight, for the idle fraction */
+    bool counting = false;
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        while (!e->stop && !e->inbox && e->n_cancels == 0 && !e->active) {
+        while (!e->stop && (e->paused || (!e->inbox && e->n_cancels == 0 && !e->active))) {
             e->busy = false;
+            counting = false;
             pthread_cond_broadcast(&e->idle);
             pthread_cond_wait(&e->work, &e->mu);
         }
         if (e->stop) break;
+        double now = di_now();
+        if (counting) e->st.active_s += now - t_prev;
+        t_prev = now;
+        counting = true;
         e->busy = true;
         ereq *in = e->inbox;
         e->inbox = e->inbox_tail = NULL;
@@ -126,17 +137,16 @@ static void *engine_main(void *arg) {
             engine_cancel_now(e, cancels[i], ENGINE_FINISH_CANCELLED, NULL);
         if (e->active) {
             di_err err = {{0}};
-            double t0 = di_now();
             if (engine_step(e, &err)) {
                 di_log(DI_LOG_ERROR, "engine: step failed: %s", err.msg);
                 fail_all(e, err.msg);
             }
-            e->st.active_s += di_now() - t0;
         }
         publish(e);
         pthread_mutex_lock(&e->mu);
     }
     pthread_mutex_unlock(&e->mu);
+    engine_drain(e); /* the pass in flight and its events */
     free(cancels);
     return NULL;
 }
@@ -212,6 +222,13 @@ engine *engine_create_runner(const engine_runner *r, const engine_detok *detok,
                                                  .can_copy = r->copy_block != NULL,
                                                  .block_chunks = e->swa});
     e->next_req_id = 1;
+    if (engine_exec_start(&e->exec, &e->run)) {
+        di_errf(err, "engine: cannot start the compute thread");
+        sched_free(e->sched);
+        e->sched = NULL;
+        engine_free(e);
+        return NULL;
+    }
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
     pthread_cond_init(&e->idle, NULL);
@@ -250,6 +267,8 @@ void engine_free(engine *e) {
         pthread_cond_destroy(&e->work);
         pthread_cond_destroy(&e->idle);
     }
+    engine_exec_stop(&e->exec);
+    free(e->pend);
     swc_free(e->swa_cache);
     if (e->o.batch_invariant && e->run.set_batch_invariant)
         e->run.set_batch_invariant(e->run.ctx, false);
@@ -352,6 +371,13 @@ engine_stats engine_get_stats(engine *e) {
     engine_stats s = e->pub;
     pthread_mutex_unlock(&e->mu);
     return s;
+}
+
+void engine_pause(engine *e, bool paused) {
+    pthread_mutex_lock(&e->mu);
+    e->paused = paused;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
 }
 
 void engine_wait_idle(engine *e) {

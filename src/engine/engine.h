@@ -144,6 +144,11 @@ uint64_t engine_submit(engine *e, const engine_request *req, di_err *err);
 /* Cancels a request; a no-op when it already finished. */
 void engine_cancel(engine *e, uint64_t id);
 engine_stats engine_get_stats(engine *e);
+/* While paused, submitted requests and cancellations queue up but no step
+ * runs (a pass in flight completes). Lets a caller hand over a burst of
+ * requests that the scheduler then sees all at once (tests, benchmarks).
+ * Do not wait for idle while paused. */
+void engine_pause(engine *e, bool paused);
 /* Blocks until no request is queued or running. */
 void engine_wait_idle(engine *e);
 

@@ -26,6 +26,32 @@ typedef struct ereq {
     struct ereq *next; /* inbox, or the active list */
 } ereq;
 
+/* engine_exec.c: the compute thread (one forward pass at a time). */
+enum { EXEC_IDLE = 0, EXEC_RUN, EXEC_DONE };
+typedef struct engine_exec {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    const engine_runner *run;
+    model_batch_seq *batch;
+    int n, state, rc;
+    bool quit, started;
+    di_err err;
+    double secs; /* the job's time in the runner */
+} engine_exec;
+int engine_exec_start(engine_exec *x, const engine_runner *run);
+void engine_exec_launch(engine_exec *x, model_batch_seq *batch, int n);
+bool engine_exec_busy(engine_exec *x);
+/* Waits for the launched job; returns its status (err filled on failure). */
+int engine_exec_wait(engine_exec *x, double *secs, di_err *err);
+void engine_exec_stop(engine_exec *x);
+
+/* A sampled token whose event is delivered while the next pass runs. */
+typedef struct pending_ev {
+    struct seq *q; /* NULL: dropped (the sequence failed) */
+    samp_out so;
+} pending_ev;
+
 struct engine {
     engine_runner run;
     engine_detok detok;
@@ -51,6 +77,10 @@ struct engine {
     char *text;
     size_t cap_text;
     engine_stats st; /* counters owned by the step thread */
+    engine_exec exec;
+    const sched_plan *fl_plan; /* the plan whose pass is in flight, or NULL */
+    pending_ev *pend;
+    int n_pend, cap_pend;
 
     /* Shared with submitters, under mu. */
     pthread_t thread;
@@ -59,7 +89,7 @@ struct engine {
     ereq *inbox, *inbox_tail;
     uint64_t *cancels;
     int n_cancels, cap_cancels;
-    bool stop, busy;
+    bool stop, busy, paused;
     uint64_t next_req_id;
     engine_stats pub; /* last published snapshot */
 };
@@ -67,7 +97,13 @@ struct engine {
 /* engine_step.c */
 void engine_ingest(engine *e, ereq *r);
 void engine_cancel_now(engine *e, uint64_t id, engine_finish why, const char *error);
+/* One iteration of the pipeline: waits for the pass in flight and samples
+ * it, plans and launches the next pass, then delivers the previous step's
+ * events while that pass runs. */
 int engine_step(engine *e, di_err *err);
+/* Waits for the pass in flight (if any) and delivers everything it produced
+ * (the step thread, before it exits). */
+void engine_drain(engine *e);
 void engine_free_req(ereq *r);
 /* Resets a sequence's model state (after preemption, or to free it). */
 void engine_seq_model_free(engine *e, seq *q);

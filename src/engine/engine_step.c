@@ -144,38 +144,49 @@ static ereq *find_active(engine *e, uint64_t id) {
     return NULL;
 }
 
+/* A branch whose final event has been delivered: freed now, or, while the
+ * pass in flight still uses its memory, when that pass ends. */
+static void end_seq(engine *e, seq *q) {
+    if (q->in_flight)
+        q->draining = true;
+    else
+        finish_seq(e, q);
+}
+
 void engine_cancel_now(engine *e, uint64_t id, engine_finish why, const char *error) {
     ereq *r = find_active(e, id);
     if (!r) return;
+    seq *qs[ENGINE_MAX_N];
+    int n = 0;
+    for (int b = 0; b < r->n_seqs; b++)
+        if (r->seqs[b] && !r->seqs[b]->draining) qs[n++] = r->seqs[b];
+    if (n == 0 && r->n_live > 0) return; /* every branch has ended already */
     end_unforked(e, r, why, error);
     if (why == ENGINE_FINISH_CANCELLED) e->st.requests_cancelled++;
-    for (int b = 0; b < r->n_seqs; b++) {
-        seq *q = r->seqs[b];
-        if (!q) continue;
-        bool last = r->n_live == 1;
-        emit(e, r, q, -1, NULL, 0, NULL, why, error);
-        finish_seq(e, q);
-        if (last) return; /* r is freed */
+    for (int i = 0; i < e->n_pend; i++) /* their sampled tokens are not delivered */
+        for (int k = 0; k < n; k++)
+            if (e->pend[i].q == qs[k]) e->pend[i].q = NULL;
+    if (n == 0) { /* had no live branch (cannot happen; keeps the list finite) */
+        unlink_req(e, r);
+        engine_free_req(r);
+        return;
     }
-    unlink_req(e, r); /* had no live branch (cannot happen; keeps the list finite) */
-    engine_free_req(r);
+    for (int k = 0; k < n; k++) emit(e, r, qs[k], -1, NULL, 0, NULL, why, error);
+    for (int k = 0; k < n; k++) end_seq(e, qs[k]); /* the last may free r */
 }
 
 /* --- tokens --------------------------------------------------------------- */
-static void on_token(engine *e, seq *q, const float *row) {
+/* The event of a sampled token: detokenization, stop strings, length, then
+ * the callback; ends the branch when it finishes. */
+static void deliver(engine *e, seq *q, const samp_out *so) {
     ereq *r = q->owner;
-    samp_out so;
-    samp_next(e->samp, &r->r.sampling, &q->rng, row, q->tokens, q->n_prompt, q->n_tokens, &so);
-    seq_append(q, so.token);
-    e->st.generated_tokens++;
-
     const stop_params *sp = &r->r.stop;
-    stop_reason why = stop_check_token(sp, e->run.eos_ids, e->run.n_eos, so.token);
+    stop_reason why = stop_check_token(sp, e->run.eos_ids, e->run.n_eos, so->token);
     const char *t = NULL;
     size_t tl = 0, used = 0;
     if (why == STOP_NONE && q->detok) {
         size_t pl = 0;
-        const char *piece = e->detok.push(q->detok, so.token, &pl);
+        const char *piece = e->detok.push(q->detok, so->token, &pl);
         why = stop_feed(&q->stop, sp, piece, pl, &t, &tl);
         text_reserve(e, tl);
         memcpy(e->text, t, tl);
@@ -202,8 +213,41 @@ static void on_token(engine *e, seq *q, const float *row) {
     engine_finish fin = why == STOP_NONE     ? ENGINE_FINISH_NONE
                         : why == STOP_LENGTH ? ENGINE_FINISH_LENGTH
                                              : ENGINE_FINISH_STOP;
-    emit(e, r, q, so.token, e->text, used, &so, fin, NULL);
-    if (fin != ENGINE_FINISH_NONE) finish_seq(e, q);
+    emit(e, r, q, so->token, e->text, used, so, fin, NULL);
+    if (fin != ENGINE_FINISH_NONE) end_seq(e, q);
+}
+
+/* Samples q's next token. A token that ends the branch by itself (EOS, a
+ * stop id, the length) is delivered now, so the branch is gone before the
+ * next step is planned; any other waits in the pending list and is
+ * delivered while the next pass runs (a stop string found then ends the
+ * branch after that pass, one token of work wasted). */
+static void on_token(engine *e, seq *q, const float *row) {
+    ereq *r = q->owner;
+    if (e->n_pend == e->cap_pend) {
+        e->cap_pend = e->cap_pend ? 2 * e->cap_pend : 16;
+        e->pend = di_realloc(e->pend, sizeof *e->pend * (size_t)e->cap_pend);
+    }
+    pending_ev *pe = &e->pend[e->n_pend];
+    samp_next(e->samp, &r->r.sampling, &q->rng, row, q->tokens, q->n_prompt, q->n_tokens, &pe->so);
+    seq_append(q, pe->so.token);
+    e->st.generated_tokens++;
+    const stop_params *sp = &r->r.stop;
+    bool ends = stop_check_token(sp, e->run.eos_ids, e->run.n_eos, pe->so.token) != STOP_NONE ||
+                (sp->max_tokens > 0 && seq_generated(q) >= sp->max_tokens) ||
+                q->n_tokens >= e->max_len;
+    if (ends) {
+        deliver(e, q, &pe->so);
+        return;
+    }
+    pe->q = q;
+    e->n_pend++;
+}
+
+static void deliver_pending(engine *e) {
+    for (int i = 0; i < e->n_pend; i++)
+        if (e->pend[i].q) deliver(e, e->pend[i].q, &e->pend[i].so);
+    e->n_pend = 0;
 }
 
 /* The prompt is done: fork the other branches off q, then sample them all. */
@@ -230,6 +274,8 @@ static void fork_and_sample(engine *e, seq *q, const float *row) {
 /* --- one step ------------------------------------------------------------- */
 static void fail_seq(engine *e, seq *q, const char *msg) {
     ereq *r = q->owner;
+    for (int i = 0; i < e->n_pend; i++)
+        if (e->pend[i].q == q) e->pend[i].q = NULL;
     emit(e, r, q, -1, NULL, 0, NULL, ENGINE_FINISH_ERROR, msg);
     end_unforked(e, r, ENGINE_FINISH_ERROR, msg);
     finish_seq(e, q);
@@ -272,8 +318,55 @@ static void swa_snapshot(engine *e, seq *q) {
     if (st) swc_put(e->swa_cache, q->table.last_key, st, e->run.swa_bytes(st));
 }
 
-int engine_step(engine *e, di_err *err) {
-    const sched_plan *p = sched_schedule(e->sched);
+/* The pass of plan p has ended: its sequences are the step thread's again.
+ * Commits what was computed, frees branches that ended meanwhile, and
+ * samples every logits row. */
+static void step_done(engine *e, const sched_plan *p, bool ok) {
+    for (int i = 0; i < p->n_items; i++) p->items[i].s->in_flight = false;
+    for (int i = 0; i < p->n_items && ok; i++) {
+        seq *q = p->items[i].s;
+        if (q->draining) continue;
+        q->n_computed += p->items[i].n_tokens;
+        bm_commit(e->bm, &q->table, q->tokens, q->n_computed);
+        if (e->swa) swa_snapshot(e, q);
+    }
+    /* Sampling last: it may fork, finish and free sequences. */
+    for (int i = 0; i < p->n_items; i++) {
+        seq *q = p->items[i].s;
+        if (q->draining) {
+            finish_seq(e, q);
+            continue;
+        }
+        if (!ok || !e->batch[i].logits) continue;
+        ereq *r = q->owner;
+        if (!r->forked && r->r.n > 1)
+            fork_and_sample(e, q, e->batch[i].logits);
+        else
+            on_token(e, q, e->batch[i].logits);
+    }
+}
+
+static int wait_pass(engine *e, di_err *err) {
+    const sched_plan *p = e->fl_plan;
+    if (!p) return 0;
+    double secs = 0;
+    int rc = engine_exec_wait(&e->exec, &secs, err);
+    e->fl_plan = NULL;
+    e->st.forward_s += secs;
+    step_done(e, p, rc == 0);
+    return rc;
+}
+
+void engine_drain(engine *e) {
+    di_err err;
+    wait_pass(e, &err);
+    deliver_pending(e);
+}
+
+/* Executes plan p up to the launch of its pass: failures, preemptions,
+ * block copies, the batch, sliding-window restores and replays. Returns the
+ * number of batch entries (0: nothing to run). */
+static int prepare(engine *e, const sched_plan *p, di_err *err) {
     for (int i = 0; i < p->n_failed; i++) {
         seq *q = p->failed[i]; /* already out of the queues, blocks released */
         fail_seq(e, q, "engine: sequence does not fit in the KV pool (raise --kv-memory)");
@@ -313,31 +406,31 @@ int engine_step(engine *e, di_err *err) {
         e->batch[i] = (model_batch_seq){
             &q->mseq, q->tokens + q->n_computed, p->items[i].n_tokens, lg, false, NULL};
     }
-    double t0 = di_now();
-    if (n_replay) {
+    if (n_replay) { /* on this thread: the compute thread is idle now */
+        double t0 = di_now();
         if (e->run.forward(e->run.ctx, e->replay, n_replay, err)) return -1;
+        e->st.forward_s += di_now() - t0;
         for (int i = 0; i < n_replay; i++) swa_snapshot(e, e->replay_seq[i]);
     }
-    if (e->run.forward(e->run.ctx, e->batch, n, err)) return -1;
-    e->st.forward_s += di_now() - t0;
-    e->st.steps++;
-    e->st.computed_tokens += p->n_decode + p->n_prefill_tokens;
+    return n;
+}
 
-    for (int i = 0; i < n; i++) {
-        seq *q = p->items[i].s;
-        q->n_computed += p->items[i].n_tokens;
-        bm_commit(e->bm, &q->table, q->tokens, q->n_computed);
-        if (e->swa) swa_snapshot(e, q);
+int engine_step(engine *e, di_err *err) {
+    if (wait_pass(e, err)) return -1;
+    if (e->active) {
+        const sched_plan *p = sched_schedule(e->sched);
+        int n = prepare(e, p, err);
+        if (n < 0) return -1;
+        if (n > 0) {
+            /* Until the pass ends, the batch's sequences (tokens, tables,
+             * rings) belong to the compute thread. */
+            for (int i = 0; i < n; i++) p->items[i].s->in_flight = true;
+            e->fl_plan = p;
+            engine_exec_launch(&e->exec, e->batch, n);
+            e->st.steps++;
+            e->st.computed_tokens += p->n_decode + p->n_prefill_tokens;
+        }
     }
-    /* Sampling last: it may fork, finish and free sequences. */
-    for (int i = 0; i < n; i++) {
-        if (!e->batch[i].logits) continue;
-        seq *q = p->items[i].s;
-        ereq *r = q->owner;
-        if (!r->forked && r->r.n > 1)
-            fork_and_sample(e, q, e->batch[i].logits);
-        else
-            on_token(e, q, e->batch[i].logits);
-    }
+    deliver_pending(e); /* overlaps the pass just launched */
     return 0;
 }

@@ -41,7 +41,9 @@ typedef struct seq {
     int branch;  /* index among the request's n sequences */
     uint64_t rng;
     stop_state stop;
-    void *detok; /* incremental detokenizer stream, or NULL */
+    void *detok;    /* incremental detokenizer stream, or NULL */
+    bool in_flight; /* in the forward pass running now: its memory is the model's */
+    bool draining;  /* final event sent while in flight: freed when the pass ends */
 } seq;
 
 seq *seq_new(uint64_t id, const int *prompt, int n_prompt, int priority, uint64_t arrival);

@@ -169,8 +169,10 @@ TEST(engine_invariant_engine_logprobs) {
     memset(with, 0, sizeof with);
     submit(e, p[0], 250, 0.8f, &alone);
     engine_wait_idle(e);
+    engine_pause(e, true); /* all five in the same steps */
     for (int k = 1; k < 5; k++) submit(e, p[k], 50 + 60 * k, 0.8f, &with[k]);
     submit(e, p[0], 250, 0.8f, &with[0]);
+    engine_pause(e, false);
     engine_wait_idle(e);
     CHECK(alone.n == GEN && with[0].n == GEN);
     CHECKF(!memcmp(&alone, &with[0], sizeof alone), "logprobs differ alone vs batched");

@@ -111,7 +111,9 @@ static void run_preset(const char *preset) {
     }
     /* All together, chunked prefill mixed with decodes. */
     static out tog[NR];
+    engine_pause(e, true);
     for (int i = 0; i < NR; i++) go(e, f.prompts[i], f.lens[i], 1, &tog[i]);
+    engine_pause(e, false);
     engine_wait_idle(e);
     for (int i = 0; i < NR; i++)
         CHECKF(!memcmp(tog[i].tok[0], f.solo[i].tok[0], sizeof(int) * GEN),
@@ -152,7 +154,9 @@ static void run_preset(const char *preset) {
     e = engine_create(f.m, f.t,
                       &(engine_opts){.kv_blocks = 5, .step_tokens = 512, .max_running = 8}, &err);
     CHECK(e);
+    engine_pause(e, true);
     for (int i = 0; i < NR; i++) go(e, f.prompts[i], f.lens[i], 1, &tog[i]);
+    engine_pause(e, false);
     engine_wait_idle(e);
     s = engine_get_stats(e);
     CHECKF(s.preemptions > 0, "%s: no preemption", preset);
