@@ -10,6 +10,8 @@
 
 int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+/* `deepinfer bench --serving` (bench_serving.c): the engine under load. */
+int cmd_bench_serving(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_render(int argc, char **argv);
 /* `deepinfer serve`: the OpenAI / Anthropic HTTP API server (src/server/). */
@@ -17,6 +19,9 @@ int cmd_serve(int argc, char **argv);
 /* Developer command used by the reference tests: runs a prompt, then decode
  * steps, and writes every position's logits as raw f32 to a file. */
 int cmd_logits(int argc, char **argv);
+/* KV store tools (src/kvstore/): the trace simulator and the bandwidth benchmark. */
+int cmd_kvsim(int argc, char **argv);
+int cmd_kvbench(int argc, char **argv);
 
 
 /* Shared by the model-running commands (common.c). */

@@ -12,6 +12,8 @@ static void usage(FILE *f) {
                "  tokenize   encode text (stdin) with a model's tokenizer\n"
                "  render     render a conversation (JSON, stdin) into a prompt\n"
                "  serve      serve the OpenAI and Anthropic HTTP APIs\n"
+               "  kv-sim     KV store hit rates per traffic class on a synthetic trace\n"
+               "  kv-bench   KV store read/write bandwidth beside the raw disk's\n"
                "run 'deepinfer COMMAND --help' for a command's options\n");
 }
 
@@ -26,6 +28,7 @@ int main(int argc, char **argv) {
     } cmds[] = {
         {"generate", cmd_generate}, {"bench", cmd_bench},   {"tokenize", cmd_tokenize},
         {"render", cmd_render},     {"logits", cmd_logits},     {"serve", cmd_serve},
+        {"kv-sim", cmd_kvsim},      {"kv-bench", cmd_kvbench},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);

@@ -5,9 +5,10 @@
  * settles as intact (1) or miss (-1) and wakes whoever waits for it.
  *
  * The job queue, the per-block states and the counters live under the
- * store's mutex; the reads themselves run unlocked straight into the
- * fetch's buffer. A freed fetch is cancelled: its queued blocks settle as
- * misses without I/O, and kvs_fetch_free waits for reads in progress. */
+ * store's mutex; the reads themselves run unlocked straight into staging
+ * buffers taken from the store's pool (already faulted in, reused). A freed
+ * fetch is cancelled: its queued blocks settle as misses without I/O, and
+ * kvs_fetch_free waits for reads in progress. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,8 +18,8 @@ struct kvs_fetch {
     kvs *s;
     int n;
     uint64_t *keys;
-    int32_t *tokens; /* n * 128, or NULL */
-    unsigned char *buf;
+    int32_t *tokens;    /* n * 128, or NULL */
+    void **buf;         /* n staging buffers from the store's pool */
     signed char *state; /* 0 pending, 1 intact, -1 miss */
     int pending;
     bool cancelled;
@@ -37,7 +38,8 @@ kvs_fetch *kvs_fetch_start(kvs *s, const uint64_t *keys, const int32_t *tokens, 
         f->tokens = di_malloc(m * KVS_BLOCK_TOKENS * sizeof *f->tokens);
         memcpy(f->tokens, tokens, (size_t)n * KVS_BLOCK_TOKENS * sizeof *f->tokens);
     }
-    f->buf = di_alloc_aligned(m * s->lay.block_bytes);
+    f->buf = di_malloc(m * sizeof *f->buf);
+    for (int i = 0; i < n; i++) f->buf[i] = kvs_buf_get(s);
     f->state = di_calloc(m, 1);
     pthread_cond_init(&f->cond, NULL);
     pthread_mutex_lock(&s->mu);
@@ -86,7 +88,7 @@ void *kvs_fetch_main(void *arg) {
         kvs_read_status rs =
             kvs_file_read(s->root, &s->lay, f->keys[j.i],
                           f->tokens ? f->tokens + (size_t)j.i * KVS_BLOCK_TOKENS : NULL,
-                          f->buf + (size_t)j.i * s->lay.block_bytes, &cls, s->o.touch_s);
+                          f->buf[j.i], &cls, s->o.touch_s);
         double dt = di_now() - t0;
         pthread_mutex_lock(&s->mu);
         kvs_note_read(s, f->keys[j.i], rs, cls, dt);
@@ -101,7 +103,7 @@ int kvs_fetch_poll(kvs_fetch *f, int i, const void **payload) {
     pthread_mutex_lock(&f->s->mu);
     int st = f->state[i];
     pthread_mutex_unlock(&f->s->mu);
-    if (st > 0 && payload) *payload = f->buf + (size_t)i * f->s->lay.block_bytes;
+    if (st > 0 && payload) *payload = f->buf[i];
     return st;
 }
 
@@ -111,7 +113,7 @@ int kvs_fetch_wait(kvs_fetch *f, int i, const void **payload) {
     while (!f->state[i]) pthread_cond_wait(&f->cond, &f->s->mu);
     int st = f->state[i];
     pthread_mutex_unlock(&f->s->mu);
-    if (st > 0 && payload) *payload = f->buf + (size_t)i * f->s->lay.block_bytes;
+    if (st > 0 && payload) *payload = f->buf[i];
     return st > 0 ? 0 : -1;
 }
 
@@ -133,7 +135,8 @@ void kvs_fetch_free(kvs_fetch *f) {
     pthread_cond_destroy(&f->cond);
     free(f->keys);
     free(f->tokens);
-    di_free_aligned(f->buf);
+    for (int i = 0; i < f->n; i++) kvs_buf_put(f->s, f->buf[i]);
+    free(f->buf);
     free(f->state);
     free(f);
 }

@@ -81,6 +81,11 @@ struct kvs {
     bool writing, stop;
     double last_scan;
 
+    /* host staging buffers: fault-free reuse (a fresh multi-MiB buffer costs
+     * more in page faults than the disk read that fills it) */
+    void **bufs;
+    int n_bufs;
+
     /* fetch threads */
     pthread_t *fth;
     int n_fth;
@@ -89,6 +94,10 @@ struct kvs {
     int fq_head, fq_n, fq_cap;
 };
 
+/* kvstore.c: a block_bytes host buffer from the staging pool (allocated
+ * when the pool is empty), and its return (freed beyond host_blocks). */
+void *kvs_buf_get(kvs *s);
+void kvs_buf_put(kvs *s, void *buf);
 /* fetch.c: the fetch threads' loop, and a fetch's geometry for swapin.c. */
 void *kvs_fetch_main(void *arg);
 const kvs_layout *kvs_fetch_layout(const kvs_fetch *f);

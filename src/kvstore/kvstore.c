@@ -213,8 +213,11 @@ static void *writer_main(void *arg) {
             int rc = present ? 1
                              : kvs_file_write(s->root, &s->lay, job.key, job.parent, job.tokens,
                                               job.payload, job.cls, s->o.sync, &err);
-            free(job.payload);
             pthread_mutex_lock(&s->mu);
+            if (s->n_bufs < s->o.host_blocks)
+                s->bufs[s->n_bufs++] = job.payload;
+            else
+                di_free_aligned(job.payload);
             if (rc == 0) {
                 kvs_index_set(s->ix, job.key, kvs_file_bytes(&s->lay), kvs_wall(), job.cls);
                 s->st.blocks_written++;
@@ -268,6 +271,7 @@ kvs *kvs_open(const char *dir, const kvs_layout *lay, const kvs_opts *opts, di_e
     if (o.write_queue <= 0) o.write_queue = 64;
     if (o.rescan_s <= 0) o.rescan_s = 60;
     if (o.touch_s <= 0) o.touch_s = 3600;
+    if (o.host_blocks <= 0) o.host_blocks = 16;
 
     char root[4096];
     if (snprintf(root, sizeof root, "%s/%016" PRIx64 "-v%d", dir, lay->fingerprint,
@@ -295,6 +299,9 @@ kvs *kvs_open(const char *dir, const kvs_layout *lay, const kvs_opts *opts, di_e
     pthread_cond_init(&s->fcond, NULL);
     s->ix = kvs_index_create();
     s->wq = di_calloc((size_t)o.write_queue, sizeof *s->wq);
+    s->bufs = di_malloc((size_t)o.host_blocks * sizeof *s->bufs);
+    for (; s->n_bufs < o.host_blocks; s->n_bufs++)
+        s->bufs[s->n_bufs] = di_alloc_aligned(lay->block_bytes);
 
     kvs_scan(s->root, scan_into, s->ix);
     s->last_scan = kvs_wall();
@@ -325,8 +332,11 @@ void kvs_close(kvs *s) {
     for (int i = 0; i < s->n_fth; i++) pthread_join(s->fth[i], NULL);
     free(s->fth);
     free(s->fq);
-    for (int i = 0; i < s->wq_n; i++) free(s->wq[(s->wq_head + i) % s->o.write_queue].payload);
+    for (int i = 0; i < s->wq_n; i++)
+        di_free_aligned(s->wq[(s->wq_head + i) % s->o.write_queue].payload);
     free(s->wq);
+    for (int i = 0; i < s->n_bufs; i++) di_free_aligned(s->bufs[i]);
+    free(s->bufs);
     kvs_index_free(s->ix);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wcond);
@@ -384,13 +394,18 @@ int kvs_put(kvs *s, uint64_t key, uint64_t parent, const int32_t *tokens, const 
     if (present) s->st.puts_skipped++;
     pthread_mutex_unlock(&s->mu);
     if (present) return 1;
-    void *copy = di_malloc(s->lay.block_bytes);
+    pthread_mutex_lock(&s->mu);
+    bool full = s->wq_n == s->o.write_queue;
+    if (full) s->st.puts_dropped++;
+    pthread_mutex_unlock(&s->mu);
+    if (full) return -1;
+    void *copy = kvs_buf_get(s);
     memcpy(copy, payload, s->lay.block_bytes);
     pthread_mutex_lock(&s->mu);
-    if (s->wq_n == s->o.write_queue) {
+    if (s->wq_n == s->o.write_queue) { /* filled meanwhile by another thread */
         s->st.puts_dropped++;
         pthread_mutex_unlock(&s->mu);
-        free(copy);
+        kvs_buf_put(s, copy);
         return -1;
     }
     kvs_wjob *j = &s->wq[(s->wq_head + s->wq_n) % s->o.write_queue];
@@ -421,4 +436,21 @@ void kvs_note_read(kvs *s, uint64_t key, kvs_read_status rs, int cls, double sec
     if (rs != KVS_READ_MISSING)
         di_log(DI_LOG_WARN, "KV store %s: block %016" PRIx64 " is a miss: %s", s->root, key,
                kvs_read_status_name(rs));
+}
+
+void *kvs_buf_get(kvs *s) {
+    pthread_mutex_lock(&s->mu);
+    void *b = s->n_bufs ? s->bufs[--s->n_bufs] : NULL;
+    pthread_mutex_unlock(&s->mu);
+    return b ? b : di_alloc_aligned(s->lay.block_bytes);
+}
+
+void kvs_buf_put(kvs *s, void *buf) {
+    pthread_mutex_lock(&s->mu);
+    if (s->n_bufs < s->o.host_blocks) {
+        s->bufs[s->n_bufs++] = buf;
+        buf = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    di_free_aligned(buf);
 }

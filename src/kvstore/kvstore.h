@@ -62,6 +62,8 @@ typedef struct kvs_opts {
     int write_queue; /* blocks waiting for the writer; a full queue drops puts (0: 64) */
     double rescan_s; /* full rescan of the directory by the writer thread (0: 60 s) */
     double touch_s;  /* a hit refreshes a block's last-use time when older than this (0: 1 h) */
+    int host_blocks; /* host staging buffers (one block each) allocated and touched at open
+                        and kept for reuse by fetches and puts (0: 16) */
 } kvs_opts;
 
 /* What a block holds: block_bytes of payload, laid out as n_layers segments
