@@ -15,7 +15,10 @@
  * of new tokens and visible context (MLA_PATH_AUTO), so a step mixing prefill
  * chunks and decode tokens uses both. Work is split over (token, head-range)
  * tasks on the model's pool; every output element is reduced by one task in a
- * fixed order, so results do not depend on the thread count. Scratch is
+ * fixed order, so results do not depend on the thread count. Decode keeps
+ * pool barriers few (they dominate a small step): q_a and kv_a share one,
+ * and for a few absorbed tokens each task absorbs, attends and un-absorbs
+ * its own heads. Scratch is
  * allocated per call (its size follows the step's contexts); no state
  * survives the call. */
 #include <math.h>
