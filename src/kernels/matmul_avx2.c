@@ -56,6 +56,10 @@ static inline float hsum8(__m256 v) {
 AI void sb_bf16(const sb_job *j, int r0, int t0, const int R, const int T) {
     const kern_mat *W = j->W;
     int K = W->cols, K16 = K & ~15;
+    /* First token pass streams the rows from memory: prefetch the next row block
+     * at the same column (other pages, which the hardware prefetcher does not
+     * cross). Later passes hit L1, and prefetch in place. */
+    size_t pf = t0 == 0 ? (size_t)SB_R * K : 0;
     const uint16_t *w[SB_R];
     const float *xp[4];
     for (int r = 0; r < R; r++) w[r] = (const uint16_t *)W->data + (size_t)(r0 + r) * K;
@@ -75,6 +79,7 @@ AI void sb_bf16(const sb_job *j, int r0, int t0, const int R, const int T) {
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
+            _mm_prefetch((const char *)(w[r] + k + pf), _MM_HINT_T0);
             __m256i v = _mm256_loadu_si256((const __m256i *)(w[r] + k));
             __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
             __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
@@ -106,6 +111,10 @@ AI __m256 load8(const void *base, size_t i, const bool half) {
 AI void sb_f32(const sb_job *j, int r0, int t0, const int R, const int T, const bool half) {
     const kern_mat *W = j->W;
     int K = W->cols, K8 = K & ~7;
+    /* First token pass streams the rows from memory: prefetch the next row block
+     * at the same column (other pages, which the hardware prefetcher does not
+     * cross). Later passes hit L1, and prefetch in place. */
+    size_t pf = t0 == 0 ? (size_t)SB_R * K : 0;
     size_t wrow[SB_R];
     const float *x[4];
     for (int r = 0; r < R; r++) wrow[r] = (size_t)(r0 + r) * K;
@@ -121,6 +130,9 @@ AI void sb_f32(const sb_job *j, int r0, int t0, const int R, const int T, const 
         for (int t = 0; t < T; t++) xv[t] = _mm256_loadu_ps(x[t] + k);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
+            if (!half || (k & 15) == 0) /* once per 64 bytes */
+                _mm_prefetch((const char *)W->data + (wrow[r] + k + pf) * (half ? 2 : 4),
+                             _MM_HINT_T0);
             __m256 wv = load8(W->data, wrow[r] + k, half);
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
@@ -142,6 +154,10 @@ AI void sb_f32(const sb_job *j, int r0, int t0, const int R, const int T, const 
 AI void sb_i8(const sb_job *j, int r0, int t0, const int R, const int T, const bool per_row) {
     const kern_mat *W = j->W;
     int K = W->cols, K32 = K & ~31, g = per_row ? K : W->group, ng = K / g;
+    /* First token pass streams the rows from memory: prefetch the next row block
+     * at the same column (other pages, which the hardware prefetcher does not
+     * cross). Later passes hit L1, and prefetch in place. */
+    size_t pf = t0 == 0 ? (size_t)SB_R * K : 0;
     const int8_t *w[SB_R];
     const float *ws[SB_R];
     for (int r = 0; r < R; r++) {
@@ -181,6 +197,7 @@ AI void sb_i8(const sb_job *j, int r0, int t0, const int R, const int T, const b
             }
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
+                _mm_prefetch((const char *)(w[r] + k + pf), _MM_HINT_T0);
                 __m256i wv = _mm256_loadu_si256((const __m256i *)(w[r] + k));
 #pragma GCC unroll 4
                 for (int t = 0; t < T; t++) {
