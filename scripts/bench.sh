@@ -17,6 +17,9 @@ for spec in "llama-1b bf16" "llama-1b int8" "dsv3-1b bf16"; do
   echo "== $1, --dtype $2, $THREADS threads"
   $BIN bench --model "$MODELS/$1" --dtype "$2" --threads "$THREADS" --batch 8 --prompt-len 512 --gen-len 32
 done
+echo "== serving, llama-1b bf16, $THREADS threads"
+$BIN bench --serving --model "$MODELS/llama-1b" --dtype bf16 --threads "$THREADS" \
+  --concurrency 1,4,16,64 --seed 1 || true
 for extra in scripts/bench_*.sh; do
   [ -x "$extra" ] || continue
   echo "== $(basename "$extra" .sh)"

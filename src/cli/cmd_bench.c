@@ -3,7 +3,9 @@
  * prefill of --prompt-len tokens (fraction of FMA peak: matmul FLOPs / time /
  * peak), decode at batch 1 (fraction of the bandwidth roofline: bandwidth /
  * weight bytes read per token, active experts only for MoE), and decode at
- * batch B (B sequences stepping together). --json prints one object. */
+ * batch B (B sequences stepping together). --json prints one object.
+ * With --serving, the engine under a conversational load instead
+ * (bench_serving.c). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +81,9 @@ static int bench_batch(model *m, model_kv_pool *kv, int B, int G, bench_result *
     for (int i = 0; i < B; i++) {
         model_seq_init(m, &seqs[i]);
         if (!rc) rc = model_seq_reserve(kv, &seqs[i], P + G, err);
-        batch[i] = (model_batch_seq){.seq = &seqs[i], .tokens = ids + i * P, .n_tokens = P,
+        batch[i] = (model_batch_seq){.seq = &seqs[i],
+                                     .tokens = ids + i * P,
+                                     .n_tokens = P,
                                      .logits = logits + (size_t)i * V};
     }
     if (!rc) rc = model_forward(m, kv, batch, B, err);
@@ -113,9 +117,8 @@ static void print_result(const bench_result *r, const model_info *info, bool jso
             r->weight_mb, "rss_after_load_mb", r->rss_after_load_mb, "load_s", r->load_s,
             "prompt_len", r->prompt_len, "prefill_tok_s", r->prefill_tok_s, "prefill_peak_frac",
             r->prefill_peak_frac, "decode_tok_s_b1", r->decode_tok_s_b1, "decode_roofline_frac_b1",
-            r->decode_roofline_frac_b1, "decode_tok_s_bB", r->decode_tok_s_bB,
-            "decode_bB_over_b1", r->decode_bB_over_b1, "batch", r->batch, "gen_len", r->gen_len,
-            "kernels", kern_isa());
+            r->decode_roofline_frac_b1, "decode_tok_s_bB", r->decode_tok_s_bB, "decode_bB_over_b1",
+            r->decode_bB_over_b1, "batch", r->batch, "gen_len", r->gen_len, "kernels", kern_isa());
         char *s = json_dumps(o, JSON_COMPACT);
         printf("%s\n", s);
         free(s);
@@ -137,6 +140,8 @@ static void print_result(const bench_result *r, const model_info *info, bool jso
 }
 
 int cmd_bench(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--serving")) return cmd_bench_serving(argc, argv);
     const char *dir = NULL, *dtype = "bf16";
     int batch = 8, prompt_len = 512, gen_len = 32, threads = 0, json = 0;
     const cli_opt opts[] = {
@@ -182,8 +187,10 @@ int cmd_bench(int argc, char **argv) {
     rc = kv ? 0 : -1;
     if (!rc) rc = bench_single(m, kv, prompt_len, gen_len, &r, &err);
     if (!rc) rc = bench_batch(m, kv, batch, gen_len, &r, &err);
-    if (rc) fprintf(stderr, "deepinfer bench: %s\n", err.msg);
-    else print_result(&r, info, json);
+    if (rc)
+        fprintf(stderr, "deepinfer bench: %s\n", err.msg);
+    else
+        print_result(&r, info, json);
     if (kv) model_kv_pool_free(kv);
     model_free(m);
     return rc ? 1 : 0;
