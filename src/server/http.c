@@ -136,6 +136,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     srv_gen *g = j->g;
     (void)pos;
     pthread_mutex_lock(&g->mu);
+    /* checked on every call, not only while waiting: writes into a socket
+     * whose peer has gone still succeed for a while */
+    if (!g->all_done && peer_gone(j->fd)) {
+        cancel_locked(j);
+        pthread_mutex_unlock(&g->mu);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
     while (j->sent == g->out.n && !g->all_done) {
         if (peer_gone(j->fd) || atomic_load(&j->s->stopping)) {
             cancel_locked(j);
