@@ -10,7 +10,7 @@ Checks:
             main head and MTP depth 0
   bf16      the default dtype agrees with the reference on top-1 >= 95 %
   language  `deepinfer generate` greedy from an in-domain prompt: at least
-            12 words, and >= 70 % of them are words of the training corpus
+            12 words, at least 6 distinct, and >= 70 % of them are words of the training corpus
             (corpus_words.txt, written by tools/train/evaluate.py)
   chat      the tokenizer_config's chat template names the DSML format, so
             deepinfer renders chats for this model in the format it was
@@ -141,7 +141,9 @@ def t_language():
     ws = [w.lower() for w in re.findall(r"[A-Za-z]+", text)]
     frac = sum(w in words for w in ws) / max(1, len(ws))
     print("     " + repr(text[:300]))
-    return len(ws) >= 12 and frac >= 0.7, f"{len(ws)} words, {frac * 100:.0f} % in the corpus vocabulary (min 70 %)"
+    distinct = len(set(ws))
+    return len(ws) >= 12 and frac >= 0.7 and distinct >= 6, \
+        f"{len(ws)} words ({distinct} distinct, min 6), {frac * 100:.0f} % in the corpus vocabulary (min 70 %)"
 
 
 def t_chat():

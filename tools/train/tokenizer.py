@@ -44,7 +44,8 @@ ADDED = [
 BOS, EOS = ADDED[0][0], ADDED[1][0]
 
 # A Jinja rendering of render_deepseek_v4.c's format (thinking off unless
-# `thinking` is set), for HF tooling; deepinfer renders in C.
+# `thinking` is set), for HF tooling (tool-call arguments as a mapping, as
+# transformers passes them); deepinfer renders in C.
 CHAT_TEMPLATE = (
     "{%- set ns = namespace(system='', last_user=-1) -%}"
     "{%- for m in messages -%}{%- if m['role'] == 'system' -%}"
@@ -83,7 +84,7 @@ CHAT_TEMPLATE = (
     "{%- if m['tool_calls'] -%}{{- '\n\n' if m['content'] else '' -}}{{- '<" + D + "tool_calls>\n' -}}"
     "{%- for tc in m['tool_calls'] -%}{%- set fn = tc['function'] -%}"
     "{{- '<" + D + "invoke name=\"' + fn['name'] + '\">\n' -}}"
-    "{%- set args = fn['arguments'] | fromjson if fn['arguments'] is string else fn['arguments'] -%}"
+    "{%- set args = fn['arguments'] -%}"
     "{%- for k, v in args.items() -%}"
     "{{- '<" + D + "parameter name=\"' + k + '\" string=\"' + ('true' if v is string else 'false') + '\">' -}}"
     "{{- v if v is string else v | tojson -}}{{- '</" + D + "parameter>\n' -}}{%- endfor -%}"
