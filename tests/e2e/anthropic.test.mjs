@@ -58,10 +58,13 @@ test('raw stream events follow content_block_start / delta / stop', async () => 
 });
 
 test('thinking on/off, stop_sequences, top_k', async () => {
-  for (const thinking of [{ type: 'enabled', budget_tokens: 1024 }, { type: 'disabled' }]) {
-    const m = await client.messages.create({ model: MODEL, max_tokens: 6, thinking, messages: user('2+2?') });
-    assert.equal(m.type, 'message');
-  }
+  const on = await client.messages.create({ model: MODEL, max_tokens: 6, temperature: 0, thinking: { type: 'enabled', budget_tokens: 1024 }, messages: user('2+2?') });
+  assert.equal(on.content[0].type, 'thinking');
+  const off = await client.messages.create({ model: MODEL, max_tokens: 6, temperature: 0, thinking: { type: 'disabled' }, messages: user('2+2?') });
+  assert.ok(off.content.every((b) => b.type === 'text'));
+  const stream = client.messages.stream({ model: MODEL, max_tokens: 6, temperature: 0, thinking: { type: 'enabled', budget_tokens: 1024 }, messages: user('2+2?') });
+  const final = await stream.finalMessage();
+  assert.deepEqual(final.content.map((b) => b.thinking), on.content.map((b) => b.thinking));
   const m = await client.messages.create({ model: MODEL, max_tokens: 6, top_k: 5, stop_sequences: ['zzz'], messages: user('x') });
   assert.ok(['end_turn', 'max_tokens', 'stop_sequence'].includes(m.stop_reason));
 });

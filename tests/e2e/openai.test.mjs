@@ -152,10 +152,14 @@ test('tools: definitions, tool_choice variants and a tool-result follow-up turn'
 });
 
 test('thinking on and off, json_object response format', async () => {
-  for (const thinking of [{ type: 'enabled' }, { type: 'disabled' }]) {
-    const r = await client.chat.completions.create({ model: MODEL, messages: user('2+2?'), max_tokens: 4, thinking });
-    assert.equal(r.choices.length, 1);
-  }
+  // the V4 prompt opens <think> when thinking is on: the output is reasoning until </think>
+  const on = await client.chat.completions.create({ model: MODEL, messages: user('2+2?'), max_tokens: 4, temperature: 0, thinking: { type: 'enabled' } });
+  assert.ok(on.choices[0].message.reasoning_content.length > 0);
+  const off = await client.chat.completions.create({ model: MODEL, messages: user('2+2?'), max_tokens: 4, temperature: 0, thinking: { type: 'disabled' } });
+  assert.equal(off.choices[0].message.reasoning_content, undefined);
+  assert.ok(off.choices[0].message.content.length > 0);
+  const eff = await client.chat.completions.create({ model: MODEL, messages: user('2+2?'), max_tokens: 4, reasoning_effort: 'high' });
+  assert.ok(eff.choices[0].message.reasoning_content.length > 0);
   const j = await client.chat.completions.create({ model: MODEL, messages: user('JSON please'), max_tokens: 4, response_format: { type: 'json_object' } });
   assert.equal(j.choices.length, 1);
 });
