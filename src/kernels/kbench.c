@@ -16,8 +16,6 @@
 
 #include "base/base.h"
 
-void kern_bench_report(pool *p);
-
 static void fill_random(float *v, size_t n, uint32_t seed) {
     uint32_t s = seed * 2654435761u + 1;
     for (size_t i = 0; i < n; i++) {

@@ -86,4 +86,8 @@ void kern_rope(float *x, const float *cos, const float *sin, int dim, bool inter
 double kern_measure_read_bandwidth(pool *p, size_t bytes);
 double kern_measure_fma_peak(pool *p);
 
+/* `deepinfer bench --kernels`: prints to stdout one line per figure (the two
+ * limits, decode GEMV GB/s and % of bandwidth, GEMM GFLOP/s and % of peak). */
+void kern_bench_report(pool *p);
+
 #endif
