@@ -121,6 +121,13 @@ test('responses: body and stream events', async () => {
   assert.ok(['response.completed', 'response.incomplete'].includes(types.at(-1)));
   assert.equal(text, r.output_text);
   assert.equal(last.response.output_text ?? last.response.output[0].content[0].text, r.output_text);
+  // the SDK's own accumulator (it checks output/content indices as it goes)
+  const helper = client.responses.stream({ model: MODEL, input: 'Hello', max_output_tokens: 8, temperature: 0 });
+  const final = await helper.finalResponse();
+  const textOf = (resp) => resp.output.filter((o) => o.type === 'message').flatMap((o) => o.content).map((c) => c.text).join('');
+  assert.equal(textOf(final), r.output_text);
+  const withReasoning = await client.responses.stream({ model: MODEL, input: 'Hello', max_output_tokens: 8, temperature: 0, reasoning: { effort: 'low' } }).finalResponse();
+  assert.equal(withReasoning.output[0].type, 'reasoning');
 });
 
 test('tools: definitions, tool_choice variants and a tool-result follow-up turn', async () => {
