@@ -143,9 +143,10 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--serving")) return cmd_bench_serving(argc, argv);
     const char *dir = NULL, *dtype = "bf16";
-    int batch = 8, prompt_len = 512, gen_len = 32, threads = 0, json = 0;
+    int batch = 8, prompt_len = 512, gen_len = 32, threads = 0, json = 0, kernels = 0;
     const cli_opt opts[] = {
         {"--model", OPT_STR, &dir, "checkpoint directory"},
+        {"--kernels", OPT_FLAG, &kernels, "kernel figures only (GEMV/GEMM vs limits), no model"},
         {"--batch", OPT_INT, &batch, "sequences decoding together (default 8)"},
         {"--prompt-len", OPT_INT, &prompt_len, "prefill length (default 512)"},
         {"--gen-len", OPT_INT, &gen_len, "decode steps (default 32)"},
@@ -157,6 +158,13 @@ int cmd_bench(int argc, char **argv) {
     const char *syn = "deepinfer bench --model DIR [options]";
     int rc = cli_parse(argc, argv, opts, n_opts, syn);
     if (rc) return rc == 1 ? 0 : rc;
+    if (kernels) {
+        kern_init();
+        pool *p = pool_create(threads);
+        kern_bench_report(p);
+        pool_free(p);
+        return 0;
+    }
     if (!dir || batch < 1 || prompt_len < 1 || gen_len < 1) {
         cli_usage(stderr, opts, n_opts, syn);
         return 2;
