@@ -9,7 +9,7 @@
 CC      ?= cc
 BUILD   ?= build
 PY      := /usr/bin/python3
-CSTD    := -std=c11 -D_GNU_SOURCE -pthread
+CSTD    := -std=c11 -D_GNU_SOURCE -pthread -MMD -MP
 WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
 INC     := -Isrc -Itests/unit
 OPT     ?= -O2 -g
@@ -20,7 +20,6 @@ AVX2FL  := -mavx2 -mfma -mf16c
 LIB_SRC  := $(sort $(shell find src -name '*.c' ! -path 'src/cli/*'))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/*.c))
-HDRS     := $(shell find src tests/unit -name '*.h')
 
 obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
 ISA = $(if $(findstring _avx2,$(1)),$(AVX2FL))
@@ -36,7 +35,7 @@ $(DEPS_OK): scripts/deps.sh
 	@touch $@
 
 # --- optimised build -------------------------------------------------------
-$(BUILD)/obj/%.o: %.c $(HDRS) | $(DEPS_OK)
+$(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) $(WARN) $(INC) $(OPT) $(call ISA,$<) -c $< -o $@
 
@@ -47,7 +46,7 @@ $(BUILD)/test_unit: $(call obj,$(BUILD),$(LIB_SRC) $(TEST_SRC))
 	$(CC) $(OPT) -pthread $^ -o $@ $(LIBS)
 
 # --- sanitised build (ASan + UBSan) ----------------------------------------
-$(BUILD)/asan/obj/%.o: %.c $(HDRS) | $(DEPS_OK)
+$(BUILD)/asan/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) $(WARN) $(INC) $(SANFL) $(call ISA,$<) -c $< -o $@
 
@@ -63,7 +62,7 @@ asan: $(BUILD)/asan/deepinfer $(BUILD)/asan/test_unit
 FUZZ_CC   ?= clang
 FUZZ_TIME ?= 60
 FUZZFL    := -O1 -g -fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer
-$(BUILD)/fuzz/obj/%.o: %.c $(HDRS) | $(DEPS_OK)
+$(BUILD)/fuzz/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CSTD) -Wall -Wextra -Wno-unused-parameter $(INC) $(FUZZFL) $(call ISA,$<) -c $< -o $@
 
@@ -121,3 +120,6 @@ format-check:
 
 clean:
 	rm -rf $(BUILD)
+
+# Header dependencies recorded by -MMD at each compile.
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
