@@ -3,6 +3,15 @@
  * row into a sampled token, stop checks and an event. Runs only on the step
  * thread, so nothing here locks; engine.c owns the thread and the API.
  *
+ * Pipeline (one engine_step): wait for the pass in flight -> commit it and
+ * sample every row (a token that ends its branch by itself is delivered at
+ * once) -> plan the next step and launch its pass on the compute thread ->
+ * deliver the other sampled tokens' events (detokenization, stop strings,
+ * callbacks) while that pass runs. Between two passes the compute threads
+ * wait only for sampling and planning. Sequences in the running pass are
+ * marked in_flight: a branch that ends meanwhile (stop string, cancel) has
+ * its final event sent at once and is freed when the pass ends (draining).
+ *
  * n > 1: the request starts as one sequence; when its prompt is done, the
  * n - 1 other branches fork from it (sharing every prompt block) and each
  * branch samples its first token from the same logits row with its own
