@@ -15,8 +15,9 @@
  * thread with no engine lock held (or, for requests still in flight when
  * engine_free is called, on its caller): they may call engine_submit,
  * engine_cancel and engine_get_stats, never engine_free, and should be quick
- * (they delay the next step). An event's pointers are valid only during the
- * callback.
+ * (they run while the next forward pass computes, and delay the step after
+ * it when slower than that pass). An event's pointers are valid only during
+ * the callback.
  *
  * Prefix lookup happens when a sequence is admitted to run (not while it
  * waits), so cached blocks are pinned only by running sequences; the hit is
