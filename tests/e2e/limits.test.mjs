@@ -1,14 +1,15 @@
 // limits.test.mjs — what a server under stress must do: a client that
 // disconnects mid-stream cancels its request (the engine's cancelled count
 // moves and every KV block returns to the pool), a full queue answers 429,
-// and /metrics exposes the Prometheus series the dashboards read.
+// /metrics exposes the Prometheus series the dashboards read, and hostile
+// bodies (seeded random mutations of valid requests) get answers, not crashes.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { startServer, metrics, sleep, MODEL } from './server.mjs';
 
 let srv;
-before(async () => { srv = await startServer(['--max-pending', '2']); });
+before(async () => { srv = await startServer(['--max-pending', '2', '--default-max-tokens', '8']); });
 after(async () => { assert.equal(await srv.stop(), 0); });
 
 const long = (signal) => fetch(`${srv.url}/v1/chat/completions`, {
@@ -71,4 +72,46 @@ test('/metrics exposes requests, tokens, TTFT/TBT histograms and engine gauges',
     'deepinfer_requests_running', 'deepinfer_requests_waiting', 'deepinfer_kv_blocks_used', 'deepinfer_prefix_cache_hit_rate']) {
     assert.ok(text.includes(series), `missing ${series}`);
   }
+});
+
+test('hostile bodies: seeded mutations of valid requests never crash the server', async () => {
+  let seed = 12345;
+  const rnd = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+  const valid = {
+    '/v1/chat/completions': { model: MODEL, messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{}' } }] }, { role: 'tool', tool_call_id: 'c', content: 'r' }], tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }], max_tokens: 2, n: 2, stop: ['x'], logprobs: true, top_logprobs: 2 },
+    '/v1/completions': { model: MODEL, prompt: 'hi', max_tokens: 2, echo: true, logprobs: 1 },
+    '/v1/responses': { model: MODEL, input: [{ role: 'user', content: 'hi' }, { type: 'function_call', call_id: 'c', name: 'f', arguments: '{}' }, { type: 'function_call_output', call_id: 'c', output: 'r' }], max_output_tokens: 2, tools: [{ type: 'function', name: 'f' }] },
+    '/v1/messages': { model: MODEL, max_tokens: 2, system: 's', messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }, { role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'f', input: {} }] }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't', content: 'r' }] }], tools: [{ name: 'f', input_schema: { type: 'object' } }], stop_sequences: ['x'] },
+  };
+  const junk = [null, true, -1, 1e308, 2 ** 63, '', 'x'.repeat(3000), [], {}, [[[]]], { type: 'text' }, '\u0000', '<｜User｜>'];
+  const statuses = new Map();
+  for (let i = 0; i < 240; i++) {
+    const path = Object.keys(valid)[i % 4];
+    let body;
+    const obj = structuredClone(valid[path]);
+    const mode = rnd(4);
+    if (mode === 0) { // replace a random (nested) value with junk
+      let o = obj; for (let d = 0; d < 3 && o && typeof o === 'object'; d++) { const ks = Object.keys(o); if (!ks.length) break; const k = ks[rnd(ks.length)]; if (d === 2 || typeof o[k] !== 'object' || o[k] === null || rnd(2)) { o[k] = junk[rnd(junk.length)]; break; } o = o[k]; }
+      body = JSON.stringify(obj);
+    } else if (mode === 1) { // delete a top-level key
+      const ks = Object.keys(obj); delete obj[ks[rnd(ks.length)]]; body = JSON.stringify(obj);
+    } else { // byte-level damage: truncate or flip bytes
+      const b = Buffer.from(JSON.stringify(obj));
+      if (mode === 2) body = b.subarray(0, rnd(b.length));
+      else { for (let k = 0; k < 3; k++) b[rnd(b.length)] = rnd(256); body = b; }
+    }
+    if (!body.length) body = '';
+    const res = await fetch(`${srv.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const text = await res.text();
+    statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+    assert.ok([200, 400, 404].includes(res.status), `${path} ${res.status}: ${text.slice(0, 200)}`);
+    if (res.status !== 200) {
+      const e = JSON.parse(text);
+      assert.ok(path === '/v1/messages' ? e.type === 'error' && e.error.message : e.error.message, text);
+    }
+  }
+  assert.ok(statuses.get(200) > 0 && statuses.get(400) > 0, JSON.stringify([...statuses]));
+  assert.equal((await fetch(`${srv.url}/health`)).status, 200);
+  const m = await waitFor((x) => x.get('deepinfer_requests_pending') === 0);
+  assert.equal(m.get('deepinfer_requests_pending'), 0);
 });
