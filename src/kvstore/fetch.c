@@ -88,7 +88,7 @@ void *kvs_fetch_main(void *arg) {
         kvs_read_status rs =
             kvs_file_read(s->root, &s->lay, f->keys[j.i],
                           f->tokens ? f->tokens + (size_t)j.i * KVS_BLOCK_TOKENS : NULL,
-                          f->buf[j.i], &cls, s->o.touch_s);
+                          f->buf[j.i], !s->o.buffered_io, &cls, s->o.touch_s);
         double dt = di_now() - t0;
         pthread_mutex_lock(&s->mu);
         kvs_note_read(s, f->keys[j.i], rs, cls, dt);
@@ -103,7 +103,7 @@ int kvs_fetch_poll(kvs_fetch *f, int i, const void **payload) {
     pthread_mutex_lock(&f->s->mu);
     int st = f->state[i];
     pthread_mutex_unlock(&f->s->mu);
-    if (st > 0 && payload) *payload = f->buf[i];
+    if (st > 0 && payload) *payload = (const char *)f->buf[i] + KVS_PAYLOAD_OFF;
     return st;
 }
 
@@ -113,7 +113,7 @@ int kvs_fetch_wait(kvs_fetch *f, int i, const void **payload) {
     while (!f->state[i]) pthread_cond_wait(&f->cond, &f->s->mu);
     int st = f->state[i];
     pthread_mutex_unlock(&f->s->mu);
-    if (st > 0 && payload) *payload = f->buf[i];
+    if (st > 0 && payload) *payload = (const char *)f->buf[i] + KVS_PAYLOAD_OFF;
     return st > 0 ? 0 : -1;
 }
 

@@ -24,19 +24,33 @@ typedef enum {
     KVS_READ_IO,        /* read error */
 } kvs_read_status;
 
-/* Bytes of one block file. */
+/* A block file's image: header, tokens at KVS_TOK_OFF, payload at
+ * KVS_PAYLOAD_OFF (64-byte aligned in a 64-byte aligned image). */
+#define KVS_TOK_OFF     KVS_HDR_BYTES
+#define KVS_PAYLOAD_OFF (KVS_HDR_BYTES + KVS_BLOCK_TOKENS * 4)
+#define KVS_IO_ALIGN    4096
+/* Bytes of one block file, and of a buffer that can take it by O_DIRECT
+ * (rounded up to KVS_IO_ALIGN; the buffer KVS_IO_ALIGN-aligned). */
 size_t kvs_file_bytes(const kvs_layout *lay);
+size_t kvs_file_cap(const kvs_layout *lay);
 /* root/xx/<16 hex>.kvb, xx = the key's top byte. */
 void kvs_file_path(char *buf, size_t n, const char *root, uint64_t key);
 /* Writes the block crash-safely (temporary file in the same directory,
- * optional fdatasync, rename). -1 with err naming the path on failure. */
-int kvs_file_write(const char *root, const kvs_layout *lay, uint64_t key, uint64_t parent,
-                   const int32_t *tokens, const void *payload, int cls, kvs_sync sync, di_err *err);
-/* Reads and verifies a block into payload (block_bytes). want_tokens may be
- * NULL. *cls gets the stored class. When touch_older_s >= 0 and the file's
- * last use is older than that, its mtime is set to now (last use). */
+ * optional fdatasync, rename). file: a kvs_file_bytes image with the tokens
+ * and payload in place; the header is filled in here. direct (with sync >=
+ * KVS_SYNC_DATA): O_DIRECT where the filesystem allows, file then being a
+ * KVS_IO_ALIGN-aligned buffer of kvs_file_cap bytes. -1 with err naming the
+ * path on failure. */
+int kvs_file_write(const char *root, const kvs_layout *lay, uint64_t key, uint64_t parent, int cls,
+                   kvs_sync sync, bool direct, void *file, di_err *err);
+/* Reads and verifies a block's whole image into file (the payload is at
+ * KVS_PAYLOAD_OFF). direct: O_DIRECT when the filesystem allows (file then
+ * KVS_IO_ALIGN-aligned with kvs_file_cap bytes), else kvs_file_bytes will do.
+ * want_tokens may be NULL. *cls gets the stored class. When touch_older_s
+ * >= 0 and the file's last use is older than that, its mtime is set to now
+ * (last use). */
 kvs_read_status kvs_file_read(const char *root, const kvs_layout *lay, uint64_t key,
-                              const int32_t *want_tokens, void *payload, int *cls,
+                              const int32_t *want_tokens, void *file, bool direct, int *cls,
                               double touch_older_s);
 /* The class stored in a block's header, or KVS_CLASS_UNKNOWN. */
 int kvs_file_read_class(const char *root, const kvs_layout *lay, uint64_t key);
@@ -54,8 +68,7 @@ const char *kvs_read_status_name(kvs_read_status s);
 typedef struct kvs_wjob {
     uint64_t key, parent;
     int cls;
-    int32_t tokens[KVS_BLOCK_TOKENS];
-    void *payload;
+    void *file; /* staging buffer: the file image with tokens and payload in place */
 } kvs_wjob;
 
 typedef struct kvs_fjob {
@@ -73,16 +86,18 @@ struct kvs {
     kvs_index *ix;
     kvs_stats st;
 
-    /* writer thread */
-    pthread_t writer;
+    /* writer threads */
+    pthread_t *writers;
     pthread_cond_t wcond, widle;
     kvs_wjob *wq;
     int wq_head, wq_n;
-    bool writing, stop;
+    int n_writing; /* jobs being written */
+    bool stop;
     double last_scan;
 
-    /* host staging buffers: fault-free reuse (a fresh multi-MiB buffer costs
-     * more in page faults than the disk read that fills it) */
+    /* host staging buffers, reused last-in first-out: a buffer touched
+     * moments ago is much cheaper to fill than fresh or long-idle memory
+     * (page faults, and on a VM the host's own paging) */
     void **bufs;
     int n_bufs;
 
@@ -94,7 +109,7 @@ struct kvs {
     int fq_head, fq_n, fq_cap;
 };
 
-/* kvstore.c: a block_bytes host buffer from the staging pool (allocated
+/* kvstore.c: a file-image host buffer (kvs_file_bytes) from the staging pool (allocated
  * when the pool is empty), and its return (freed beyond host_blocks). */
 void *kvs_buf_get(kvs *s);
 void kvs_buf_put(kvs *s, void *buf);

@@ -1,5 +1,5 @@
 /* kvstore.c — the store handle: opens a directory (scan -> index), answers
- * match from the index, queues puts for a writer thread, evicts by TTL and
+ * match from the index, queues puts for writer threads, evicts by TTL and
  * capacity, and keeps the index coherent with other processes writing the
  * same directory. The file format lives in store.c, the fetch threads in
  * fetch.c, swap-in in swapin.c.
@@ -8,14 +8,15 @@
  * directory listing. A match that reaches a key the index lacks stats the
  * file (one metadata call per match, at the first miss), so a block another
  * process wrote is hit at once; a read that finds a block gone or damaged
- * drops it from the index; the writer thread rescans the whole directory
+ * drops it from the index; a writer thread rescans the whole directory
  * every rescan_s to relearn sizes, times and others' evictions, so each
  * process's capacity accounting converges on the directory's. Evicting a
  * block another process is reading is safe (an open file outlives its
  * unlink); evicting one another process just rewrote only costs a miss.
  *
- * Threads: the caller's (match, put, fetch/swap-in start), one writer, and
- * fetch_threads readers; one mutex guards the index, the queues and the
+ * Threads: the caller's (match, put, fetch/swap-in start), write_threads
+ * writers (concurrent fdatasyncs share journal commits), and fetch_threads
+ * readers; one mutex guards the index, the queues and the
  * stats, and is never held across file I/O. No global state. */
 #include <errno.h>
 #include <inttypes.h>
@@ -206,18 +207,18 @@ static void *writer_main(void *arg) {
             kvs_wjob job = s->wq[s->wq_head];
             s->wq_head = (s->wq_head + 1) % s->o.write_queue;
             s->wq_n--;
-            s->writing = true;
+            s->n_writing++;
             bool present = kvs_index_find(s->ix, job.key) != NULL;
             pthread_mutex_unlock(&s->mu);
             di_err err = {{0}};
             int rc = present ? 1
-                             : kvs_file_write(s->root, &s->lay, job.key, job.parent, job.tokens,
-                                              job.payload, job.cls, s->o.sync, &err);
+                             : kvs_file_write(s->root, &s->lay, job.key, job.parent, job.cls,
+                                              s->o.sync, !s->o.buffered_io, job.file, &err);
             pthread_mutex_lock(&s->mu);
             if (s->n_bufs < s->o.host_blocks)
-                s->bufs[s->n_bufs++] = job.payload;
+                s->bufs[s->n_bufs++] = job.file;
             else
-                di_free_aligned(job.payload);
+                free(job.file);
             if (rc == 0) {
                 kvs_index_set(s->ix, job.key, kvs_file_bytes(&s->lay), kvs_wall(), job.cls);
                 s->st.blocks_written++;
@@ -229,16 +230,17 @@ static void *writer_main(void *arg) {
                 di_log(DI_LOG_WARN, "%s", err.msg);
             }
             if (s->o.capacity_bytes && kvs_index_bytes(s->ix) > s->o.capacity_bytes) {
-                pthread_mutex_unlock(&s->mu); /* still `writing`: kvs_flush waits for this */
+                pthread_mutex_unlock(&s->mu); /* still counted: kvs_flush waits for this */
                 kvs_sweep(s);
                 pthread_mutex_lock(&s->mu);
             }
-            s->writing = false;
-            if (!s->wq_n) pthread_cond_broadcast(&s->widle);
+            s->n_writing--;
+            if (!s->wq_n && !s->n_writing) pthread_cond_broadcast(&s->widle);
             continue;
         }
         if (s->stop) break;
         if (kvs_wall() >= s->last_scan + s->o.rescan_s) {
+            s->last_scan = kvs_wall(); /* one writer rescans; the others keep writing */
             pthread_mutex_unlock(&s->mu);
             rescan(s);
             kvs_sweep(s);
@@ -247,6 +249,16 @@ static void *writer_main(void *arg) {
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+static void *alloc_buf(const kvs *s) {
+    void *b;
+    if (posix_memalign(&b, KVS_IO_ALIGN, kvs_file_cap(&s->lay))) {
+        di_log(DI_LOG_ERROR, "KV store: out of memory for a %zu-byte staging buffer",
+               kvs_file_cap(&s->lay));
+        abort();
+    }
+    return b;
 }
 
 kvs *kvs_open(const char *dir, const kvs_layout *lay, const kvs_opts *opts, di_err *err) {
@@ -267,6 +279,7 @@ kvs *kvs_open(const char *dir, const kvs_layout *lay, const kvs_opts *opts, di_e
         if (o.ttl_s[c] == 0)
             o.ttl_s[c] = c == KVS_CLASS_AGENT ? DEFAULT_TTL_AGENT : DEFAULT_TTL_CHAT;
     if (o.fetch_threads <= 0) o.fetch_threads = 2;
+    if (o.write_threads <= 0) o.write_threads = 2;
     if (!o.sync_set && o.sync == KVS_SYNC_NONE) o.sync = KVS_SYNC_DATA;
     if (o.write_queue <= 0) o.write_queue = 64;
     if (o.rescan_s <= 0) o.rescan_s = 60;
@@ -300,14 +313,17 @@ kvs *kvs_open(const char *dir, const kvs_layout *lay, const kvs_opts *opts, di_e
     s->ix = kvs_index_create();
     s->wq = di_calloc((size_t)o.write_queue, sizeof *s->wq);
     s->bufs = di_malloc((size_t)o.host_blocks * sizeof *s->bufs);
-    for (; s->n_bufs < o.host_blocks; s->n_bufs++)
-        s->bufs[s->n_bufs] = di_alloc_aligned(lay->block_bytes);
+    for (; s->n_bufs < o.host_blocks; s->n_bufs++) { /* faulted in now, not on a hit */
+        s->bufs[s->n_bufs] = alloc_buf(s);
+        memset(s->bufs[s->n_bufs], 0, kvs_file_cap(lay));
+    }
 
     kvs_scan(s->root, scan_into, s->ix);
     s->last_scan = kvs_wall();
     kvs_sweep(s);
 
-    pthread_create(&s->writer, NULL, writer_main, s);
+    s->writers = di_calloc((size_t)o.write_threads, sizeof *s->writers);
+    for (int i = 0; i < o.write_threads; i++) pthread_create(&s->writers[i], NULL, writer_main, s);
     s->n_fth = o.fetch_threads;
     s->fth = di_calloc((size_t)s->n_fth, sizeof *s->fth);
     for (int i = 0; i < s->n_fth; i++) pthread_create(&s->fth[i], NULL, kvs_fetch_main, s);
@@ -316,7 +332,7 @@ kvs *kvs_open(const char *dir, const kvs_layout *lay, const kvs_opts *opts, di_e
 
 void kvs_flush(kvs *s) {
     pthread_mutex_lock(&s->mu);
-    while (s->wq_n || s->writing) pthread_cond_wait(&s->widle, &s->mu);
+    while (s->wq_n || s->n_writing) pthread_cond_wait(&s->widle, &s->mu);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -328,14 +344,14 @@ void kvs_close(kvs *s) {
     pthread_cond_broadcast(&s->wcond);
     pthread_cond_broadcast(&s->fcond);
     pthread_mutex_unlock(&s->mu);
-    pthread_join(s->writer, NULL);
+    for (int i = 0; i < s->o.write_threads; i++) pthread_join(s->writers[i], NULL);
+    free(s->writers);
     for (int i = 0; i < s->n_fth; i++) pthread_join(s->fth[i], NULL);
     free(s->fth);
     free(s->fq);
-    for (int i = 0; i < s->wq_n; i++)
-        di_free_aligned(s->wq[(s->wq_head + i) % s->o.write_queue].payload);
+    for (int i = 0; i < s->wq_n; i++) free(s->wq[(s->wq_head + i) % s->o.write_queue].file);
     free(s->wq);
-    for (int i = 0; i < s->n_bufs; i++) di_free_aligned(s->bufs[i]);
+    for (int i = 0; i < s->n_bufs; i++) free(s->bufs[i]);
     free(s->bufs);
     kvs_index_free(s->ix);
     pthread_mutex_destroy(&s->mu);
@@ -400,7 +416,8 @@ int kvs_put(kvs *s, uint64_t key, uint64_t parent, const int32_t *tokens, const 
     pthread_mutex_unlock(&s->mu);
     if (full) return -1;
     void *copy = kvs_buf_get(s);
-    memcpy(copy, payload, s->lay.block_bytes);
+    memcpy((char *)copy + KVS_TOK_OFF, tokens, KVS_BLOCK_TOKENS * sizeof *tokens);
+    memcpy((char *)copy + KVS_PAYLOAD_OFF, payload, s->lay.block_bytes);
     pthread_mutex_lock(&s->mu);
     if (s->wq_n == s->o.write_queue) { /* filled meanwhile by another thread */
         s->st.puts_dropped++;
@@ -412,8 +429,7 @@ int kvs_put(kvs *s, uint64_t key, uint64_t parent, const int32_t *tokens, const 
     j->key = key;
     j->parent = parent;
     j->cls = cls;
-    memcpy(j->tokens, tokens, sizeof j->tokens);
-    j->payload = copy;
+    j->file = copy;
     s->wq_n++;
     pthread_cond_signal(&s->wcond);
     pthread_mutex_unlock(&s->mu);
@@ -442,7 +458,7 @@ void *kvs_buf_get(kvs *s) {
     pthread_mutex_lock(&s->mu);
     void *b = s->n_bufs ? s->bufs[--s->n_bufs] : NULL;
     pthread_mutex_unlock(&s->mu);
-    return b ? b : di_alloc_aligned(s->lay.block_bytes);
+    return b ? b : alloc_buf(s);
 }
 
 void kvs_buf_put(kvs *s, void *buf) {
@@ -452,5 +468,5 @@ void kvs_buf_put(kvs *s, void *buf) {
         buf = NULL;
     }
     pthread_mutex_unlock(&s->mu);
-    di_free_aligned(buf);
+    free(buf);
 }

@@ -56,14 +56,18 @@ typedef struct kvs_opts {
     size_t capacity_bytes;     /* bound on the directory's block bytes; 0: unbounded */
     double ttl_s[KVS_N_CLASS]; /* since last use; 0: default (chat 7 d, agent 3 d); < 0: none */
     int fetch_threads;         /* 0: 2 */
-    kvs_sync sync;             /* default KVS_SYNC_DATA (0 in a zeroed struct means DATA:
-                                  set sync_set to choose NONE explicitly) */
+    int write_threads;         /* 0: 2 */
+
+    kvs_sync sync; /* default KVS_SYNC_DATA (0 in a zeroed struct means DATA:
+                      set sync_set to choose NONE explicitly) */
     bool sync_set;
-    int write_queue; /* blocks waiting for the writer; a full queue drops puts (0: 64) */
-    double rescan_s; /* full rescan of the directory by the writer thread (0: 60 s) */
-    double touch_s;  /* a hit refreshes a block's last-use time when older than this (0: 1 h) */
-    int host_blocks; /* host staging buffers (one block each) allocated and touched at open
-                        and kept for reuse by fetches and puts (0: 16) */
+    int write_queue;  /* blocks waiting for the writer; a full queue drops puts (0: 64) */
+    double rescan_s;  /* full rescan of the directory by the writer thread (0: 60 s) */
+    double touch_s;   /* a hit refreshes a block's last-use time when older than this (0: 1 h) */
+    bool buffered_io; /* through the page cache (default: O_DIRECT reads, and writes when
+                         synced, where the filesystem supports it) */
+    int host_blocks;  /* host staging buffers (one block file each), faulted in at open and
+                         reused by fetches and puts; more are allocated on demand (0: 16) */
 } kvs_opts;
 
 /* What a block holds: block_bytes of payload, laid out as n_layers segments

@@ -39,7 +39,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -68,6 +67,10 @@ size_t kvs_file_bytes(const kvs_layout *lay) {
     return KVS_HDR_BYTES + TOK_BYTES + lay->block_bytes;
 }
 
+size_t kvs_file_cap(const kvs_layout *lay) {
+    return (kvs_file_bytes(lay) + KVS_IO_ALIGN - 1) / KVS_IO_ALIGN * KVS_IO_ALIGN;
+}
+
 void kvs_file_path(char *buf, size_t n, const char *root, uint64_t key) {
     snprintf(buf, n, "%s/%02x/%016" PRIx64 ".kvb", root, (unsigned)(key >> 56), key);
 }
@@ -78,36 +81,27 @@ const char *kvs_read_status_name(kvs_read_status s) {
     return (unsigned)s < sizeof names / sizeof *names ? names[s] : "?";
 }
 
-static uint64_t checksum(const kvs_hdr *h, const int32_t *tokens, const void *payload,
-                         size_t payload_bytes) {
-    kvs_hdr z = *h;
+/* XXH3-64 of the file image with the header's checksum field zeroed. */
+static uint64_t checksum(const unsigned char *file, size_t bytes) {
+    kvs_hdr z;
+    memcpy(&z, file, sizeof z);
     z.checksum = 0;
     XXH3_state_t *st = XXH3_createState();
     XXH3_64bits_reset(st);
     XXH3_64bits_update(st, &z, sizeof z);
-    XXH3_64bits_update(st, tokens, TOK_BYTES);
-    XXH3_64bits_update(st, payload, payload_bytes);
+    XXH3_64bits_update(st, file + sizeof z, bytes - sizeof z);
     uint64_t sum = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     return sum;
 }
 
-static int write_all(int fd, struct iovec *iov, int n) {
+static int write_all(int fd, const unsigned char *p, size_t n) {
     while (n > 0) {
-        ssize_t w = writev(fd, iov, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        while (n > 0 && (size_t)w >= iov->iov_len) {
-            w -= (ssize_t)iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (n > 0) {
-            iov->iov_base = (char *)iov->iov_base + w;
-            iov->iov_len -= (size_t)w;
-        }
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
     }
     return 0;
 }
@@ -125,33 +119,20 @@ static int read_at(int fd, void *buf, size_t n, off_t off) {
     return 0;
 }
 
-/* The whole file in one vectored read: a small header read first would
- * make the kernel treat the file as random access and read the payload in
- * small synchronous pieces (5x slower on a cold cache). */
-static int read_whole(int fd, kvs_hdr *h, int32_t *tok, void *payload, size_t payload_bytes) {
-    struct iovec iov[3] = {{h, sizeof *h}, {tok, TOK_BYTES}, {payload, payload_bytes}};
-    struct iovec *v = iov;
-    int n = 3;
-    off_t off = 0;
-    while (n > 0) {
-        ssize_t r = preadv(fd, v, n, off);
+/* O_DIRECT read of a whole file of `bytes` into buf (KVS_IO_ALIGN-aligned,
+ * kvs_file_cap bytes): aligned requests, the last one cut short by EOF. */
+static int read_direct(int fd, void *buf, size_t bytes) {
+    size_t cap = (bytes + KVS_IO_ALIGN - 1) / KVS_IO_ALIGN * KVS_IO_ALIGN, got = 0;
+    while (got < bytes) {
+        ssize_t r = pread(fd, (char *)buf + got, cap - got, (off_t)got);
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        off += r;
-        while (n > 0 && (size_t)r >= v->iov_len) {
-            r -= (ssize_t)v->iov_len;
-            v++;
-            n--;
-        }
-        if (n > 0) {
-            v->iov_base = (char *)v->iov_base + r;
-            v->iov_len -= (size_t)r;
-        }
+        if (r <= 0 || (got + (size_t)r < bytes && (size_t)r % KVS_IO_ALIGN)) return -1;
+        got += (size_t)r;
     }
-    return 0;
+    return got == bytes ? 0 : -1;
 }
 
-static int open_tmp(const char *root, uint64_t key, char *tmp, size_t n) {
+static int open_tmp(const char *root, uint64_t key, char *tmp, size_t n, bool *direct) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/%02x", root, (unsigned)(key >> 56));
     for (int attempt = 0; attempt < 8; attempt++) {
@@ -159,7 +140,12 @@ static int open_tmp(const char *root, uint64_t key, char *tmp, size_t n) {
         clock_gettime(CLOCK_REALTIME, &ts);
         snprintf(tmp, n, "%s/.%016" PRIx64 ".%ld.%ld.%ld%09ld.tmp", dir, key, (long)getpid(),
                  (long)syscall(SYS_gettid), (long)ts.tv_sec, (long)ts.tv_nsec);
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        int fd =
+            open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (*direct ? O_DIRECT : 0), 0644);
+        if (fd < 0 && *direct && errno == EINVAL) { /* no O_DIRECT on this filesystem */
+            *direct = false;
+            fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        }
         if (fd >= 0) return fd;
         if (errno == ENOENT && mkdir(dir, 0755) < 0 && errno != EEXIST) return -1;
         if (errno != ENOENT && errno != EEXIST) return -1;
@@ -167,12 +153,12 @@ static int open_tmp(const char *root, uint64_t key, char *tmp, size_t n) {
     return -1;
 }
 
-int kvs_file_write(const char *root, const kvs_layout *lay, uint64_t key, uint64_t parent,
-                   const int32_t *tokens, const void *payload, int cls, kvs_sync sync,
-                   di_err *err) {
+int kvs_file_write(const char *root, const kvs_layout *lay, uint64_t key, uint64_t parent, int cls,
+                   kvs_sync sync, bool direct, void *file, di_err *err) {
     char tmp[4200], path[4200];
     kvs_file_path(path, sizeof path, root, key);
-    int fd = open_tmp(root, key, tmp, sizeof tmp);
+    direct = direct && sync >= KVS_SYNC_DATA; /* unsynced writes are cheaper through the cache */
+    int fd = open_tmp(root, key, tmp, sizeof tmp, &direct);
     if (fd < 0) return di_errf(err, "KV store: cannot create %s: %s", tmp, strerror(errno));
     kvs_hdr h = {.version = KVS_LAYOUT_VERSION,
                  .hdr_bytes = KVS_HDR_BYTES,
@@ -183,12 +169,16 @@ int kvs_file_write(const char *root, const kvs_layout *lay, uint64_t key, uint64
                  .n_tokens = KVS_BLOCK_TOKENS,
                  .cls = (uint32_t)cls};
     memcpy(h.magic, KVS_MAGIC, sizeof h.magic);
-    h.checksum = checksum(&h, tokens, payload, lay->block_bytes);
-    struct iovec iov[3] = {
-        {&h, sizeof h}, {(void *)tokens, TOK_BYTES}, {(void *)payload, lay->block_bytes}};
+    memcpy(file, &h, sizeof h);
+    h.checksum = checksum(file, kvs_file_bytes(lay));
+    memcpy(file, &h, sizeof h);
     const char *what = NULL;
-    if (write_all(fd, iov, 3) < 0)
+    if (direct) /* whole pages straight from the staging buffer, then the exact size */
+        memset((char *)file + kvs_file_bytes(lay), 0, kvs_file_cap(lay) - kvs_file_bytes(lay));
+    if (write_all(fd, file, direct ? kvs_file_cap(lay) : kvs_file_bytes(lay)) < 0)
         what = "write";
+    else if (direct && ftruncate(fd, (off_t)kvs_file_bytes(lay)) < 0)
+        what = "truncate";
     else if (sync >= KVS_SYNC_DATA && fdatasync(fd) < 0)
         what = "fdatasync";
     int e = errno;
@@ -211,29 +201,40 @@ int kvs_file_write(const char *root, const kvs_layout *lay, uint64_t key, uint64
 }
 
 kvs_read_status kvs_file_read(const char *root, const kvs_layout *lay, uint64_t key,
-                              const int32_t *want_tokens, void *payload, int *cls,
+                              const int32_t *want_tokens, void *file, bool direct, int *cls,
                               double touch_older_s) {
     char path[4200];
     kvs_file_path(path, sizeof path, root, key);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = direct ? open(path, O_RDONLY | O_CLOEXEC | O_DIRECT) : -1;
+    if (fd < 0 && (!direct || errno == EINVAL)) { /* no O_DIRECT here (tmpfs, some mounts) */
+        direct = false;
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
     if (fd < 0) return errno == ENOENT ? KVS_READ_MISSING : KVS_READ_IO;
     kvs_read_status rs = KVS_READ_OK;
     struct stat sb;
     kvs_hdr h;
-    int32_t tok[KVS_BLOCK_TOKENS];
+    size_t bytes = kvs_file_bytes(lay);
+    const unsigned char *img = file;
+    /* One read of the whole image (a small header read first would make the
+     * kernel read the payload in small synchronous pieces), by default with
+     * O_DIRECT straight into the staging buffer: no page-cache copy, and a
+     * block read once per hit does not evict what the host should cache. */
     if (fstat(fd, &sb) < 0) {
         rs = KVS_READ_IO;
-    } else if ((uint64_t)sb.st_size != kvs_file_bytes(lay)) {
-        rs = (uint64_t)sb.st_size < kvs_file_bytes(lay) ? KVS_READ_TRUNCATED : KVS_READ_FOREIGN;
-    } else if (read_whole(fd, &h, tok, payload, lay->block_bytes) < 0) {
+    } else if ((uint64_t)sb.st_size != bytes) {
+        rs = (uint64_t)sb.st_size < bytes ? KVS_READ_TRUNCATED : KVS_READ_FOREIGN;
+    } else if ((direct ? read_direct(fd, file, bytes) : read_at(fd, file, bytes, 0)) < 0) {
         rs = KVS_READ_TRUNCATED;
-    } else if (memcmp(h.magic, KVS_MAGIC, sizeof h.magic) || h.version != KVS_LAYOUT_VERSION ||
-               h.hdr_bytes != KVS_HDR_BYTES || h.fingerprint != lay->fingerprint || h.key != key ||
-               h.payload_bytes != lay->block_bytes || h.n_tokens != KVS_BLOCK_TOKENS) {
+    } else if (memcpy(&h, img, sizeof h),
+               memcmp(h.magic, KVS_MAGIC, sizeof h.magic) || h.version != KVS_LAYOUT_VERSION ||
+                   h.hdr_bytes != KVS_HDR_BYTES || h.fingerprint != lay->fingerprint ||
+                   h.key != key || h.payload_bytes != lay->block_bytes ||
+                   h.n_tokens != KVS_BLOCK_TOKENS) {
         rs = KVS_READ_FOREIGN;
-    } else if (checksum(&h, tok, payload, lay->block_bytes) != h.checksum) {
+    } else if (checksum(img, bytes) != h.checksum) {
         rs = KVS_READ_CORRUPT;
-    } else if (want_tokens && memcmp(want_tokens, tok, TOK_BYTES)) {
+    } else if (want_tokens && memcmp(want_tokens, img + KVS_TOK_OFF, TOK_BYTES)) {
         rs = KVS_READ_TOKENS;
     }
     if (rs == KVS_READ_OK) {

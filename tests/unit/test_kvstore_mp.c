@@ -94,7 +94,7 @@ static int stress_worker(const char *dir, int id) {
     di_err err;
     kvs *s = kvs_open(dir, &lay, &o, &err);
     if (!s) return 10;
-    char *buf = malloc(STRESS_BYTES);
+    char *file = malloc(64 + 512 + STRESS_BYTES), *buf = file + KVS_PAYLOAD_OFF;
     int32_t tok[128];
     kvt_tokens(tok, 128, 5);
     uint64_t keys[STRESS_KEYS];
@@ -106,12 +106,14 @@ static int stress_worker(const char *dir, int id) {
         int k = (int)(r % STRESS_KEYS), kind = (int)((r >> 32) % 10);
         if (kind < 4) { /* overwrite with a new version (seed), racing others */
             kvt_payload(buf, STRESS_BYTES, r);
-            if (kvs_file_write(kvs_dir(s), &lay, keys[k], 0, tok, buf, KVS_CLASS_AGENT,
-                               KVS_SYNC_NONE, &err) < 0)
+            memcpy(file + KVS_TOK_OFF, tok, sizeof tok);
+            if (kvs_file_write(kvs_dir(s), &lay, keys[k], 0, KVS_CLASS_AGENT, KVS_SYNC_NONE, false,
+                               file, &err) < 0)
                 rc = 11;
         } else if (kind < 7) {
             memset(buf, 0, STRESS_BYTES);
-            if (kvs_file_read(kvs_dir(s), &lay, keys[k], tok, buf, NULL, -1) == KVS_READ_OK) {
+            if (kvs_file_read(kvs_dir(s), &lay, keys[k], tok, file, false, NULL, -1) ==
+                KVS_READ_OK) {
                 if (!kvt_payload_ok(buf, STRESS_BYTES, NULL)) rc = 1;
                 good++;
             }
@@ -132,7 +134,7 @@ static int stress_worker(const char *dir, int id) {
             kvs_sweep(s);                                       /* evicts: unlinks race reads */
         }
     }
-    free(buf);
+    free(file);
     kvs_close(s);
     return rc ? rc : good ? 0 : 3;
 }

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# KV store benchmark (run by scripts/bench.sh / `make bench`):
+#  1. store write/read bandwidth at the real block size (the llama-1b bench
+#     model's f32 KV block when present, else 4 MiB) with random access,
+#     beside the raw bandwidth of the same disk in the same run (target >= 70 %);
+#  2. the kv-sim trace simulator: input-token hit rate per traffic class with
+#     the default TTLs (agent 3 d, chat 7 d), other TTL choices on the same
+#     trace, and the same under a capacity bound.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=build/deepinfer
+[ -x "$BIN" ] || make "$BIN"
+model=build/models/llama-1b
+if [ -f "$model/config.json" ]; then
+  "$BIN" kv-bench --model "$model" --dir build/kv-bench
+else
+  "$BIN" kv-bench --block-bytes 4M --dir build/kv-bench
+fi
+echo
+"$BIN" kv-sim --compare
+echo
+"$BIN" kv-sim --capacity 1T --block-bytes 9M
