@@ -1,7 +1,10 @@
-/* test_kvstore_sim.c — the KV store trace simulator: deterministic for a
- * seed, a longer TTL never lowers a class's hit rate on the same trace, and
- * the capacity bound holds at every step. Small traces (a few seconds of
- * CPU at most). */
+/* test_kvstore_sim.c — the KV store trace simulator (deterministic for a
+ * seed, a longer TTL never lowers a class's hit rate on the same trace, the
+ * capacity bound holds at every step; small traces, well under a second)
+ * and the model fingerprint that names a store directory. */
+#include <stdio.h>
+#include <string.h>
+
 #include "harness.h"
 #include "kvstore/kvs_sim.h"
 
@@ -51,4 +54,25 @@ TEST(kvstore_sim_capacity_bound) {
     CHECK(hit(&cap_r, 0) + hit(&cap_r, 1) < hit(&free_r, 0) + hit(&free_r, 1));
     p.warmup_days = 10;
     CHECK(kvs_sim_run(&p, &cap_r, &err) < 0);
+}
+
+/* The model fingerprint names the store directory: the same checkpoint and
+ * tag give the same value; another checkpoint, another compute tag or another
+ * block size give another; a directory without shards is an error naming it. */
+TEST(kvstore_fingerprint_model) {
+    char a[4096], b[4096];
+    snprintf(a, sizeof a, "%s/llama3-tiny", harness_model_dir());
+    snprintf(b, sizeof b, "%s/qwen2-tiny", harness_model_dir());
+    uint64_t fa, fa2, fb, ft, fs;
+    di_err err;
+    if (kvs_fingerprint_model(a, "f32", 4096, &fa, &err) < 0) {
+        CHECKF(strstr(err.msg, "llama3-tiny"), "%s", err.msg);
+        return; /* test models not made: the error names the directory */
+    }
+    CHECK(kvs_fingerprint_model(a, "f32", 4096, &fa2, &err) == 0 && fa == fa2);
+    CHECK(kvs_fingerprint_model(a, "bf16", 4096, &ft, &err) == 0 && ft != fa);
+    CHECK(kvs_fingerprint_model(a, "f32", 8192, &fs, &err) == 0 && fs != fa);
+    CHECK(kvs_fingerprint_model(b, "f32", 4096, &fb, &err) == 0 && fb != fa);
+    CHECK(kvs_fingerprint_model("/nonexistent/model", "f32", 4096, &fb, &err) < 0);
+    CHECK(strstr(err.msg, "/nonexistent/model"));
 }
