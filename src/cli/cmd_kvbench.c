@@ -197,8 +197,7 @@ int cmd_kvbench(int argc, char **argv) {
                   .write_queue = 8,
                   .host_blocks = blocks,
                   .buffered_io = buffered,
-                  .sync = fsync_each ? KVS_SYNC_DATA : KVS_SYNC_NONE,
-                  .sync_set = true};
+                  .sync = fsync_each ? KVS_SYNC_DATA : KVS_SYNC_NONE};
     di_err err;
     kvs *s = kvs_open(path, &lay, &o, &err);
     if (!s) {

@@ -37,8 +37,8 @@ size_t kvs_file_cap(const kvs_layout *lay);
 void kvs_file_path(char *buf, size_t n, const char *root, uint64_t key);
 /* Writes the block crash-safely (temporary file in the same directory,
  * optional fdatasync, rename). file: a kvs_file_bytes image with the tokens
- * and payload in place; the header is filled in here. direct (with sync >=
- * KVS_SYNC_DATA): O_DIRECT where the filesystem allows, file then being a
+ * and payload in place; the header is filled in here. direct (when sync is
+ * not KVS_SYNC_NONE): O_DIRECT where the filesystem allows, file then being a
  * KVS_IO_ALIGN-aligned buffer of kvs_file_cap bytes. -1 with err naming the
  * path on failure. */
 int kvs_file_write(const char *root, const kvs_layout *lay, uint64_t key, uint64_t parent, int cls,

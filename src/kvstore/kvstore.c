@@ -208,7 +208,8 @@ static void *writer_main(void *arg) {
             s->wq_head = (s->wq_head + 1) % s->o.write_queue;
             s->wq_n--;
             s->n_writing++;
-            bool present = kvs_index_find(s->ix, job.key) != NULL;
+            kvs_ientry *e = kvs_index_find(s->ix, job.key);
+            bool present = e && !kvs_index_expired(e, kvs_wall(), s->o.ttl_s);
             pthread_mutex_unlock(&s->mu);
             di_err err = {{0}};
             int rc = present ? 1
@@ -280,7 +281,6 @@ kvs *kvs_open(const char *dir, const kvs_layout *lay, const kvs_opts *opts, di_e
             o.ttl_s[c] = c == KVS_CLASS_AGENT ? DEFAULT_TTL_AGENT : DEFAULT_TTL_CHAT;
     if (o.fetch_threads <= 0) o.fetch_threads = 2;
     if (o.write_threads <= 0) o.write_threads = 2;
-    if (!o.sync_set && o.sync == KVS_SYNC_NONE) o.sync = KVS_SYNC_DATA;
     if (o.write_queue <= 0) o.write_queue = 64;
     if (o.rescan_s <= 0) o.rescan_s = 60;
     if (o.touch_s <= 0) o.touch_s = 3600;
@@ -406,7 +406,8 @@ int kvs_match(kvs *s, const uint64_t *keys, int n_keys, int n_tokens) {
 int kvs_put(kvs *s, uint64_t key, uint64_t parent, const int32_t *tokens, const void *payload,
             kvs_class cls) {
     pthread_mutex_lock(&s->mu);
-    bool present = kvs_index_find(s->ix, key) != NULL;
+    kvs_ientry *e = kvs_index_find(s->ix, key);
+    bool present = e && !kvs_index_expired(e, kvs_wall(), s->o.ttl_s); /* expired: rewrite */
     if (present) s->st.puts_skipped++;
     pthread_mutex_unlock(&s->mu);
     if (present) return 1;

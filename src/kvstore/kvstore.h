@@ -12,11 +12,13 @@
  *                                                         // blocks into host
  *                                                         // memory (read-ahead)
  *   kvs_swapin *w = kvs_swapin_start(f, hit, dst);        // layer by layer
+ *   int ok = kvs_swapin_wait_layer(w, 0);  // layer 0 of blocks 0..ok-1 in
+ *                                          // place: compute from ok * 128
  *   for (l = 0; l < n_layers; l++) {
- *       if (kvs_swapin_wait_layer(w, l) < 0) ...          // layer l present
+ *       kvs_swapin_wait_layer(w, l);        // layer l in place
  *       ... forward pass of layer l ...
  *   }
- *   int ok = kvs_swapin_finish(w);  // leading blocks that arrived intact
+ *   kvs_swapin_finish(w);
  *   kvs_swapin_free(w); kvs_fetch_free(f);
  *
  * A block is a miss, never wrong data, when its file is missing, truncated,
@@ -24,8 +26,8 @@
  * or holds other tokens than asked (64-bit key collision). A miss at block i
  * ends the usable prefix at i.
  *
- * Writes: kvs_put copies the block and returns; a writer thread persists it
- * (temporary file + rename, see store.c) and keeps the directory within
+ * Writes: kvs_put copies the block and returns; writer threads persist it
+ * (temporary file + rename, see store.c) and keep the directory within
  * capacity. Every function is thread-safe; one kvs per process and
  * directory. */
 #ifndef DI_KVSTORE_H
@@ -45,10 +47,10 @@
 typedef enum { KVS_CLASS_CHAT = 0, KVS_CLASS_AGENT = 1, KVS_N_CLASS } kvs_class;
 
 typedef enum {
-    KVS_SYNC_NONE = 0, /* rename only: a crash may leave a renamed but empty or
-                          partial file, which the checksum turns into a miss */
-    KVS_SYNC_DATA,     /* fdatasync before rename (default): a renamed block
+    KVS_SYNC_DATA = 0, /* fdatasync before rename (default): a renamed block
                           is whole after power loss */
+    KVS_SYNC_NONE,     /* rename only: a crash may leave a renamed but empty or
+                          partial file, which the checksum turns into a miss */
     KVS_SYNC_FULL,     /* and fsync the directory after rename: the name too */
 } kvs_sync;
 
@@ -57,12 +59,9 @@ typedef struct kvs_opts {
     double ttl_s[KVS_N_CLASS]; /* since last use; 0: default (chat 7 d, agent 3 d); < 0: none */
     int fetch_threads;         /* 0: 2 */
     int write_threads;         /* 0: 2 */
-
-    kvs_sync sync; /* default KVS_SYNC_DATA (0 in a zeroed struct means DATA:
-                      set sync_set to choose NONE explicitly) */
-    bool sync_set;
-    int write_queue;  /* blocks waiting for the writer; a full queue drops puts (0: 64) */
-    double rescan_s;  /* full rescan of the directory by the writer thread (0: 60 s) */
+    kvs_sync sync;             /* default KVS_SYNC_DATA */
+    int write_queue;           /* blocks waiting for the writer; a full queue drops puts (0: 64) */
+    double rescan_s;           /* full rescan of the directory by the writer thread (0: 60 s) */
     double touch_s;   /* a hit refreshes a block's last-use time when older than this (0: 1 h) */
     bool buffered_io; /* through the page cache (default: O_DIRECT reads, and writes when
                          synced, where the filesystem supports it) */
@@ -101,7 +100,8 @@ int kvs_fingerprint_model(const char *model_dir, const char *tag, size_t block_b
  * directory to rebuild the index, removes stale temporary files, evicts what
  * is expired or over capacity, and starts the writer and fetch threads. */
 kvs *kvs_open(const char *dir, const kvs_layout *lay, const kvs_opts *opts, di_err *err);
-/* Writes what is queued, stops the threads, frees everything. */
+/* Writes what is queued, stops the threads, frees everything. Every fetch
+ * and swap-in must have been freed. */
 void kvs_close(kvs *s);
 kvs_stats kvs_get_stats(kvs *s);
 const char *kvs_dir(const kvs *s); /* the directory holding this layout's blocks */

@@ -157,7 +157,7 @@ int kvs_file_write(const char *root, const kvs_layout *lay, uint64_t key, uint64
                    kvs_sync sync, bool direct, void *file, di_err *err) {
     char tmp[4200], path[4200];
     kvs_file_path(path, sizeof path, root, key);
-    direct = direct && sync >= KVS_SYNC_DATA; /* unsynced writes are cheaper through the cache */
+    direct = direct && sync != KVS_SYNC_NONE; /* unsynced writes are cheaper through the cache */
     int fd = open_tmp(root, key, tmp, sizeof tmp, &direct);
     if (fd < 0) return di_errf(err, "KV store: cannot create %s: %s", tmp, strerror(errno));
     kvs_hdr h = {.version = KVS_LAYOUT_VERSION,
@@ -179,7 +179,7 @@ int kvs_file_write(const char *root, const kvs_layout *lay, uint64_t key, uint64
         what = "write";
     else if (direct && ftruncate(fd, (off_t)kvs_file_bytes(lay)) < 0)
         what = "truncate";
-    else if (sync >= KVS_SYNC_DATA && fdatasync(fd) < 0)
+    else if (sync != KVS_SYNC_NONE && fdatasync(fd) < 0)
         what = "fdatasync";
     int e = errno;
     if (close(fd) < 0 && !what) what = "close", e = errno;

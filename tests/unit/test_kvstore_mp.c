@@ -90,7 +90,7 @@ static int stress_worker(const char *dir, int id) {
                       .layer_off = off,
                       .layer_bytes = bytes};
     size_t fb = 64 + 512 + STRESS_BYTES;
-    kvs_opts o = {.capacity_bytes = 10 * fb, .sync = KVS_SYNC_NONE, .sync_set = true};
+    kvs_opts o = {.capacity_bytes = 10 * fb, .sync = KVS_SYNC_NONE};
     di_err err;
     kvs *s = kvs_open(dir, &lay, &o, &err);
     if (!s) return 10;
