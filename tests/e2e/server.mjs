@@ -7,13 +7,17 @@ import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const BIN = process.env.DI_BIN || path.join(root, 'build/deepinfer');
+// The sanitised build (`make test` builds it): hostile-input tests run the
+// server under ASan+UBSan, so a leak or UB fails its clean exit.
+export const ASAN_BIN = process.env.DI_ASAN_BIN || path.join(root, 'build/asan/deepinfer');
 export const MODELS = process.env.DI_TEST_MODELS || path.join(root, 'build/models');
 export const MODEL = 'dsv3-tiny';
 export const MODEL_DIR = path.join(MODELS, MODEL);
 
-export async function startServer(extra = []) {
+export async function startServer(extra = [], bin = BIN) {
   const args = ['serve', '--model', MODEL_DIR, '--port', '0', '--threads', '1', '--kv-memory', '64', '--format', 'deepseek-v4', ...extra];
-  const proc = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const env = { ...process.env, ASAN_OPTIONS: process.env.ASAN_OPTIONS || 'detect_leaks=1' };
+  const proc = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'], env });
   let log = '';
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 30000);
