@@ -106,8 +106,12 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&e->mu);
     for (;;) {
         while (!e->stop && (e->paused || (!e->inbox && e->n_cancels == 0 && !e->active))) {
+            if (counting) { /* the last iteration (it waited for the last pass) */
+                e->st.active_s += di_now() - t_prev;
+                e->pub.active_s = e->st.active_s; /* under mu, as publish() would */
+                counting = false;
+            }
             e->busy = false;
-            counting = false;
             pthread_cond_broadcast(&e->idle);
             pthread_cond_wait(&e->work, &e->mu);
         }
