@@ -20,6 +20,9 @@ done
 echo "== serving, llama-1b bf16, $THREADS threads"
 $BIN bench --serving --model "$MODELS/llama-1b" --dtype bf16 --threads "$THREADS" \
   --concurrency 1,4,16,64 --seed 1 || true
+echo "== API server under load: 64 concurrent streams, 10,000 requests (dsv3-tiny)"
+[ -f "$MODELS/dsv3-tiny/config.json" ] || /usr/bin/python3 tools/make_model.py --preset all-tiny --out "$MODELS"
+node tools/loadgen.mjs --model "$MODELS/dsv3-tiny" --concurrency 64 --requests 10000
 for extra in scripts/bench_*.sh; do
   [ -x "$extra" ] || continue
   echo "== $(basename "$extra" .sh)"
