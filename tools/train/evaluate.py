@@ -283,7 +283,9 @@ Every 40th prose document and all evaluation dialogues (another seed) are held o
 `make train-default` (tools/train/): AdamW (betas 0.9/0.95, wd 0.01), lr {tr.get('lr', '?')} with warmup and cosine
 decay, batch {tr.get('batch', '?')} x {tr.get('seq', '?')} tokens, aux-loss-free balancing (bias step {tr.get('bias_rate', '?')}
 per step toward equal expert load), seed {tr.get('seed', '?')}. The full recipe is bounded to under 2 hours on
-2 cores (data ~1 min, training capped by `--max-minutes 105`, evaluation ~5 min).
+2 cores (data ~1 min, training capped by `--max-minutes 105`, evaluation ~5-10 min); it runs torch on
+OpenBLAS (tools/train/openblas.sh unpacks Debian's libopenblas0-pthread into build/openblas, no system change),
+~10x faster than the netlib BLAS Debian's python3-torch otherwise calls.
 
 **This checkpoint** comes from a shorter run on a shared, heavily loaded machine:
 {tr.get('step', '?')} of {tr.get('steps_planned', '?')} planned steps, {tr.get('tokens', 0) / 1e6:.2f} M training tokens in

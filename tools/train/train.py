@@ -130,6 +130,25 @@ class Batches:
         return torch.stack([self.window() for _ in range(b)])
 
 
+def answer_weights(x, assistant, think_end, eos, w):
+    """Loss weight per token of x [B, N]: w for assistant answer tokens (after
+    <｜Assistant｜></think> up to and including <｜end▁of▁sentence｜>), 1 elsewhere."""
+    out = torch.ones(x.shape)
+    if w == 1.0:
+        return out
+    for b, row in enumerate(x.tolist()):
+        ans, prev = False, -1
+        for i, t in enumerate(row):
+            if ans:
+                out[b, i] = w
+            if t == eos:
+                ans = False
+            if prev == assistant and t == think_end:
+                ans = True
+            prev = t
+    return out
+
+
 def lr_at(step, steps, peak, warm):
     if step < warm:
         return peak * (step + 1) / warm
@@ -160,6 +179,7 @@ def main():
     ap.add_argument("--bias-rate", type=float, default=0.01)
     ap.add_argument("--p-dialogue", type=float, default=0.55)
     ap.add_argument("--dialogues", type=int, default=12000)
+    ap.add_argument("--answer-weight", type=float, default=1.0, help="loss weight of assistant answer tokens")
     ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ckpt-minutes", type=float, default=5.0)
@@ -205,8 +225,11 @@ def main():
         x = data.batch(a.batch)
         logits, mtp = net(x[:, :-1])
         V = logits.shape[-1]
-        loss_main = F.cross_entropy(logits.reshape(-1, V), x[:, 1:].reshape(-1))
-        loss_mtp = F.cross_entropy(mtp.reshape(-1, V), x[:, 2:].reshape(-1))
+        w = answer_weights(x, tok.added["<｜Assistant｜>"], tok.added["</think>"], tok.added[T.EOS], a.answer_weight)
+        ce = F.cross_entropy(logits.reshape(-1, V), x[:, 1:].reshape(-1), reduction="none")
+        loss_main = (ce * w[:, 1:].reshape(-1)).sum() / w[:, 1:].sum()
+        ce = F.cross_entropy(mtp.reshape(-1, V), x[:, 2:].reshape(-1), reduction="none")
+        loss_mtp = (ce * w[:, 2:].reshape(-1)).sum() / w[:, 2:].sum()
         loss = loss_main + a.mtp_weight * loss_mtp
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -227,7 +250,8 @@ def main():
                 f"max-load/mean {imb:.2f} {tokens / el:.0f} tok/s {el / 60:.1f} min")
         info = {"step": step, "steps_planned": a.steps, "tokens": tokens, "minutes": (time.time() - t0) / 60,
                 "loss_ema": ema, "seed": a.seed, "batch": a.batch, "seq": a.seq, "lr": a.lr,
-                "mtp_weight": a.mtp_weight, "bias_rate": a.bias_rate, "threads": a.threads}
+                "mtp_weight": a.mtp_weight, "bias_rate": a.bias_rate, "threads": a.threads,
+                "p_dialogue": a.p_dialogue, "answer_weight": a.answer_weight}
         if time.time() - last_ck > a.ckpt_minutes * 60 or step == a.steps:
             torch.save({"model": net.state_dict(), "opt": opt.state_dict(), "step": step, "tokens": tokens,
                         "elapsed": time.time() - t0, "data_rng": data.r.getstate(),
