@@ -18,11 +18,11 @@
  * Replay and snapshots: a sequence's swa_floor hides ring positions never
  * written (a replay starts mid-context): attention that asks
  * model_attn_first starts there; one that asks model_attn_start (MLA) reads
- * zero entries below it — either way the rings it leaves after window x
- * depth replayed tokens do not depend on what lies below the floor; kv_keep_end keeps shared cached
- * full-layer entries from being rewritten by a replay; model_swa_save /
- * model_swa_restore copy the last `window` ring entries in and out of
- * host memory (the engine's SWA state cache, forks).
+ * zero entries below it — either way the rings left after window x depth
+ * replayed tokens do not depend on what lies below the floor. kv_keep_end
+ * keeps shared cached full-layer entries from being rewritten by a replay.
+ * model_swa_save / model_swa_restore copy the last `window` ring entries
+ * in and out of host memory (the engine's SWA state cache, forks).
  *
  * MTP layers (index >= n_layers) count their positions with seq->mtp_n_past.
  * No global state; the pool is used by one forward pass at a time. */
