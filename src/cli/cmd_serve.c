@@ -18,7 +18,8 @@
 
 int cmd_serve(int argc, char **argv) {
     const char *dir = NULL, *host = "127.0.0.1", *api_key = NULL, *name = NULL, *dtype = "bf16";
-    const char *format = NULL;
+    const char *format = NULL, *swa_replay = "bounded";
+    int batch_invariant = 0;
     int port = 8000, threads = 0, kv_mib = 0, kv_blocks = 0, max_running = 0, max_len = 0;
     int no_prefix = 0, max_body_kib = 8192, depth = 64, pending = 256, conns = 512;
     int def_max = 4096, max_n = 16, timeout = 600, verbose = 0;
@@ -38,6 +39,9 @@ int cmd_serve(int argc, char **argv) {
         {"--max-model-len", OPT_INT, &max_len, "context per request (default: the model's)"},
         {"--step-ms", OPT_FLOAT, &step_ms, "engine step time budget in ms (default 50)"},
         {"--no-prefix-cache", OPT_FLAG, &no_prefix, "disable prefix reuse"},
+        {"--swa-replay", OPT_STR, &swa_replay, "bounded (default: last 128 tokens) | exact"},
+        {"--batch-invariant", OPT_FLAG, &batch_invariant,
+         "bit-identical output whatever the batch"},
         {"--max-body-kib", OPT_INT, &max_body_kib, "request body cap in KiB (default 8192)"},
         {"--max-json-depth", OPT_INT, &depth, "JSON nesting cap (default 64)"},
         {"--max-pending", OPT_INT, &pending, "requests in flight before 429 (default 256)"},
@@ -94,6 +98,12 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "deepinfer serve: %s\n", err.msg);
         return 1;
     }
+    if (strcmp(swa_replay, "bounded") && strcmp(swa_replay, "exact")) {
+        fprintf(stderr, "deepinfer serve: --swa-replay is bounded or exact, not '%s'\n",
+                swa_replay);
+        tok_free(tok);
+        return 2;
+    }
     model *m = cli_load_model(dir, dtype, threads);
     if (!m) {
         tok_free(tok);
@@ -105,7 +115,9 @@ int cmd_serve(int argc, char **argv) {
                       .step_ms = step_ms,
                       .max_running = max_running,
                       .max_model_len = max_len,
-                      .no_prefix_cache = no_prefix};
+                      .no_prefix_cache = no_prefix,
+                      .swa_replay_exact = !strcmp(swa_replay, "exact"),
+                      .batch_invariant = batch_invariant};
     engine *e = engine_create(m, tok, &eo, &err);
     if (!e) {
         fprintf(stderr, "deepinfer serve: %s\n", err.msg);
