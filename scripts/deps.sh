@@ -5,7 +5,7 @@
 set -euo pipefail
 want=(gcc make pkg-config libjansson-dev libpcre2-dev libxxhash-dev libutf8proc-dev libmicrohttpd-dev)
 if [ "${1:-}" = "test" ]; then
-  want+=(python3 python3-torch python3-numpy nodejs npm clang)
+  want+=(python3 python3-torch python3-numpy nodejs npm clang clang-format)
 fi
 missing=()
 for p in "${want[@]}"; do

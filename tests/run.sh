@@ -3,7 +3,8 @@
 #   unit        build/asan/test_unit (C unit tests under ASan+UBSan)
 #   python      tests/**/test_*.py   (PyTorch reference and tool-side tests; each prints "N passed, N failed")
 #   node        tests/**/*.test.mjs  (external oracles: HF tokenizers, Jinja templates, SDKs; node --test)
-# Set TESTS=unit,python,node to run a subset; FILTER=substring narrows unit tests.
+#   format      clang-format --dry-run over the C sources
+# Set TESTS=format,unit,python,node to run a subset; FILTER=substring narrows unit tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
@@ -11,7 +12,7 @@ export DI_TEST_MODELS="${DI_TEST_MODELS:-$PWD/build/models}"
 export DI_BIN="${DI_BIN:-$PWD/build/deepinfer}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-TESTS="${TESTS:-unit,python,node}"
+TESTS="${TESTS:-format,unit,python,node}"
 total_pass=0; total_fail=0; broken=()
 
 count() { # suite-name, log file, exit code
@@ -35,6 +36,14 @@ if ! $PY tools/make_model.py --preset all-tiny --out "$DI_TEST_MODELS" > build/t
   cat build/test-logs/models.log; echo "0 passed, 1 failed"; exit 1
 fi
 
+if [[ $TESTS == *format* ]] && command -v clang-format >/dev/null; then
+  # Style is part of the build: every C file is clang-format clean.
+  git ls-files 'src/*.[ch]' 'tests/unit/*.[ch]' 'tests/fuzz/*.[ch]' | xargs clang-format --dry-run --Werror \
+    > build/test-logs/format.log 2>&1; rc=$?
+  [ $rc -ne 0 ] && grep -E '^(src|tests)/' build/test-logs/format.log | cut -d: -f1 | sort -u
+  if [ $rc -eq 0 ]; then echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; fi >> build/test-logs/format.log
+  count clang-format build/test-logs/format.log $rc
+fi
 if [[ $TESTS == *unit* ]]; then
   build/asan/test_unit ${FILTER:-} > build/test-logs/unit.log 2>&1; rc=$?
   grep -E '^(not ok|  FAIL)' build/test-logs/unit.log

@@ -59,9 +59,13 @@ void *di_alloc_aligned(size_t n) {
     return p;
 }
 
-void di_free_aligned(void *p) { free(p); }
+void di_free_aligned(void *p) {
+    free(p);
+}
 
-void di_log_set_level(int level) { log_level = level; }
+void di_log_set_level(int level) {
+    log_level = level;
+}
 
 void di_log(int level, const char *fmt, ...) {
     static const char *names[] = {"error", "warn", "info", "debug"};

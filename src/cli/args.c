@@ -21,7 +21,9 @@ static int parse_value(const cli_opt *o, const char *v) {
     char *end = NULL;
     errno = 0;
     switch (o->kind) {
-    case OPT_STR: *(const char **)o->dst = v; return 0;
+    case OPT_STR:
+        *(const char **)o->dst = v;
+        return 0;
     case OPT_INT: {
         long x = strtol(v, &end, 10);
         if (errno || !*v || *end || x < -2147483647L || x > 2147483647L) return -1;
@@ -40,7 +42,8 @@ static int parse_value(const cli_opt *o, const char *v) {
         *(float *)o->dst = x;
         return 0;
     }
-    case OPT_FLAG: return 0;
+    case OPT_FLAG:
+        return 0;
     }
     return -1;
 }

@@ -12,7 +12,7 @@ typedef enum { OPT_STR, OPT_INT, OPT_FLOAT, OPT_U64, OPT_FLAG } cli_opt_kind;
 typedef struct cli_opt {
     const char *name; /* "--model" */
     cli_opt_kind kind;
-    void *dst;        /* const char **, int *, float *, uint64_t *, int * (flag) */
+    void *dst; /* const char **, int *, float *, uint64_t *, int * (flag) */
     const char *help;
 } cli_opt;
 

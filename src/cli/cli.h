@@ -23,7 +23,6 @@ int cmd_logits(int argc, char **argv);
 int cmd_kvsim(int argc, char **argv);
 int cmd_kvbench(int argc, char **argv);
 
-
 /* Shared by the model-running commands (common.c). */
 /* Parses "bf16" | "f32" | "int8" (also "int8:G" for G columns per scale). */
 int cli_parse_dtype(const char *s, model_opts *o);

@@ -91,8 +91,7 @@ int cmd_generate(int argc, char **argv) {
     double t_prefill = di_now() - t0;
 
     sampler smp;
-    sampler_init(&smp, &(sampler_params){temperature, top_k, top_p, min_p, seed},
-                 info->vocab_size);
+    sampler_init(&smp, &(sampler_params){temperature, top_k, top_p, min_p, seed}, info->vocab_size);
     tok_stream *ts = tok_stream_new(tok, true);
     int generated = 0;
     t0 = di_now();
@@ -113,10 +112,12 @@ int cmd_generate(int argc, char **argv) {
     fwrite(rest, 1, len, stdout);
     printf("\n");
     double t_decode = di_now() - t0;
-    if (rc) fprintf(stderr, "deepinfer generate: %s\n", err.msg);
+    if (rc)
+        fprintf(stderr, "deepinfer generate: %s\n", err.msg);
     else
-        fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s "
-                        "(%.2f tok/s)\n",
+        fprintf(stderr,
+                "prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s "
+                "(%.2f tok/s)\n",
                 ids.n, t_prefill, ids.n / (t_prefill > 0 ? t_prefill : 1e-9), generated, t_decode,
                 generated / (t_decode > 0 ? t_decode : 1e-9));
 

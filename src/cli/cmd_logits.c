@@ -51,8 +51,8 @@ static int run_main(model *m, const int *ids, int n, int P, float *out, di_err *
     model_batch_seq b = {.seq = &s, .tokens = ids, .n_tokens = P, .logits = out};
     if (!rc) rc = model_forward(m, kv, &b, 1, err);
     for (int k = P; !rc && k < n; k++) {
-        b = (model_batch_seq){.seq = &s, .tokens = ids + k, .n_tokens = 1,
-                              .logits = out + (size_t)(k - P + 1) * V};
+        b = (model_batch_seq){
+            .seq = &s, .tokens = ids + k, .n_tokens = 1, .logits = out + (size_t)(k - P + 1) * V};
         rc = model_forward(m, kv, &b, 1, err);
     }
     model_seq_free(m, kv, &s);
@@ -72,12 +72,12 @@ static int run_mtp(model *m, const int *ids, int n, float *out, di_err *err) {
     float *scratch = malloc(sizeof(float) * (size_t)V);
     int rc = model_seq_reserve(kv, &s, n, err);
     for (int i = 0; !rc && i + 1 < n; i++) {
-        model_batch_seq b = {.seq = &s, .tokens = ids + i, .n_tokens = 1, .logits = scratch,
-                             .hidden = hidden};
+        model_batch_seq b = {
+            .seq = &s, .tokens = ids + i, .n_tokens = 1, .logits = scratch, .hidden = hidden};
         rc = model_forward(m, kv, &b, 1, err);
         if (!rc)
-            rc = model_mtp_forward(m, kv, &s, 0, hidden, ids[i + 1], out + (size_t)i * V, NULL,
-                                   err);
+            rc =
+                model_mtp_forward(m, kv, &s, 0, hidden, ids[i + 1], out + (size_t)i * V, NULL, err);
     }
     free(hidden);
     free(scratch);
@@ -112,7 +112,8 @@ int cmd_logits(int argc, char **argv) {
     int *ids = NULL;
     int n = parse_ids(ids_s, &ids, info->vocab_size);
     if (n <= 0 || prompt_len > n) {
-        fprintf(stderr, "deepinfer logits: bad --ids (empty or out of vocabulary) or --prompt-len\n");
+        fprintf(stderr,
+                "deepinfer logits: bad --ids (empty or out of vocabulary) or --prompt-len\n");
         model_free(m);
         return 2;
     }

@@ -7,9 +7,12 @@
 #include "cli/cli.h"
 
 int cli_parse_dtype(const char *s, model_opts *o) {
-    if (!strcmp(s, "bf16")) o->dtype = MODEL_DTYPE_BF16;
-    else if (!strcmp(s, "f32")) o->dtype = MODEL_DTYPE_F32;
-    else if (!strcmp(s, "int8")) o->dtype = MODEL_DTYPE_INT8, o->int8_group = 0;
+    if (!strcmp(s, "bf16"))
+        o->dtype = MODEL_DTYPE_BF16;
+    else if (!strcmp(s, "f32"))
+        o->dtype = MODEL_DTYPE_F32;
+    else if (!strcmp(s, "int8"))
+        o->dtype = MODEL_DTYPE_INT8, o->int8_group = 0;
     else if (!strncmp(s, "int8:", 5)) {
         char *end;
         long g = strtol(s + 5, &end, 10);

@@ -26,8 +26,8 @@ int main(int argc, char **argv) {
         const char *name;
         int (*fn)(int, char **);
     } cmds[] = {
-        {"generate", cmd_generate}, {"bench", cmd_bench},   {"tokenize", cmd_tokenize},
-        {"render", cmd_render},     {"logits", cmd_logits},     {"serve", cmd_serve},
+        {"generate", cmd_generate}, {"bench", cmd_bench},      {"tokenize", cmd_tokenize},
+        {"render", cmd_render},     {"logits", cmd_logits},    {"serve", cmd_serve},
         {"kv-sim", cmd_kvsim},      {"kv-bench", cmd_kvbench},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
