@@ -93,7 +93,7 @@ int cmd_generate(int argc, char **argv) {
     sampler smp;
     sampler_init(&smp, &(sampler_params){temperature, top_k, top_p, min_p, seed}, info->vocab_size);
     tok_stream *ts = tok_stream_new(tok, true);
-    int generated = 0;
+    int generated = 0, steps = 0;
     t0 = di_now();
     while (!rc && generated < max_tokens) {
         int next = sampler_sample(&smp, logits);
@@ -106,6 +106,7 @@ int cmd_generate(int argc, char **argv) {
         if (generated == max_tokens) break;
         model_batch_seq b = {.seq = &seq, .tokens = &next, .n_tokens = 1, .logits = logits};
         rc = model_forward(m, kv, &b, 1, &err);
+        steps++;
     }
     size_t len;
     const char *rest = tok_stream_flush(ts, &len);
@@ -116,10 +117,10 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "deepinfer generate: %s\n", err.msg);
     else
         fprintf(stderr,
-                "prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s "
-                "(%.2f tok/s)\n",
-                ids.n, t_prefill, ids.n / (t_prefill > 0 ? t_prefill : 1e-9), generated, t_decode,
-                generated / (t_decode > 0 ? t_decode : 1e-9));
+                "prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %d tokens, %d forward "
+                "steps in %.3f s (%.2f tok/s)\n",
+                ids.n, t_prefill, ids.n / (t_prefill > 0 ? t_prefill : 1e-9), generated, steps,
+                t_decode, steps / (t_decode > 0 ? t_decode : 1e-9));
 
     tok_stream_free(ts);
     sampler_free(&smp);
