@@ -202,6 +202,20 @@ static int parse_tool_calls(json_t *calls, conv_message *m, const char *path, di
     return 0;
 }
 
+int conv_role_parse(const char *name, conv_role *out) {
+    if (!strcmp(name, "system") || !strcmp(name, "developer"))
+        *out = CONV_SYSTEM;
+    else if (!strcmp(name, "user"))
+        *out = CONV_USER;
+    else if (!strcmp(name, "assistant"))
+        *out = CONV_ASSISTANT;
+    else if (!strcmp(name, "tool"))
+        *out = CONV_TOOL;
+    else
+        return -1;
+    return 0;
+}
+
 static int parse_message(json_t *jm, conversation *c, size_t idx, di_err *err) {
     char path[48];
     snprintf(path, sizeof path, "messages[%zu]", idx);
@@ -209,16 +223,7 @@ static int parse_message(json_t *jm, conversation *c, size_t idx, di_err *err) {
     const char *role = json_string_value(json_object_get(jm, "role"));
     if (!role) return di_errf(err, "%s.role: expected a string", path);
     conv_role r;
-    if (!strcmp(role, "system") || !strcmp(role, "developer"))
-        r = CONV_SYSTEM;
-    else if (!strcmp(role, "user"))
-        r = CONV_USER;
-    else if (!strcmp(role, "assistant"))
-        r = CONV_ASSISTANT;
-    else if (!strcmp(role, "tool"))
-        r = CONV_TOOL;
-    else
-        return di_errf(err, "%s.role: unknown role \"%s\"", path, role);
+    if (conv_role_parse(role, &r)) return di_errf(err, "%s.role: unknown role \"%s\"", path, role);
     conv_message *m = conv_add_message(c, r);
     if (parse_content(json_object_get(jm, "content"), m, path, err)) return -1;
     if (parse_tool_calls(json_object_get(jm, "tool_calls"), m, path, err)) return -1;

@@ -97,5 +97,8 @@ void conv_add_tool(conversation *c, const char *name, const char *description,
 char *conv_message_text(const conv_message *m, size_t *len);
 bool conv_message_has_image(const conv_message *m);
 const char *conv_role_name(conv_role r);
+/* Parses an API role name ("system" and "developer" are both CONV_SYSTEM,
+ * "user", "assistant", "tool"); -1 for anything else. */
+int conv_role_parse(const char *name, conv_role *out);
 
 #endif

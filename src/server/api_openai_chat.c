@@ -91,15 +91,7 @@ static int parse_message(const json_t *m, conversation *c, size_t i, srv_fail *f
     const char *role = json_string_value(json_object_get(m, "role"));
     if (!role) return srv_failf(f, 400, where, "%s.role: expected a string", where);
     conv_role r;
-    if (!strcmp(role, "system") || !strcmp(role, "developer"))
-        r = CONV_SYSTEM;
-    else if (!strcmp(role, "user"))
-        r = CONV_USER;
-    else if (!strcmp(role, "assistant"))
-        r = CONV_ASSISTANT;
-    else if (!strcmp(role, "tool"))
-        r = CONV_TOOL;
-    else
+    if (conv_role_parse(role, &r))
         return srv_failf(f, 400, where, "%s.role: unknown role '%s'", where, role);
     conv_message *cm = conv_add_message(c, r);
     if (parse_content(json_object_get(m, "content"), cm, where, f)) return -1;
