@@ -312,6 +312,27 @@ void model_kv_copy_block(model_kv_pool *kv, int dst, int src) {
            kv->block_floats * sizeof(float));
 }
 
+void *model_kv_block_data(model_kv_pool *kv, int block) {
+    if (!kv || block < 0 || block >= kv->n_blocks || !kv->data) return NULL;
+    return kv->data + (size_t)block * kv->block_floats;
+}
+
+int model_kv_block_layout(const model *m, size_t *off, size_t *bytes, int max) {
+    int n = 0;
+    size_t o = 0;
+    for (int l = 0; l < n_all_layers(m); l++) {
+        if (m->cfg.layer_swa[l]) continue;
+        size_t b = (size_t)MODEL_KV_BLOCK * (size_t)model_kv_entry_floats(m, l) * sizeof(float);
+        if (n < max) {
+            off[n] = o;
+            bytes[n] = b;
+        }
+        o += b;
+        n++;
+    }
+    return n;
+}
+
 /* --- sliding-window snapshots ------------------------------------------------ */
 /* Layout: for each sliding-window layer of the main model in order, `keep`
  * entries for positions pos - keep .. pos - 1. keep = min(window, pos -

@@ -105,6 +105,14 @@ typedef struct model_batch_seq {
 /* Copies every full-attention layer's entries of block src to block dst
  * (copy-on-write when a forked sequence writes into a shared block). */
 void model_kv_copy_block(model_kv_pool *kv, int dst, int src);
+/* A block's memory: model_kv_block_bytes, every full-attention layer (main
+ * and MTP) layer-major, [layer][position][entry] (the KV store persists and
+ * restores blocks through it). NULL for an id outside the pool. */
+void *model_kv_block_data(model_kv_pool *kv, int block);
+/* The block's layer segments in that order: byte offset and size of each
+ * full-attention layer within a block, at most max of them. Returns how many
+ * there are (may exceed max: then only max were written). */
+int model_kv_block_layout(const model *m, size_t *off, size_t *bytes, int max);
 
 /* --- sliding-window state ------------------------------------------------ */
 /* A snapshot of a sequence's sliding-window rings at its n_past: the last

@@ -82,6 +82,9 @@ TEST(kvstore_model_restart_same_greedy_output) {
     size_t off[MAXL], bytes[MAXL];
     int nl = full_layers(m, ids, off, bytes);
     CHECK(nl > 0);
+    size_t off2[MAXL], bytes2[MAXL]; /* model.h's accessor agrees with the hand-made layout */
+    CHECK(model_kv_block_layout(m, off2, bytes2, MAXL) == nl);
+    for (int k = 0; k < nl; k++) CHECK(off2[k] == off[k] && bytes2[k] == bytes[k]);
     kvs_layout lay = {.block_bytes = model_kv_block_bytes(m),
                       .n_layers = nl,
                       .layer_off = off,
@@ -100,6 +103,8 @@ TEST(kvstore_model_restart_same_greedy_output) {
     model_seq s;
     model_seq_init(m, &s);
     CHECK(finish(m, kv, &s, toks, 0, out1, l1) == 0);
+    CHECK((char *)model_kv_block_data(kv, s.blocks[1]) + off[nl - 1] ==
+          (char *)entry(m, kv, &s, ids[nl - 1], 128));
     kvs *st = kvs_open(sdir, &lay, NULL, &err);
     CHECKF(st, "%s", err.msg);
     char *payload = malloc(lay.block_bytes);
