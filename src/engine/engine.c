@@ -83,6 +83,10 @@ static void publish(engine *e) {
     s.prefix_hit_tokens = b.hit_tokens;
     s.cows = b.cows;
     s.evictions = b.evictions;
+    if (e->store) {
+        s.kv_store_hit_tokens = sched_store_hit_tokens(e->sched);
+        s.kv_store = kvs_get_stats(e->store);
+    }
     if (e->swa_cache) {
         swc_stats w = swc_get_stats(e->swa_cache);
         s.swa_cache_entries = w.entries;
@@ -221,10 +225,21 @@ engine *engine_create_runner(const engine_runner *r, const engine_detok *detok,
         e->st.token_budget = o.step_tokens;
     else
         measure_budget(e);
+    if (o.kv_store && !r->kv_block_data) {
+        di_errf(err, "engine: --kv-store: the backend exposes no KV block memory");
+        engine_free(e);
+        return NULL;
+    }
+    /* The store extends the prefix cache: off with it. */
+    if (!o.no_prefix_cache && (!r->has_swa || e->swa)) e->store = o.kv_store;
+    e->store_io = (kvs_pool_io){r->ctx, r->kv_block_data};
+    e->st.has_kv_store = e->store != NULL;
     e->sched = sched_create(e->bm, &(sched_opts){.token_budget = e->st.token_budget,
                                                  .max_running = o.max_running,
                                                  .can_copy = r->copy_block != NULL,
-                                                 .block_chunks = e->swa});
+                                                 .block_chunks = e->swa,
+                                                 .store = e->store,
+                                                 .store_io = e->store_io});
     e->next_req_id = 1;
     if (engine_exec_start(&e->exec, &e->run)) {
         di_errf(err, "engine: cannot start the compute thread");

@@ -33,6 +33,7 @@
 #include "engine/runner.h"
 #include "engine/sampling.h"
 #include "engine/stop.h"
+#include "kvstore/kvstore.h"
 
 #define ENGINE_MAX_N 64
 
@@ -105,6 +106,13 @@ typedef struct engine_opts {
     /* A request's logits do not depend on what else runs in its steps or on
      * its chunking (fixed reduction orders in every kernel; slower). */
     bool batch_invariant;
+    /* Persistent KV block store (kvstore.h), or NULL. Opened and closed by
+     * the caller (engine_kv_store_open: the fingerprint needs the model
+     * directory and dtype); it must outlive the engine. At admission the
+     * in-memory prefix is extended by the store's blocks; every block that
+     * becomes full is persisted under the request's traffic class (chat /
+     * agent TTL). Used only while the prefix cache is on. */
+    kvs *kv_store;
 } engine_opts;
 
 typedef struct engine_stats {
@@ -125,6 +133,13 @@ typedef struct engine_stats {
      * there was work (1 - busy/active: fraction the compute threads idle). */
     double forward_s, active_s;
     long long traffic_requests[ENGINE_N_TRAFFIC];
+    /* Persistent KV store (when configured): prompt tokens attached from it
+     * (part of the requests' cached_tokens, not of prefix_hit_tokens), and
+     * the store's own counters (hit rate, blocks / bytes read and written,
+     * evictions). */
+    bool has_kv_store;
+    long long kv_store_hit_tokens;
+    kvs_stats kv_store;
     int token_budget;               /* tokens per step */
     double step_fixed_ms, token_ms; /* the cost model: step ~ fixed + n * token */
 } engine_stats;
@@ -132,6 +147,12 @@ typedef struct engine_stats {
 /* Builds the engine over a loaded model (KV pool sized by opts) and starts
  * the step thread. tok may be NULL (no text, no stop strings). */
 engine *engine_create(model *m, tokenizer *tok, const engine_opts *opts, di_err *err);
+/* Opens the KV store under store_dir for this model's block layout, with
+ * the fingerprint of model_dir's checkpoint and dtype_tag (the compute
+ * dtype, e.g. "f32"): a store written by another model or dtype is never
+ * read. ko may be NULL. Close with kvs_close after engine_free. */
+kvs *engine_kv_store_open(model *m, const char *model_dir, const char *dtype_tag,
+                          const char *store_dir, const kvs_opts *ko, di_err *err);
 /* The same over any runner (tests: a fake model). detok may be NULL. The
  * runner table is copied; its ctx must outlive the engine (or set destroy). */
 engine *engine_create_runner(const engine_runner *r, const engine_detok *detok,

@@ -11,6 +11,7 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/swa_cache.h"
+#include "kvstore/kvs_engine.h"
 
 /* One request in flight, with owned copies of everything it points to. */
 typedef struct ereq {
@@ -65,6 +66,8 @@ struct engine {
     bool swa; /* sliding-window model with snapshots: SWA cache, replay, forks */
     swc *swa_cache;
     int replay_tokens; /* tokens replayed on a SWA cache miss (before capping at the prefix) */
+    kvs *store;        /* persistent KV store (not owned), or NULL */
+    kvs_pool_io store_io;
 
     /* Step-thread state. */
     ereq *active;

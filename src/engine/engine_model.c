@@ -45,6 +45,9 @@ static int mr_copy_block(void *c, int dst, int src, di_err *err) {
     model_kv_copy_block(((model_runner *)c)->kv, dst, src);
     return 0;
 }
+static void *mr_kv_block_data(void *c, int block) {
+    return model_kv_block_data(((model_runner *)c)->kv, block);
+}
 static model_swa_state *mr_swa_save(void *c, const model_seq *s) {
     return model_swa_save(((model_runner *)c)->m, s);
 }
@@ -105,6 +108,7 @@ engine *engine_create(model *m, tokenizer *tok, const engine_opts *opts, di_err 
                        .seq_free = mr_seq_free,
                        .forward = mr_forward,
                        .copy_block = mr_copy_block,
+                       .kv_block_data = mr_kv_block_data,
                        .set_batch_invariant = mr_batch_invariant,
                        .destroy = mr_destroy};
     for (int i = 0; i < info->n_eos && r.n_eos < MODEL_MAX_EOS; i++)
@@ -126,4 +130,22 @@ engine *engine_create(model *m, tokenizer *tok, const engine_opts *opts, di_err 
     engine_detok d = {
         .ctx = tok, .open = td_open, .push = td_push, .flush = td_flush, .close = td_close};
     return engine_create_runner(&r, tok ? &d : NULL, &o, err);
+}
+
+kvs *engine_kv_store_open(model *m, const char *model_dir, const char *dtype_tag,
+                          const char *store_dir, const kvs_opts *ko, di_err *err) {
+    size_t off[KVS_MAX_LAYERS], bytes[KVS_MAX_LAYERS];
+    int n = model_kv_block_layout(m, off, bytes, KVS_MAX_LAYERS);
+    if (n < 1 || n > KVS_MAX_LAYERS) {
+        di_errf(err, "--kv-store: the model has %d full-attention layers (1..%d supported)", n,
+                KVS_MAX_LAYERS);
+        return NULL;
+    }
+    kvs_layout lay = {.block_bytes = model_kv_block_bytes(m),
+                      .n_layers = n,
+                      .layer_off = off,
+                      .layer_bytes = bytes};
+    if (kvs_fingerprint_model(model_dir, dtype_tag, lay.block_bytes, &lay.fingerprint, err))
+        return NULL;
+    return kvs_open(store_dir, &lay, ko, err);
 }

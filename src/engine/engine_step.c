@@ -336,7 +336,14 @@ static void step_done(engine *e, const sched_plan *p, bool ok) {
         seq *q = p->items[i].s;
         if (q->draining) continue;
         q->n_computed += p->items[i].n_tokens;
+        int hashed = q->table.n_hashed;
         bm_commit(e->bm, &q->table, q->tokens, q->n_computed);
+        if (e->store && q->table.n_hashed > hashed) {
+            engine_traffic t = ((ereq *)q->owner)->r.traffic;
+            kvs_persist_new(e->store, &q->table, hashed, q->tokens,
+                            t == ENGINE_TRAFFIC_AGENT ? KVS_CLASS_AGENT : KVS_CLASS_CHAT,
+                            &e->store_io);
+        }
         if (e->swa) swa_snapshot(e, q);
     }
     /* Sampling last: it may fork, finish and free sequences. */

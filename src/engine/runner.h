@@ -45,6 +45,10 @@ typedef struct engine_runner {
     void (*swa_restore)(void *ctx, model_seq *s, const model_swa_state *st);
     void (*swa_free)(void *st);
     size_t (*swa_bytes)(const model_swa_state *st);
+    /* Optional: a block's KV memory, model_kv_block_bytes laid out as
+     * model_kv_block_layout (model.h). Needed by the persistent KV store
+     * (engine_opts.kv_store), which reads and fills blocks through it. */
+    void *(*kv_block_data)(void *ctx, int block);
     /* Optional: turns batch-invariant kernels on or off for this backend. */
     void (*set_batch_invariant)(void *ctx, bool on);
     /* Optional: frees ctx when the engine is freed. */

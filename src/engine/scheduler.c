@@ -19,6 +19,7 @@ struct sched {
     seq_list waiting, running;
     sched_plan plan;
     int cap_items, cap_pre, cap_fail;
+    long long store_hit_tokens;
 };
 
 static void list_insert(seq_list *l, seq *q) {
@@ -50,6 +51,10 @@ sched *sched_create(bm *b, const sched_opts *o) {
     if (s->o.token_budget < 1) s->o.token_budget = 1;
     if (s->o.max_running < 1) s->o.max_running = 1;
     return s;
+}
+
+long long sched_store_hit_tokens(const sched *s) {
+    return s->store_hit_tokens;
 }
 
 void sched_free(sched *s) {
@@ -211,8 +216,13 @@ const sched_plan *sched_schedule(sched *s) {
     while (!short_of_blocks && budget > 0 && s->waiting.n > 0 && s->running.n < s->o.max_running) {
         seq *q = s->waiting.v[0];
         if (q->table.n == 0) {
+            int from_store = 0;
             q->n_computed =
-                bm_attach_prefix(s->b, &q->table, q->tokens, q->n_tokens, q->n_tokens - 1);
+                s->o.store
+                    ? kvs_attach_prefix(s->o.store, s->b, &q->table, q->tokens, q->n_tokens,
+                                        q->n_tokens - 1, &s->o.store_io, &from_store)
+                    : bm_attach_prefix(s->b, &q->table, q->tokens, q->n_tokens, q->n_tokens - 1);
+            s->store_hit_tokens += from_store;
             if (!q->admitted)
                 q->n_cached = q->n_computed < q->n_prompt ? q->n_computed : q->n_prompt;
         }

@@ -24,6 +24,7 @@
 
 #include "engine/block_manager.h"
 #include "engine/sequence.h"
+#include "kvstore/kvs_engine.h"
 
 typedef struct sched_opts {
     int token_budget; /* tokens per step (decodes always run) */
@@ -33,6 +34,11 @@ typedef struct sched_opts {
      * crosses (sliding-window models: the engine snapshots the rings when a
      * sequence stands exactly at a block boundary, for the prefix cache). */
     bool block_chunks;
+    /* Persistent KV store, or NULL: admission attaches the in-memory prefix
+     * extended by the store's blocks (kvs_attach_prefix), read into the pool
+     * through store_io. */
+    kvs *store;
+    kvs_pool_io store_io;
 } sched_opts;
 
 typedef struct sched_item {
@@ -66,6 +72,8 @@ void sched_add_running(sched *s, seq *q);
 void sched_remove(sched *s, seq *q);
 int sched_n_waiting(const sched *s);
 int sched_n_running(const sched *s);
+/* Prompt tokens attached from the store so far. */
+long long sched_store_hit_tokens(const sched *s);
 /* Makes the next step's plan (valid until the next call). */
 const sched_plan *sched_schedule(sched *s);
 
