@@ -366,6 +366,14 @@ bool outp_step_param_json(outp_parser *p, bool final) {
     return true;
 }
 
+void outp_dsml_start_forced(outp_parser *p) {
+    char *name = p->forced_invoke;
+    p->forced_invoke = NULL;
+    start_call(p, name, strlen(name));
+    free(name);
+    p->st = OUTP_S_INVOKE;
+}
+
 void outp_dsml_truncated(outp_parser *p) {
     outp_consume(p, outp_avail(p)); /* a partial tag: markup, dropped */
     switch (p->st) {

@@ -90,6 +90,7 @@ struct outp_parser {
     outp_buf pval;   /* PARAM_JSON: the raw value so far */
     outp_buf scratch;
     uint64_t id_state;
+    char *forced_invoke; /* cfg.start_invoke, until its TOOL_START is emitted */
 
     outp_summary sum;
 };
@@ -119,6 +120,9 @@ bool outp_step_block(outp_parser *p, bool final);
 bool outp_step_invoke(outp_parser *p, bool final);
 bool outp_step_param_str(outp_parser *p, bool final);
 bool outp_step_param_json(outp_parser *p, bool final);
+/* cfg.start_invoke: starts the forced call (TOOL_START, "{") and enters
+ * the invoke state. Called once, with the callback set. */
+void outp_dsml_start_forced(outp_parser *p);
 /* End of output inside a tool block: close what is open, report it. */
 void outp_dsml_truncated(outp_parser *p);
 

@@ -98,7 +98,11 @@ outp_parser *outp_new(const outp_config *cfg, di_err *err) {
         p->stop_of[p->n_amk] = (int)i;
         add_marker(p, p->stops[i]);
     }
-    if (cfg->reasoning) {
+    if (cfg->tools && (cfg->start_in_block || cfg->start_invoke)) {
+        p->st = OUTP_S_BLOCK; /* the prompt opened the block (and the invoke) */
+        p->cfg.start_invoke = NULL;
+        if (cfg->start_invoke) p->forced_invoke = di_strdup(cfg->start_invoke);
+    } else if (cfg->reasoning) {
         p->st = OUTP_S_THINK_START;
         p->think_seen_open = cfg->think_opened;
     } else {
@@ -117,6 +121,7 @@ void outp_free(outp_parser *p) {
     free(p->stops);
     free(p->stop_of);
     free(p->cur_name);
+    free(p->forced_invoke);
     free(p->param_key);
     outp_buf_free(&p->in);
     outp_buf_free(&p->jhold);
@@ -423,6 +428,7 @@ static bool step_answer(outp_parser *p, bool final) {
 }
 
 static void run(outp_parser *p, bool final) {
+    if (p->forced_invoke) outp_dsml_start_forced(p);
     for (;;) {
         bool prog = false;
         switch (p->st) {

@@ -59,6 +59,14 @@
  * text is deliberate: by then the call's start and arguments have streamed.
  * Whether a call names a tool the request offered is the caller's check.
  *
+ * Forced start (cfg.start_in_block / cfg.start_invoke): for servers that
+ * enforce a tool choice by ending the prompt with the block opener (and the
+ * invoke tag of a named tool), the model's continuation is parsed from its
+ * first byte as the inside of that block or invoke. The results are the same
+ * as parsing opener + output without the option (ids aside), so every rule
+ * above holds; the forced call's TOOL_START comes with the first feed (or the
+ * finish, if nothing was fed).
+ *
  * Events arrive in output order: for each call TOOL_START, TOOL_ARGS...,
  * TOOL_END, never interleaved with text; STOP (if any) is the last event
  * before FINISH. Typical use:
@@ -97,6 +105,15 @@ typedef struct outp_config {
     const char *const *stops; /* stop strings (UTF-8, NUL-terminated; copied; "" ignored) */
     size_t n_stops;           /* at most OUTP_MAX_STOPS */
     uint64_t id_seed;         /* tool-call ids derive from it; 0: seeded from the clock */
+    /* Forced tool calls (the prompt itself ended by opening the block, see
+     * below). start_in_block: the output starts inside a tool-call block, as
+     * if the opener had been parsed (reasoning, think_opened and JSON mode are
+     * ignored for the start; needs tools). start_invoke (copied; implies
+     * start_in_block): the output starts inside `<｜DSML｜invoke name="N">`
+     * for this N, and the parser emits that call's OUTP_EV_TOOL_START (and
+     * its opening "{") first, as if the model had written the tag. */
+    bool start_in_block;
+    const char *start_invoke;
 } outp_config;
 
 #define OUTP_MAX_STOPS    64
