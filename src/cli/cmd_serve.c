@@ -3,7 +3,12 @@
  * SIGINT or SIGTERM. Signals are blocked before any thread starts and taken
  * with sigwait here, so no handler runs concurrently with the server. Prints
  * "deepinfer serve: listening on http://HOST:PORT" to stderr once ready
- * (--port 0 picks a free port; the line says which). */
+ * (--port 0 picks a free port; the line says which).
+ *
+ * --kv-store DIR opens the persistent KV block store (kvstore.h) here, not
+ * in the engine, because its model fingerprint needs the checkpoint
+ * directory and --dtype; it is closed (queued writes flushed) after the
+ * engine is freed. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +24,8 @@
 int cmd_serve(int argc, char **argv) {
     const char *dir = NULL, *host = "127.0.0.1", *api_key = NULL, *name = NULL, *dtype = "bf16";
     const char *format = NULL, *swa_replay = "bounded";
+    const char *kv_store = NULL, *kv_capacity = NULL;
+    float ttl_chat_h = -1, ttl_agent_h = -1;
     int batch_invariant = 0;
     int port = 8000, threads = 0, kv_mib = 0, kv_blocks = 0, max_running = 0, max_len = 0;
     int no_prefix = 0, max_body_kib = 8192, depth = 64, pending = 256, conns = 512;
@@ -42,6 +49,14 @@ int cmd_serve(int argc, char **argv) {
         {"--swa-replay", OPT_STR, &swa_replay, "bounded (default: last 128 tokens) | exact"},
         {"--batch-invariant", OPT_FLAG, &batch_invariant,
          "bit-identical output whatever the batch"},
+        {"--kv-store", OPT_STR, &kv_store, "persistent KV block store directory (default: none)"},
+        {"--kv-store-capacity", OPT_STR, &kv_capacity,
+         "store size bound: bytes, or with a K/M/G/T suffix (binary: 200G = 200 GiB; default "
+         "unbounded)"},
+        {"--kv-ttl-chat", OPT_FLOAT, &ttl_chat_h,
+         "hours a chat block is kept since last use (default 168; 0 = forever)"},
+        {"--kv-ttl-agent", OPT_FLOAT, &ttl_agent_h,
+         "hours an agent block is kept since last use (default 72; 0 = forever)"},
         {"--max-body-kib", OPT_INT, &max_body_kib, "request body cap in KiB (default 8192)"},
         {"--max-json-depth", OPT_INT, &depth, "JSON nesting cap (default 64)"},
         {"--max-pending", OPT_INT, &pending, "requests in flight before 429 (default 256)"},
@@ -104,10 +119,36 @@ int cmd_serve(int argc, char **argv) {
         tok_free(tok);
         return 2;
     }
+    kvs_opts ko = {0};
+    if (kv_capacity) {
+        bool ok;
+        ko.capacity_bytes = kvs_parse_size(kv_capacity, &ok);
+        if (!ok || !ko.capacity_bytes) {
+            fprintf(stderr, "deepinfer serve: --kv-store-capacity '%s' is not a size\n",
+                    kv_capacity);
+            tok_free(tok);
+            return 2;
+        }
+    }
+    float ttl_h[KVS_N_CLASS] = {ttl_chat_h, ttl_agent_h};
+    for (int c = 0; c < KVS_N_CLASS; c++) /* unset: the store's default; 0: no expiry */
+        ko.ttl_s[c] = ttl_h[c] < 0 ? 0 : ttl_h[c] == 0 ? -1 : ttl_h[c] * 3600.0;
     model *m = cli_load_model(dir, dtype, threads);
     if (!m) {
         tok_free(tok);
         return 1;
+    }
+    kvs *store = NULL;
+    if (kv_store) {
+        store = engine_kv_store_open(m, dir, dtype, kv_store, &ko, &err);
+        if (!store) {
+            fprintf(stderr, "deepinfer serve: --kv-store: %s\n", err.msg);
+            model_free(m);
+            tok_free(tok);
+            return 1;
+        }
+        fprintf(stderr, "deepinfer serve: KV store %s (%lld blocks)\n", kvs_dir(store),
+                kvs_get_stats(store).index_blocks);
     }
     const model_info *info = model_get_info(m);
     engine_opts eo = {.kv_blocks = kv_blocks,
@@ -117,10 +158,12 @@ int cmd_serve(int argc, char **argv) {
                       .max_model_len = max_len,
                       .no_prefix_cache = no_prefix,
                       .swa_replay_exact = !strcmp(swa_replay, "exact"),
-                      .batch_invariant = batch_invariant};
+                      .batch_invariant = batch_invariant,
+                      .kv_store = store};
     engine *e = engine_create(m, tok, &eo, &err);
     if (!e) {
         fprintf(stderr, "deepinfer serve: %s\n", err.msg);
+        if (store) kvs_close(store);
         model_free(m);
         tok_free(tok);
         return 1;
@@ -143,6 +186,7 @@ int cmd_serve(int argc, char **argv) {
     if (!s) {
         fprintf(stderr, "deepinfer %s\n", err.msg);
         engine_free(e);
+        if (store) kvs_close(store);
         model_free(m);
         tok_free(tok);
         return 1;
@@ -155,6 +199,7 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "deepinfer serve: signal %d, shutting down\n", sig);
     srv_stop(s);
     engine_free(e);
+    if (store) kvs_close(store);
     model_free(m);
     tok_free(tok);
     return 0;

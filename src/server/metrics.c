@@ -1,7 +1,8 @@
 /* metrics.c — the Prometheus text exposition behind GET /metrics: requests
  * by endpoint and status, prompt / generated / cached token counters, TTFT
  * and TBT histograms, and the engine's gauges (running, waiting, KV blocks,
- * prefix-cache hit rate) read from engine_get_stats at scrape time. One mutex
+ * prefix-cache hit rate; with --kv-store the store's hit rate, blocks and
+ * bytes moved, evictions) read from engine_get_stats at scrape time. One mutex
  * guards the counters; the endpoint/status table is small and fixed-size. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -106,6 +107,40 @@ static void put_hist(sbuf *b, const char *name, const char *help, const hist *h)
         name, h->count);
 }
 
+/* The persistent KV store (--kv-store): input-token hit rate, blocks and
+ * bytes moved, evictions. */
+static void put_kv_store(sbuf *b, const engine_stats *st) {
+    const kvs_stats *k = &st->kv_store;
+    put(b,
+        "# HELP deepinfer_kv_store_hit_rate Input tokens found in the KV store / tokens looked "
+        "up.\n# TYPE deepinfer_kv_store_hit_rate gauge\ndeepinfer_kv_store_hit_rate %.6f\n",
+        k->match_tokens ? (double)k->hit_tokens / (double)k->match_tokens : 0.0);
+    put(b,
+        "# HELP deepinfer_kv_store_prompt_tokens_total Prompt tokens attached from the KV "
+        "store.\n# TYPE deepinfer_kv_store_prompt_tokens_total counter\n"
+        "deepinfer_kv_store_prompt_tokens_total %lld\n",
+        st->kv_store_hit_tokens);
+    const struct {
+        const char *name;
+        long long v;
+    } c[] = {{"blocks_read", k->blocks_read},     {"bytes_read", k->bytes_read},
+             {"read_misses", k->read_misses},     {"blocks_written", k->blocks_written},
+             {"bytes_written", k->bytes_written}, {"puts_dropped", k->puts_dropped},
+             {"write_errors", k->write_errors}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
+        put(b, "# TYPE deepinfer_kv_store_%s_total counter\ndeepinfer_kv_store_%s_total %lld\n",
+            c[i].name, c[i].name, c[i].v);
+    put(b,
+        "# TYPE deepinfer_kv_store_evictions_total counter\n"
+        "deepinfer_kv_store_evictions_total{reason=\"ttl\"} %lld\n"
+        "deepinfer_kv_store_evictions_total{reason=\"capacity\"} %lld\n",
+        k->evictions_ttl, k->evictions_capacity);
+    put(b, "# TYPE deepinfer_kv_store_blocks gauge\ndeepinfer_kv_store_blocks %lld\n",
+        k->index_blocks);
+    put(b, "# TYPE deepinfer_kv_store_bytes gauge\ndeepinfer_kv_store_bytes %lld\n",
+        k->index_bytes);
+}
+
 char *srv_metrics_render(srv_metrics *m, const engine_stats *st, int pending) {
     sbuf b = {0};
     pthread_mutex_lock(&m->mu);
@@ -166,6 +201,7 @@ char *srv_metrics_render(srv_metrics *m, const engine_stats *st, int pending) {
             st->steps);
         put(&b, "# TYPE deepinfer_preemptions_total counter\ndeepinfer_preemptions_total %lld\n",
             st->preemptions);
+        if (st->has_kv_store) put_kv_store(&b, st);
     }
     return b.p ? b.p : di_strdup("");
 }
