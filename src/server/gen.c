@@ -43,7 +43,7 @@ static void dispatch(srv_gen *g, int bi, const gev *ev) {
             sbuf_add(&b->tools[ev->tool].args, ev->text, ev->len);
         break;
     case GEV_TOOL_END:
-        if (ev->tool >= 0 && ev->tool < b->n_tools) b->tools[ev->tool].complete = true;
+        if (ev->tool >= 0 && ev->tool < b->n_tools) b->tools[ev->tool].complete = ev->complete;
         break;
     case GEV_LOGPROB:
         json_array_append(b->logprobs, ev->logprob);
@@ -56,7 +56,12 @@ static void on_outp(void *ctx, const outp_event *e) {
     feed_ctx *fc = ctx;
     srv_gen *g = fc->g;
     gen_branch *b = &g->b[fc->branch];
-    gev ev = {.text = e->text, .len = e->len, .tool = e->index, .id = e->id, .name = e->name};
+    gev ev = {.text = e->text,
+              .len = e->len,
+              .tool = e->index,
+              .id = e->id,
+              .name = e->name,
+              .complete = e->complete};
     switch (e->kind) {
     case OUTP_EV_REASONING:
         ev.kind = GEV_REASONING;
@@ -127,7 +132,11 @@ srv_gen *gen_new(const gen_env *env, const srv_api *api, srv_req *req, int promp
                        .json_mode = req->json_mode,
                        .stops = (const char *const *)req->stops,
                        .n_stops = (size_t)req->n_stops,
-                       .id_seed = x | 1};
+                       .id_seed = x | 1,
+                       .start_in_block = req->tool_forced,
+                       .start_invoke = req->tool_forced && req->tool_choice == SRV_TC_NAMED
+                                           ? req->tool_name
+                                           : NULL};
     g->b = di_calloc((size_t)g->n, sizeof *g->b);
     for (int i = 0; i < g->n; i++) {
         gen_branch *b = &g->b[i];
@@ -219,6 +228,30 @@ void gen_on_text(srv_gen *g, int bi, const char *text, size_t len) {
     pthread_mutex_unlock(&g->mu);
 }
 
+/* A forced tool call (see routes.c) that the model did not complete is not
+ * reported as one: finish_reason is "tool_calls" (tool_use) only when at
+ * least one call is complete, else what the engine said ("stop"/"end_turn",
+ * or "length"/"max_tokens"). A body (not streamed) then lists the complete
+ * calls only; a stream has already sent the partial call, and its finish
+ * reason is what tells the client. */
+static void forced_finish(srv_gen *g, gen_branch *b) {
+    int k = 0;
+    for (int t = 0; t < b->n_tools; t++) {
+        if (b->tools[t].complete || g->req->stream) {
+            b->tools[k++] = b->tools[t];
+            continue;
+        }
+        free(b->tools[t].id);
+        free(b->tools[t].name);
+        sbuf_free(&b->tools[t].args);
+    }
+    b->n_tools = k;
+    bool any = false;
+    for (int t = 0; t < b->n_tools; t++) any |= b->tools[t].complete;
+    if (b->finish == FIN_TOOLS) b->finish = FIN_STOP;
+    if (b->finish == FIN_STOP && any && !b->stopped) b->finish = FIN_TOOLS;
+}
+
 static void final_locked(srv_gen *g, int bi, engine_finish fin, engine_usage u, const char *error) {
     gen_branch *b = &g->b[bi];
     if (b->done) return;
@@ -240,7 +273,10 @@ static void final_locked(srv_gen *g, int bi, engine_finish fin, engine_usage u, 
         b->finish = g->cancelled ? FIN_CANCELLED : FIN_STOP;
     else
         b->finish = FIN_ERROR;
-    if (b->finish == FIN_STOP && b->n_tools && !b->stopped) b->finish = FIN_TOOLS;
+    if (g->req->tool_forced)
+        forced_finish(g, b);
+    else if (b->finish == FIN_STOP && b->n_tools && !b->stopped)
+        b->finish = FIN_TOOLS;
     if (error) b->error = di_strdup(error);
     b->done = true;
     if (g->req->stream && g->api->branch_end) g->api->branch_end(g, bi);

@@ -4,10 +4,23 @@
  * protocol's own field parser, then rendering the conversation with the
  * model's prompt format and tokenizing it (completions: BOS + the prompt as
  * untrusted text, as `deepinfer generate` does). HTTP-free, so unit tests
- * and the fuzzer drive it directly. */
+ * and the fuzzer drive it directly.
+ *
+ * Forced tool calls (tool_choice "required" / Anthropic "any", or a named
+ * tool), without constrained decoding: for the DSML format (deepseek-v4),
+ * with a generation prompt, the request is rendered in non-thinking mode (as
+ * DeepSeek's own API does for forced calls: the assistant turn opens with
+ * "</think>") and the prompt then ends with the block opener
+ * `<｜DSML｜tool_calls>\n` — plus `<｜DSML｜invoke name="X">\n` for a named
+ * choice — spelled as the V4 renderer spells them (opener a soft control
+ * segment, the invoke tag and name TEXT, via the renderers' rs_* helpers).
+ * r->tool_forced tells gen.c to start the output parser inside that block /
+ * invoke. Other formats have no DSML, so there the choice is only validated
+ * (and a named choice offers that one tool). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "recipe/render_internal.h" /* rs_*: the renderers' segment helpers */
 #include "server/srv_internal.h"
 
 /* Nesting depth of raw JSON text (strings skipped), stopping past cap. */
@@ -37,6 +50,17 @@ static int raw_depth(const char *s, size_t n, int cap) {
 static bool ends_with_think(const char *s, size_t n) {
     while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t' || s[n - 1] == '\r')) n--;
     return n >= 7 && !memcmp(s + n - 7, "<think>", 7);
+}
+
+/* Ends the prompt inside the tool-call block (see the top comment). */
+static void force_tool_block(const srv_req *r, render_segs *segs) {
+    rs_control(segs, "<｜DSML｜tool_calls>", true);
+    rs_textz(segs, "\n");
+    if (r->tool_choice == SRV_TC_NAMED) {
+        rs_textz(segs, "<｜DSML｜invoke name=\"");
+        rs_textz(segs, r->tool_name);
+        rs_textz(segs, "\">\n");
+    }
 }
 
 int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limits *lim,
@@ -77,12 +101,17 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
 
     di_err err = {{0}};
     if (r->conv) {
+        r->tool_forced = fmt == RENDER_DEEPSEEK_V4 && r->conv->n_tools > 0 &&
+                         r->conv->add_generation_prompt &&
+                         (r->tool_choice == SRV_TC_REQUIRED || r->tool_choice == SRV_TC_NAMED);
+        if (r->tool_forced) r->conv->thinking = CONV_THINK_OFF;
         render_segs segs = {0};
         if (render_conversation(fmt, r->conv, &segs, &err)) {
             srv_failf(f, 400, "messages", "%s", err.msg);
             render_segs_free(&segs);
             goto done;
         }
+        if (r->tool_forced) force_tool_block(r, &segs);
         size_t plen = 0;
         char *prompt = render_to_string(&segs, &plen);
         out->think_opened = ends_with_think(prompt, plen);

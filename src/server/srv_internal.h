@@ -74,6 +74,10 @@ typedef struct srv_req {
     bool json_mode;
     srv_tool_choice tool_choice;
     char *tool_name; /* SRV_TC_NAMED */
+    /* Set by srv_prepare: tool_choice required/named is enforced by ending the
+     * prompt with the DSML block opener (and the named invoke), thinking off;
+     * the output parser starts inside it (routes.c has the details). */
+    bool tool_forced;
     bool parallel_tool_calls;
     bool echo;                /* completions */
     bool ignore_eos;          /* vLLM extension: keep going past EOS */
@@ -122,6 +126,7 @@ typedef struct gev {
     size_t len;
     int tool; /* tool index within the branch */
     const char *id, *name;
+    bool complete;   /* GEV_TOOL_END: the call was closed properly */
     json_t *logprob; /* GEV_LOGPROB: {"token","logprob","bytes","top_logprobs"} */
 } gev;
 
@@ -130,7 +135,7 @@ typedef enum { FIN_NONE = 0, FIN_STOP, FIN_LENGTH, FIN_TOOLS, FIN_CANCELLED, FIN
 typedef struct gen_tool {
     char *id, *name;
     sbuf args;
-    bool complete;
+    bool complete; /* ended with </｜DSML｜invoke> (not cut short or malformed) */
 } gen_tool;
 
 typedef struct gen_branch {

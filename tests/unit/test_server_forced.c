@@ -1,0 +1,242 @@
+/* test_server_forced.c — enforced tool_choice ("required" / Anthropic "any",
+ * and a named tool) in the three chat-like protocols, streamed and not,
+ * driven by synthetic model output: the prompt ends inside the DSML block
+ * (and the named invoke), so what the model writes is a continuation parsed
+ * as tool calls from its first byte. A completed call gives finish
+ * "tool_calls" / "tool_use"; output with no complete call gives "stop" /
+ * "end_turn" and, in a body, no tool call. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "server/srv_internal.h"
+
+#define D "｜DSML｜"
+/* After `<｜DSML｜tool_calls>\n` (required) ... */
+static const char *AFTER_BLOCK =
+    "<" D "invoke name=\"get_weather\">\n<" D "parameter name=\"city\" string=\"true\">Paris</" D
+    "parameter>\n</" D "invoke>\n</" D "tool_calls>";
+/* ... and after `<｜DSML｜invoke name="get_weather">\n` (named). */
+static const char *AFTER_INVOKE = "<" D "parameter name=\"city\" string=\"true\">Paris</" D
+                                  "parameter>\n</" D "invoke>\n</" D "tool_calls>";
+
+static const srv_limits LIM = {.max_n = 8, .max_stops = 8, .max_json_depth = 16, .model_name = "m"};
+
+typedef enum { REQUIRED, NAMED } choice;
+
+/* A request for api with one tool (get_weather, plus `other` to show the
+ * named choice picks) and the given tool_choice. */
+static void request(char *out, size_t cap, const srv_api *api, choice c) {
+    if (api == &srv_api_messages)
+        snprintf(out, cap,
+                 "{\"model\":\"m\",\"max_tokens\":50,\"messages\":[{\"role\":\"user\",\"content\":"
+                 "\"w?\"}],\"tools\":[{\"name\":\"other\",\"input_schema\":{\"type\":\"object\"}},"
+                 "{\"name\":\"get_weather\",\"input_schema\":{\"type\":\"object\"}}],"
+                 "\"tool_choice\":%s,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}}",
+                 c == NAMED ? "{\"type\":\"tool\",\"name\":\"get_weather\"}"
+                            : "{\"type\":\"any\"}");
+    else if (api == &srv_api_responses)
+        snprintf(out, cap,
+                 "{\"model\":\"m\",\"input\":\"w?\",\"tools\":[{\"type\":\"function\",\"name\":"
+                 "\"other\",\"parameters\":{\"type\":\"object\"}},{\"type\":\"function\",\"name\":"
+                 "\"get_weather\",\"parameters\":{\"type\":\"object\"}}],\"tool_choice\":%s}",
+                 c == NAMED ? "{\"type\":\"function\",\"name\":\"get_weather\"}" : "\"required\"");
+    else
+        snprintf(out, cap,
+                 "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"w?\"}],\"tools\":"
+                 "[{\"type\":\"function\",\"function\":{\"name\":\"other\",\"parameters\":{}}},"
+                 "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{}}}"
+                 "],\"tool_choice\":%s,\"chat_template_kwargs\":{\"thinking\":true}}",
+                 c == NAMED ? "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"
+                            : "\"required\"");
+}
+
+/* What a response says, whatever the protocol: the finish, the first tool
+ * call's name and city argument, and how many tool calls. */
+typedef struct seen {
+    char finish[32], name[64], city[64];
+    int n_calls;
+} seen;
+
+static json_t *jget(json_t *j, const char *path) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *k = strtok(buf, "."); k && j; k = strtok(NULL, "."))
+        j = (*k >= '0' && *k <= '9') ? json_array_get(j, (size_t)atoi(k)) : json_object_get(j, k);
+    return j;
+}
+static const char *js(json_t *j, const char *path) {
+    const char *s = json_string_value(jget(j, path));
+    return s ? s : "";
+}
+
+static void city_of(seen *w, const char *args_json) {
+    json_t *a = json_loads(args_json, 0, NULL);
+    snprintf(w->city, sizeof w->city, "%s", js(a, "city"));
+    json_decref(a);
+}
+
+/* A Responses or Messages body (or the response object a stream ends with). */
+static void read_body(const srv_api *api, json_t *body, seen *w) {
+    size_t i;
+    json_t *it;
+    if (api == &srv_api_chat) {
+        json_t *ch = jget(body, "choices.0");
+        snprintf(w->finish, sizeof w->finish, "%s", js(ch, "finish_reason"));
+        json_t *tc = jget(ch, "message.tool_calls");
+        w->n_calls = (int)json_array_size(tc);
+        snprintf(w->name, sizeof w->name, "%s", js(tc, "0.function.name"));
+        if (w->n_calls) city_of(w, js(tc, "0.function.arguments"));
+        return;
+    }
+    bool msgs = api == &srv_api_messages;
+    if (msgs) snprintf(w->finish, sizeof w->finish, "%s", js(body, "stop_reason"));
+    json_array_foreach(jget(body, msgs ? "content" : "output"), i, it) {
+        if (strcmp(js(it, "type"), msgs ? "tool_use" : "function_call")) continue;
+        if (!w->n_calls++) {
+            snprintf(w->name, sizeof w->name, "%s", js(it, "name"));
+            if (msgs)
+                snprintf(w->city, sizeof w->city, "%s", js(it, "input.city"));
+            else
+                city_of(w, js(it, "arguments"));
+        }
+    }
+    if (!msgs) snprintf(w->finish, sizeof w->finish, "%s", js(body, "status")); /* no finish */
+}
+
+/* Runs `output` as the model's continuation; fills w from the body or, when
+ * streamed, from the stream's events. */
+static int run(const srv_api *api, choice c, bool stream, const char *output, size_t chunk,
+               seen *w) {
+    memset(w, 0, sizeof *w);
+    char body[2048];
+    request(body, sizeof body, api, c);
+    srv_req r;
+    srv_prepared p;
+    srv_fail f = {0};
+    if (srv_prepare(api, body, strlen(body), &LIM, RENDER_DEEPSEEK_V4, NULL, &r, &p, &f)) {
+        fprintf(stderr, "prepare: %s\n", f.msg);
+        return -1;
+    }
+    int rc = -1;
+    if (!r.tool_forced || p.think_opened) { /* forced: non-thinking, prompt ends in DSML */
+        fprintf(stderr, "not forced (%d) or thinking (%d)\n", r.tool_forced, p.think_opened);
+        goto out;
+    }
+    r.stream = stream;
+    gen_env env = {.model_name = "m"};
+    srv_gen *g = gen_new(&env, api, &r, 11, p.think_opened, &f);
+    if (!g) goto out;
+    gen_begin(g);
+    size_t n = strlen(output);
+    for (size_t at = 0; at < n; at += chunk)
+        gen_on_text(g, 0, output + at, n - at < chunk ? n - at : chunk);
+    gen_on_final(g, 0, ENGINE_FINISH_STOP, (engine_usage){11, 20, 0}, NULL);
+    if (!stream) {
+        json_t *b = api->body(g);
+        read_body(api, b, w);
+        json_decref(b);
+    } else {
+        char args[512] = "";
+        for (char *ev = g->out.p ? g->out.p : ""; (ev = strstr(ev, "data: "));) {
+            char *end = strstr(ev, "\n\n");
+            if (!end) break;
+            *end = 0;
+            json_t *e = json_loads(ev + 6, 0, NULL);
+            ev = end + 2;
+            if (!e) continue;
+            if (api == &srv_api_chat) {
+                json_t *tc = jget(e, "choices.0.delta.tool_calls.0");
+                if (*js(tc, "function.name")) {
+                    w->n_calls++;
+                    snprintf(w->name, sizeof w->name, "%s", js(tc, "function.name"));
+                }
+                strncat(args, js(tc, "function.arguments"), sizeof args - strlen(args) - 1);
+                if (*js(e, "choices.0.finish_reason"))
+                    snprintf(w->finish, sizeof w->finish, "%s", js(e, "choices.0.finish_reason"));
+            } else if (api == &srv_api_messages) {
+                if (!strcmp(js(e, "content_block.type"), "tool_use")) {
+                    w->n_calls++;
+                    snprintf(w->name, sizeof w->name, "%s", js(e, "content_block.name"));
+                }
+                strncat(args, js(e, "delta.partial_json"), sizeof args - strlen(args) - 1);
+                if (*js(e, "delta.stop_reason"))
+                    snprintf(w->finish, sizeof w->finish, "%s", js(e, "delta.stop_reason"));
+            } else if (!strcmp(js(e, "type"), "response.completed")) {
+                read_body(api, jget(e, "response"), w);
+            }
+            json_decref(e);
+        }
+        if (api != &srv_api_responses && w->n_calls) city_of(w, args);
+    }
+    gen_free(g);
+    rc = 0;
+out:
+    srv_req_free(&r);
+    tok_ids_free(&p.ids);
+    return rc;
+}
+
+static const srv_api *const APIS[] = {&srv_api_chat, &srv_api_responses, &srv_api_messages};
+
+TEST(server_forced_tool_choice_gives_the_call) {
+    size_t chunks[] = {1, 5, 1000};
+    for (int a = 0; a < 3; a++)
+        for (int c = 0; c < 2; c++)
+            for (int st = 0; st < 2; st++)
+                for (int k = 0; k < 3; k++) {
+                    seen w;
+                    const srv_api *api = APIS[a];
+                    CHECK(run(api, (choice)c, st, c == NAMED ? AFTER_INVOKE : AFTER_BLOCK,
+                              chunks[k], &w) == 0);
+                    const char *want = api == &srv_api_messages    ? "tool_use"
+                                       : api == &srv_api_responses ? "completed"
+                                                                   : "tool_calls";
+                    CHECKF(!strcmp(w.finish, want) && w.n_calls == 1 &&
+                               !strcmp(w.name, "get_weather") && !strcmp(w.city, "Paris"),
+                           "%s %s stream %d chunk %zu: finish %s, %d calls, %s(%s)", api->path,
+                           c == NAMED ? "named" : "required", st, chunks[k], w.finish, w.n_calls,
+                           w.name, w.city);
+                }
+}
+
+TEST(server_forced_tool_choice_without_a_call_is_a_plain_stop) {
+    /* required: the model wrote no invoke; named: it wrote nothing usable */
+    const char *outputs[2] = {"I would rather not.", "no parameters here"};
+    for (int a = 0; a < 3; a++)
+        for (int c = 0; c < 2; c++)
+            for (int st = 0; st < 2; st++) {
+                seen w;
+                const srv_api *api = APIS[a];
+                CHECK(run(api, (choice)c, st, outputs[c], 3, &w) == 0);
+                const char *want = api == &srv_api_messages    ? "end_turn"
+                                   : api == &srv_api_responses ? "completed"
+                                                               : "stop";
+                /* a stream has sent the forced call's start; a body drops it */
+                int calls = st && c == NAMED ? 1 : 0;
+                CHECKF(!strcmp(w.finish, want) && w.n_calls == calls,
+                       "%s %s stream %d: finish %s, %d calls", api->path,
+                       c == NAMED ? "named" : "required", st, w.finish, w.n_calls);
+            }
+}
+
+TEST(server_forced_tool_choice_only_for_dsml_with_a_generation_prompt) {
+    char body[2048];
+    request(body, sizeof body, &srv_api_chat, REQUIRED);
+    srv_req r;
+    srv_prepared p;
+    srv_fail f = {0};
+    CHECK(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, RENDER_CHATML, NULL, &r, &p, &f) ==
+          0);
+    CHECK(!r.tool_forced);
+    srv_req_free(&r);
+    tok_ids_free(&p.ids);
+    const char *auto_body =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"}],\"tools\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"x\",\"parameters\":{}}}]}";
+    CHECK(srv_prepare(&srv_api_chat, auto_body, strlen(auto_body), &LIM, RENDER_DEEPSEEK_V4, NULL,
+                      &r, &p, &f) == 0);
+    CHECK(!r.tool_forced);
+    srv_req_free(&r);
+    tok_ids_free(&p.ids);
+}
