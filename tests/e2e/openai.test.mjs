@@ -1,7 +1,7 @@
 // openai.test.mjs — `deepinfer serve` driven by the official `openai` SDK:
 // chat completions (streamed and not, n > 1, logprobs, usage with cached
 // tokens), completions (greedy output equals `deepinfer generate`), responses
-// (streamed and not), a tool-result round trip, and errors (401, 404, 400
+// (streamed and not), a tool-result round trip, forced tool_choice, and errors (401, 404, 400
 // naming the field, context overflow) in OpenAI's error shape.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -156,6 +156,37 @@ test('tools: definitions, tool_choice variants and a tool-result follow-up turn'
       { type: 'function_call_output', call_id: 'c1', output: 'sunny' }],
   });
   assert.ok(resp.usage.input_tokens > 10);
+});
+
+test('forced tool_choice: required/named give a tool call or a plain stop, streamed and not', async () => {
+  // The server ends the prompt inside the DSML tool-call block (and the named
+  // invoke); a random model rarely completes a call, so what is checked is
+  // the documented shape: finish "tool_calls" only with a complete call (JSON
+  // arguments), else "stop"/"length" with no call in a body. A stream of a
+  // named choice always starts that call, as if the model had written it.
+  const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+  const named = { type: 'function', function: { name: 'get_weather' } };
+  for (const tool_choice of ['required', named]) {
+    const req = { model: MODEL, messages: user('Weather in Paris?'), tools, tool_choice, max_tokens: 8, temperature: 0 };
+    const r = await client.chat.completions.create(req);
+    const c = r.choices[0];
+    assert.ok(['stop', 'length', 'tool_calls'].includes(c.finish_reason), c.finish_reason);
+    const calls = c.message.tool_calls || [];
+    if (c.finish_reason === 'tool_calls') assert.ok(calls.length >= 1);
+    for (const call of calls) {
+      assert.equal(typeof JSON.parse(call.function.arguments), 'object');
+      if (tool_choice === named) assert.equal(call.function.name, 'get_weather');
+    }
+    const stream = await client.chat.completions.create({ ...req, stream: true });
+    let first = null, finish = null;
+    for await (const ch of stream)
+      for (const x of ch.choices) {
+        if (x.delta.tool_calls && !first) first = x.delta.tool_calls[0];
+        if (x.finish_reason) finish = x.finish_reason;
+      }
+    assert.equal(finish, c.finish_reason, 'stream and body agree');
+    if (tool_choice === named) assert.equal(first?.function?.name, 'get_weather');
+  }
 });
 
 test('thinking on and off, json_object response format', async () => {
