@@ -63,6 +63,16 @@ static void force_tool_block(const srv_req *r, render_segs *segs) {
     }
 }
 
+int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *err) {
+    r->tool_forced = fmt == RENDER_DEEPSEEK_V4 && r->conv->n_tools > 0 &&
+                     r->conv->add_generation_prompt &&
+                     (r->tool_choice == SRV_TC_REQUIRED || r->tool_choice == SRV_TC_NAMED);
+    if (r->tool_forced) r->conv->thinking = CONV_THINK_OFF;
+    if (render_conversation(fmt, r->conv, segs, err)) return -1;
+    if (r->tool_forced) force_tool_block(r, segs);
+    return 0;
+}
+
 int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limits *lim,
                 render_format fmt, const tokenizer *tok, srv_req *r, srv_prepared *out,
                 srv_fail *f) {
@@ -101,17 +111,12 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
 
     di_err err = {{0}};
     if (r->conv) {
-        r->tool_forced = fmt == RENDER_DEEPSEEK_V4 && r->conv->n_tools > 0 &&
-                         r->conv->add_generation_prompt &&
-                         (r->tool_choice == SRV_TC_REQUIRED || r->tool_choice == SRV_TC_NAMED);
-        if (r->tool_forced) r->conv->thinking = CONV_THINK_OFF;
         render_segs segs = {0};
-        if (render_conversation(fmt, r->conv, &segs, &err)) {
+        if (srv_render_conv(fmt, r, &segs, &err)) {
             srv_failf(f, 400, "messages", "%s", err.msg);
             render_segs_free(&segs);
             goto done;
         }
-        if (r->tool_forced) force_tool_block(r, &segs);
         size_t plen = 0;
         char *prompt = render_to_string(&segs, &plen);
         out->think_opened = ends_with_think(prompt, plen);

@@ -255,6 +255,10 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
                 render_format fmt, const tokenizer *tok, srv_req *r, srv_prepared *out,
                 srv_fail *f);
 
+/* Renders r->conv with fmt into segs (appended), forcing the tool-call
+ * block when tool_choice asks for it (sets r->tool_forced; see routes.c). */
+int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *err);
+
 /* Fuzzing entry (fuzz_entry.c): data = 1 byte protocol/stream, 1 byte
  * format, a request body, a NUL, then model output text that is fed through
  * a generation as if the model had written it. Must never crash or leak. */

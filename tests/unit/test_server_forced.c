@@ -240,3 +240,36 @@ TEST(server_forced_tool_choice_only_for_dsml_with_a_generation_prompt) {
     srv_req_free(&r);
     tok_ids_free(&p.ids);
 }
+
+/* The prompt ends as the V4 renderer spells a non-thinking turn that opens a
+ * tool-call block: the opener a soft control segment, the invoke tag TEXT. */
+TEST(server_forced_prompt_ends_inside_the_block) {
+    for (int c = 0; c < 2; c++) {
+        char body[2048];
+        request(body, sizeof body, &srv_api_chat, (choice)c);
+        srv_req r;
+        srv_prepared p;
+        srv_fail f = {0};
+        CHECK(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, RENDER_DEEPSEEK_V4, NULL, &r, &p,
+                          &f) == 0);
+        render_segs segs = {0};
+        di_err err = {{0}};
+        CHECK(srv_render_conv(RENDER_DEEPSEEK_V4, &r, &segs, &err) == 0 && r.tool_forced);
+        size_t n = 0;
+        char *s = render_to_string(&segs, &n);
+        const char *want = c == NAMED ? "<｜Assistant｜></think><" D "tool_calls>\n<" D
+                                        "invoke name=\"get_weather\">\n"
+                                      : "<｜Assistant｜></think><" D "tool_calls>\n";
+        size_t wn = strlen(want);
+        CHECKF(n >= wn && !strcmp(s + n - wn, want), "prompt ends [%s]", n > 80 ? s + n - 80 : s);
+        bool found = false;
+        for (size_t i = 0; i < segs.n; i++)
+            found |= segs.v[i].kind == RENDER_CONTROL && segs.v[i].soft &&
+                     !strcmp(segs.v[i].s, "<" D "tool_calls>") && i + 1 >= segs.n - 1;
+        CHECK(found);
+        free(s);
+        render_segs_free(&segs);
+        srv_req_free(&r);
+        tok_ids_free(&p.ids);
+    }
+}
