@@ -30,7 +30,13 @@
  * (swa_floor), and the full-attention layers read the cached KV and do not
  * write it (kv_keep_end = H), so shared cached blocks never change and the
  * replayed tokens' full-layer outputs are those of the cached context. With
- * R = window x SWA depth this is exactly the no-cache state. */
+ * R = window x SWA depth this is exactly the no-cache state. A hit served by
+ * the persistent KV store (engine_opts.kv_store) takes the same path: the
+ * store holds full-attention blocks only, so its rings are always replayed.
+ *
+ * KV store: after a step's commit, the blocks it newly hashed (full blocks,
+ * prompt or output) are queued for the store under the request's traffic
+ * class (kvs_persist_new copies them; the writer threads do the I/O). */
 #include <stdlib.h>
 #include <string.h>
 

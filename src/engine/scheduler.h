@@ -7,7 +7,9 @@
  *      of what the budget has left — so prefill never starves decodes;
  *   2. then waiting sequences are admitted FCFS within priority classes while
  *      budget and the running bound allow; admission first attaches the
- *      longest cached prefix, so only the missing tokens are computed.
+ *      longest cached prefix, so only the missing tokens are computed (with
+ *      a persistent KV store, the in-memory prefix extended by the store's
+ *      blocks, swapped into the pool before the plan is returned).
  * When blocks run out, the running sequence that comes last in that order is
  * preempted by recomputation: its blocks are released and it goes back to
  * the waiting queue with its generated tokens kept, to be prefilled again.
