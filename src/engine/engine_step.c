@@ -32,7 +32,8 @@
  * replayed tokens' full-layer outputs are those of the cached context. With
  * R = window x SWA depth this is exactly the no-cache state. A hit served by
  * the persistent KV store (engine_opts.kv_store) takes the same path: the
- * store holds full-attention blocks only, so its rings are always replayed.
+ * store holds full-attention blocks only, so the rings are replayed unless
+ * the SWA cache still has their snapshot.
  *
  * KV store: after a step's commit, the blocks it newly hashed (full blocks,
  * prompt or output) are queued for the store under the request's traffic

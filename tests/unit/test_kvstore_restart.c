@@ -5,8 +5,10 @@
  * reports it as cached tokens, and gives the same greedy output. On
  * hybrid-tiny the sliding-window rings are not in the store: the engine's
  * replay rebuilds them after the store hit (exact replay here, so the output
- * must equal the first run's). f32 test models from harness_model_dir(). */
+ * must equal the first run's). f32 test models from harness_model_dir().
+ * The store's counters reach /metrics (srv_metrics_render). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include "harness.h"
 #include "kvs_test.h"
 #include "model/model.h"
+#include "server/srv_internal.h"
 
 enum { NP = 300, HIT = 256, GEN = 8 };
 
@@ -89,6 +92,15 @@ static void restart_case(const char *preset) {
            "%s: %lld blocks read", preset, s.kv_store.blocks_read);
     CHECKF(!memcmp(o1.tok, o2.tok, sizeof o1.tok), "%s: store hit changed the greedy output",
            preset);
+    /* hit rate: 256 of the 300 tokens looked up in the store */
+    srv_metrics *sm = srv_metrics_new();
+    char *txt = srv_metrics_render(sm, &s, 0);
+    CHECK(strstr(txt, "deepinfer_kv_store_prompt_tokens_total 256\n") &&
+          strstr(txt, "deepinfer_kv_store_blocks_read_total 2\n") &&
+          strstr(txt, "deepinfer_kv_store_hit_rate 0.853333\n") &&
+          strstr(txt, "deepinfer_kv_store_evictions_total{reason=\"ttl\"} 0\n"));
+    free(txt);
+    srv_metrics_free(sm);
     if (model_get_info(m)->n_swa_layers > 0)
         CHECKF(s.swa_replays == 1 && s.swa_restores == 0, "%s: %lld replays after a store hit",
                preset, s.swa_replays);
