@@ -5,7 +5,9 @@
 #     beside the raw bandwidth of the same disk in the same run (target >= 70 %);
 #  2. the kv-sim trace simulator: input-token hit rate per traffic class with
 #     the default TTLs (agent 3 d, chat 7 d), other TTL choices on the same
-#     trace, and the same under a capacity bound.
+#     trace, and the same under a capacity bound;
+#  3. TTFT of a 4,096-token prompt served from the store after a restart vs
+#     computed from scratch (scripts/bench_kv_ttft.py; target <= 20 %).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=build/deepinfer
@@ -20,3 +22,9 @@ echo
 "$BIN" kv-sim --compare
 echo
 "$BIN" kv-sim --capacity 1T --block-bytes 9M
+echo
+if [ -f "$model/config.json" ]; then
+  /usr/bin/python3 scripts/bench_kv_ttft.py --model "$model"
+else
+  /usr/bin/python3 scripts/bench_kv_ttft.py --model build/models/llama3-tiny
+fi
