@@ -59,6 +59,7 @@ def main():
     ap.add_argument("--kv-mib", type=int, default=2048)
     args = ap.parse_args()
     store = tempfile.mkdtemp(prefix="di_kv_ttft_")
+    p = None
     try:
         # Words of the form "w123" tokenize to a few tokens each: grow the
         # prompt until the server reports about --tokens prompt tokens.
@@ -81,6 +82,8 @@ def main():
               f"({u2['prompt_tokens_details']['cached_tokens']} tokens cached)")
         print(f"  ratio: {warm / cold:.3f} (target <= 0.20)")
     finally:
+        if p and p.poll() is None:
+            p.kill()  # interrupted mid-run: leave no server behind
         shutil.rmtree(store, ignore_errors=True)
 
 
