@@ -21,7 +21,9 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "model/model_internal.h"
 #include "model/safetensors.h"
@@ -261,6 +263,16 @@ static const st_tensor *fp8_scale(model_loader *ld, const char *name, const st_f
     return s;
 }
 
+/* After a tensor has been converted into a copy, its pages in the read-only
+ * mapping are dead weight in the resident set: hand them back (the page cache
+ * keeps the file; a later read would simply fault them in again). */
+static void release_source(const st_tensor *t) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)t->data + page - 1) & ~(uintptr_t)(page - 1);
+    uintptr_t hi = ((uintptr_t)t->data + t->nbytes) & ~(uintptr_t)(page - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 int model_get_mat(model_loader *ld, const char *name, int rows, int cols, bool keep_f32,
                   kern_mat *out, di_err *err) {
     const st_file *file = NULL;
@@ -289,6 +301,7 @@ int model_get_mat(model_loader *ld, const char *name, int rows, int cols, bool k
         }
         free(row);
         out->data = dst;
+        release_source(t);
     } else if (target == MODEL_DTYPE_F32) {
         out->dtype = KT_F32;
         ld->weight_bytes += R * C * 4;
@@ -299,6 +312,7 @@ int model_get_mat(model_loader *ld, const char *name, int rows, int cols, bool k
         float *dst = model_loader_alloc(ld, R * C * 4);
         for (size_t r = 0; r < R; r++) row_f32(dst + r * C, t, scale, r, C);
         out->data = dst;
+        release_source(t);
     } else {
         size_t group =
             ld->int8_group > 0 && C % (size_t)ld->int8_group == 0 ? (size_t)ld->int8_group : C;
@@ -316,6 +330,7 @@ int model_get_mat(model_loader *ld, const char *name, int rows, int cols, bool k
         out->scales = sc;
         out->group = (int)group;
         ld->weight_bytes += R * C + R * ng * sizeof(float);
+        release_source(t);
     }
     return 0;
 }
