@@ -11,11 +11,16 @@ DeepSeek-V3 does), periodic checkpoints (torch state for --resume plus an
 exported bf16 model, so an interrupted run still leaves a usable model).
 
 Why shaped so: everything is seeded (python, numpy and torch RNGs, sorted
-file lists), so `make train-default` rebuilds the same model on the same
-machine; the schedule is defined by --steps, and --max-minutes only cuts a
-run short (the card then says so).
+file lists, keyed-hash file picks, BPE ties broken by pair order), and torch
+runs on one thread by default (threads change the reduction order, so the
+bytes), so `make train-default` rebuilds the same model on a machine with
+the same Debian files installed. The learning rate at a step depends only
+on the step and the flags (--steps, --lr, --warmup), so a phase resumed from
+a checkpoint follows a schedule fixed by its flags. There is no time limit
+unless --max-minutes is given (it counts the resumed phases' minutes too,
+and a run it cuts short is not the recipe's model).
 
-Usage: train.py --out models/NAME [--steps N] [--max-minutes M] [--seed S]
+Usage: train.py --out models/NAME [--steps N] [--seed S] [--resume] [--max-minutes M]
 """
 
 import argparse
@@ -170,7 +175,7 @@ def main():
     ap.add_argument("--work", default="build/train")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--max-minutes", type=float, default=110.0)
+    ap.add_argument("--max-minutes", type=float, default=0.0, help="stop after M minutes in all (0: no limit)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--lr", type=float, default=3e-3)
@@ -181,7 +186,7 @@ def main():
     ap.add_argument("--dialogues", type=int, default=12000)
     ap.add_argument("--answer-weight", type=float, default=1.0, help="loss weight of assistant answer tokens")
     ap.add_argument("--hidden", type=int, default=192)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--ckpt-minutes", type=float, default=5.0)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--data-only", action="store_true")
@@ -191,6 +196,10 @@ def main():
     random.seed(a.seed)
     np.random.seed(a.seed)
     torch.manual_seed(a.seed)
+    ck = os.path.join(a.work, f"ckpt-{a.seed}.pt")
+    if a.resume and not os.path.exists(ck):
+        print(f"train.py: --resume: no checkpoint {ck}", file=sys.stderr)
+        return 1
     tok, d = build_data(a.work, a.seed, a.dialogues)
     if a.data_only:
         return 0
@@ -198,10 +207,11 @@ def main():
     net = M.Model(cfg)
     opt = torch.optim.AdamW(net.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
     data = Batches(d, a.seq, a.p_dialogue, a.seed)
-    ck = os.path.join(a.work, f"ckpt-{a.seed}.pt")
     step, tokens, elapsed0 = 0, 0, 0.0
-    if a.resume and os.path.exists(ck):
+    phases = []  # the flags of earlier phases, from the checkpoint
+    if a.resume:
         s = torch.load(ck)
+        phases = s.get("phases", [])
         net.load_state_dict(s["model"])
         opt.load_state_dict(s["opt"])
         step, tokens, elapsed0 = s["step"], s["tokens"], s["elapsed"]
@@ -210,14 +220,16 @@ def main():
         torch.set_rng_state(s["torch_rng"])
         log(f"resumed at step {step}")
     log(f"model: {M.n_params(cfg) / 1e6:.2f}M trained params, {M.n_params(cfg, False) / 1e6:.2f}M stored; "
-        f"{a.steps} steps of {a.batch}x{a.seq} tokens; stop after {a.max_minutes} min")
+        f"{a.steps} steps of {a.batch}x{a.seq} tokens" + (f"; stop after {a.max_minutes} min" if a.max_minutes else ""))
+    phase = {"from_step": step, "steps": a.steps, "lr": a.lr, "warmup": a.warmup, "p_dialogue": a.p_dialogue,
+             "answer_weight": a.answer_weight, "batch": a.batch, "seq": a.seq, "threads": a.threads}
     t0 = time.time() - elapsed0
     last_ck = time.time()
     moes = net.moe_layers()
     ema = None
     info = {}
     while step < a.steps:
-        if (time.time() - t0) / 60 > a.max_minutes:
+        if a.max_minutes and (time.time() - t0) / 60 > a.max_minutes:
             log(f"time limit: stopping at step {step} of {a.steps}")
             break
         for g in opt.param_groups:
@@ -251,11 +263,13 @@ def main():
         info = {"step": step, "steps_planned": a.steps, "tokens": tokens, "minutes": (time.time() - t0) / 60,
                 "loss_ema": ema, "seed": a.seed, "batch": a.batch, "seq": a.seq, "lr": a.lr,
                 "mtp_weight": a.mtp_weight, "bias_rate": a.bias_rate, "threads": a.threads,
-                "p_dialogue": a.p_dialogue, "answer_weight": a.answer_weight}
+                "p_dialogue": a.p_dialogue, "answer_weight": a.answer_weight,
+                "phases": phases + [dict(phase, to_step=step)]}
         if time.time() - last_ck > a.ckpt_minutes * 60 or step == a.steps:
             torch.save({"model": net.state_dict(), "opt": opt.state_dict(), "step": step, "tokens": tokens,
                         "elapsed": time.time() - t0, "data_rng": data.r.getstate(),
-                        "data_pos": (data.order, data.di, data.pp), "torch_rng": torch.get_rng_state()}, ck + ".tmp")
+                        "data_pos": (data.order, data.di, data.pp), "torch_rng": torch.get_rng_state(),
+                        "phases": info["phases"]}, ck + ".tmp")
             os.replace(ck + ".tmp", ck)
             export(net, tok, a.out, info)
             last_ck = time.time()
