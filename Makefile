@@ -91,14 +91,17 @@ models: $(BUILD)/deepinfer
 # make train-default: rebuilds models/deepinfer-tiny-moe from scratch with seed
 # 1234 (tools/train/): corpus from the Debian text on this machine + generated
 # dialogues, BPE tokenizer, DeepSeek-V3-style MoE training, evaluation and
-# model card, then its test. The full recipe takes at most 2 hours on 2 cores:
-# data ~1 min, training capped by --max-minutes 105 (the schedule is --steps;
-# a run cut by the cap is not bit-reproducible), evaluation ~10 min. Two
-# phases: general (60 % dialogue windows), then a resumed phase at half the
-# peak lr on 85 % dialogue windows with assistant-answer tokens weighted 3x in
-# the loss (tool calls and JSON). OpenBLAS
-# is fetched into build/openblas (no system change) when the system BLAS is
-# the slow reference one.
+# model card, then its test. Two phases: 700 general steps (60 % dialogue
+# windows, peak lr 3e-3), then resumed to step 2100 at half the peak lr on
+# 85 % dialogue windows with assistant-answer tokens weighted 3x in the loss
+# (tool calls and JSON). The lr at each step depends only on the step and the
+# flags. No time cap: the run is defined by its steps, and on one torch and one
+# OpenBLAS thread (two threads ran 7x slower on the shared 2-core machine, and
+# threads change the summation order) it rebuilds the same weights from the same
+# Debian files. About 70-80 min on a loaded 2-core machine (data ~1 min,
+# training ~1 h, evaluation ~10 min); the model card gives the measured time.
+# OpenBLAS is fetched into build/openblas (no system change) when the system
+# BLAS is the slow reference one.
 DEFAULT_MODEL := models/deepinfer-tiny-moe
 TRAIN_ENV := LD_LIBRARY_PATH=$(BUILD)/openblas OPENBLAS_NUM_THREADS=1
 train-default: $(BUILD)/deepinfer

@@ -127,7 +127,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--n", type=int, default=40, help="held-out requests per kind")
     ap.add_argument("--windows", type=int, default=24, help="held-out 512-token windows per set")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--note", default="")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -231,6 +231,13 @@ def main():
     return 0
 
 
+def _phase_line(i, ph):
+    """One training phase of training.json as a card line."""
+    return (f"{i + 1}. steps {ph['from_step']}..{ph['to_step']} of a {ph['steps']}-step schedule: peak lr {ph['lr']}, "
+            f"{ph['p_dialogue'] * 100:.0f} % dialogue windows, assistant-answer tokens weighted "
+            f"{ph['answer_weight']:g}x in the loss")
+
+
 def write_card(model_dir, cfg, res, note):
     tr = res["training"]
     name = os.path.basename(os.path.abspath(model_dir))
@@ -239,6 +246,7 @@ def write_card(model_dir, cfg, res, note):
     loads = "\n".join(f"| {i + cfg['first_k_dense_replace']} | " + " ".join(f"{v:.3f}" for v in l)
                       + f" | {m:.2f} |" for i, (l, m) in enumerate(zip(res["expert_load"], res["expert_load_max_over_mean"])))
     samples = "\n\n".join("```\n" + s + "\n```" for s in res["samples"])
+    phases = "\n".join(_phase_line(i, ph) for i, ph in enumerate(tr.get("phases", [])))
     ts = "\n\n".join("```\n[user] " + s["request"] + "\n[assistant] " + s["answer"] + "\n```" for s in res["tool_samples"][:2])
     card = f"""# {name}
 
@@ -280,16 +288,22 @@ Every 40th prose document and all evaluation dialogues (another seed) are held o
 
 ## Training
 
-`make train-default` (tools/train/): AdamW (betas 0.9/0.95, wd 0.01), lr {tr.get('lr', '?')} with warmup and cosine
-decay, batch {tr.get('batch', '?')} x {tr.get('seq', '?')} tokens, aux-loss-free balancing (bias step {tr.get('bias_rate', '?')}
-per step toward equal expert load), seed {tr.get('seed', '?')}. The full recipe is bounded to under 2 hours on
-2 cores (data ~1 min, training capped by `--max-minutes 105`, evaluation ~5-10 min); it runs torch on
-OpenBLAS (tools/train/openblas.sh unpacks Debian's libopenblas0-pthread into build/openblas, no system change),
-~10x faster than the netlib BLAS Debian's python3-torch otherwise calls.
+`make train-default` (tools/train/train.py, seed {tr.get('seed', '?')}): AdamW (betas 0.9/0.95, wd 0.01), batch
+{tr.get('batch', '?')} x {tr.get('seq', '?')} tokens, main next-token loss + {tr.get('mtp_weight', '?')} x MTP next-next-token loss,
+aux-loss-free balancing (bias step {tr.get('bias_rate', '?')} per step toward equal expert load). The learning rate
+at step s is a function of s and the phase's flags only: linear warmup over {tr.get('phases', [{}])[0].get('warmup', '?')} steps, then cosine from the
+peak down to 0.1 x peak at the phase's `--steps`; a resumed phase continues that curve from the step it resumes at.
+Phases (both on one torch thread and one OpenBLAS thread):
 
-**This checkpoint** comes from a shorter run on a shared, heavily loaded machine:
-{tr.get('step', '?')} of {tr.get('steps_planned', '?')} planned steps, {tr.get('tokens', 0) / 1e6:.2f} M training tokens in
-{tr.get('minutes', 0):.0f} minutes on one core. {note}
+{phases}
+
+The recipe has no time limit: it always runs these steps, and with one thread and everything seeded (corpus
+file picks, dialogue generation, BPE, data order, initialisation) it rebuilds the same weights from the
+same Debian files. It runs torch on OpenBLAS (tools/train/openblas.sh unpacks Debian's libopenblas0-pthread
+into build/openblas, no system change), ~10x faster than the netlib BLAS Debian's python3-torch otherwise calls.
+
+**This checkpoint** is that recipe's output: {tr.get('step', '?')} of {tr.get('steps_planned', '?')} steps,
+{tr.get('tokens', 0) / 1e6:.2f} M training tokens in {tr.get('minutes', 0):.0f} minutes of training on one core. {note}
 
 ## Evaluation (held out, tools/train/evaluate.py, bf16 weights as shipped)
 
