@@ -108,6 +108,14 @@ static int check_batch(model *m, model_batch_seq *batch, int n_batch, di_err *er
     return 0;
 }
 
+/* Layer segment seg of the sequences' cached KV in place (model_seq.kv_wait). */
+static void wait_kv(const model_batch_seq *batch, int n_batch, int seg) {
+    for (int b = 0; b < n_batch; b++) {
+        const model_seq *s = batch[b].seq;
+        if (s->kv_wait) s->kv_wait(s->kv_wait_ctx, seg);
+    }
+}
+
 /* Final norm + lm_head for the rows that want logits or the final hidden;
  * lm_head runs over up to FWD_LOGIT_ROWS rows per call. */
 enum { FWD_LOGIT_ROWS = 64 };
@@ -180,8 +188,9 @@ int model_forward(model *m, model_kv_pool *kv, model_batch_seq *batch, int n_bat
         kern_row_f32(x + (size_t)t * H, &m->w.embed, batch[seq_of[t]].tokens[t - first[seq_of[t]]]);
 
     bool ds = c->arch == ARCH_DEEPSEEK_V2 || c->arch == ARCH_DEEPSEEK_V3;
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = 0, seg = 0; l < c->n_layers; l++) {
         const model_layer *L = &m->w.layers[l];
+        if (!c->layer_swa[l]) wait_kv(batch, n_batch, seg++);
         float *xn = model_scratch(m, FWD_SLOT_XN, (size_t)n * H);
         float *out = model_scratch(m, FWD_SLOT_OUT, (size_t)n * H);
         for (int t = 0; t < n; t++)

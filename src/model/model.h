@@ -80,6 +80,13 @@ typedef struct model_seq {
      * kv_keep_end (a step's new entries there are computed but not stored,
      * so shared cached blocks are never rewritten). Both 0 normally. */
     int swa_floor, kv_keep_end;
+    /* Optional: the cached KV is still arriving (a KV store swap-in). Before
+     * a full-attention layer reads it, the forward calls kv_wait(kv_wait_ctx,
+     * seg), seg being the layer's index among the block's segments
+     * (model_kv_block_layout); the call returns once that layer's entries
+     * are in place. NULL normally (model_seq_init). */
+    void (*kv_wait)(void *ctx, int seg);
+    void *kv_wait_ctx;
 } model_seq;
 
 void model_seq_init(model *m, model_seq *s);
