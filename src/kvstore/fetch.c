@@ -6,9 +6,14 @@
  *
  * The job queue, the per-block states and the counters live under the
  * store's mutex; the reads themselves run unlocked straight into staging
- * buffers taken from the store's pool (already faulted in, reused). A freed
- * fetch is cancelled: its queued blocks settle as misses without I/O, and
- * kvs_fetch_free waits for reads in progress. */
+ * buffers taken from the store's pool (already faulted in, reused).
+ *
+ * Cancellation never waits for I/O (a request cancelled while its blocks
+ * are read from a slow mount must not stall the engine): kvs_fetch_cancel
+ * takes the fetch's jobs out of the queue and settles them as misses at
+ * once, and wakes its waiters; a fetch freed while some of its reads are
+ * still in progress is orphaned, and the fetch thread that settles its last
+ * read frees it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,8 +26,9 @@ struct kvs_fetch {
     int32_t *tokens;    /* n * 128, or NULL */
     void **buf;         /* n staging buffers from the store's pool */
     signed char *state; /* 0 pending, 1 intact, -1 miss */
-    int pending;
+    int pending;        /* blocks not settled yet */
     bool cancelled;
+    bool orphan; /* freed by its owner: the last read in progress frees it */
     pthread_cond_t cond;
 };
 
@@ -62,10 +68,33 @@ kvs_fetch *kvs_fetch_start(kvs *s, const uint64_t *keys, const int32_t *tokens, 
     return f;
 }
 
-static void settle(kvs_fetch *f, int i, int state) {
+/* Frees f; s->mu held (its staging buffers go back to the store's pool). */
+static void fetch_destroy_locked(kvs_fetch *f) {
+    kvs *s = f->s;
+    for (int i = 0; i < f->n; i++) {
+        if (s->n_bufs < s->o.host_blocks)
+            s->bufs[s->n_bufs++] = f->buf[i];
+        else
+            free(f->buf[i]);
+    }
+    pthread_cond_destroy(&f->cond);
+    free(f->keys);
+    free(f->tokens);
+    free(f->buf);
+    free(f->state);
+    free(f);
+}
+
+/* s->mu held. Returns true when f was an orphan and is now freed. */
+static bool settle(kvs_fetch *f, int i, int state) {
     f->state[i] = (signed char)state;
     f->pending--;
+    if (f->orphan && !f->pending) {
+        fetch_destroy_locked(f);
+        return true;
+    }
     pthread_cond_broadcast(&f->cond);
+    return false;
 }
 
 void *kvs_fetch_main(void *arg) {
@@ -84,6 +113,7 @@ void *kvs_fetch_main(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
         double t0 = di_now();
+        if (s->o.read_hook) s->o.read_hook(s->o.read_hook_ctx, f->keys[j.i]);
         int cls = KVS_CLASS_UNKNOWN;
         kvs_read_status rs =
             kvs_file_read(s->root, &s->lay, f->keys[j.i],
@@ -110,7 +140,7 @@ int kvs_fetch_poll(kvs_fetch *f, int i, const void **payload) {
 int kvs_fetch_wait(kvs_fetch *f, int i, const void **payload) {
     if (i < 0 || i >= f->n) return -1;
     pthread_mutex_lock(&f->s->mu);
-    while (!f->state[i]) pthread_cond_wait(&f->cond, &f->s->mu);
+    while (!f->state[i] && !f->cancelled) pthread_cond_wait(&f->cond, &f->s->mu);
     int st = f->state[i];
     pthread_mutex_unlock(&f->s->mu);
     if (st > 0 && payload) *payload = (const char *)f->buf[i] + KVS_PAYLOAD_OFF;
@@ -119,26 +149,47 @@ int kvs_fetch_wait(kvs_fetch *f, int i, const void **payload) {
 
 int kvs_fetch_wait_all(kvs_fetch *f) {
     pthread_mutex_lock(&f->s->mu);
-    while (f->pending) pthread_cond_wait(&f->cond, &f->s->mu);
+    while (f->pending && !f->cancelled) pthread_cond_wait(&f->cond, &f->s->mu);
     int ok = 0;
     while (ok < f->n && f->state[ok] > 0) ok++;
     pthread_mutex_unlock(&f->s->mu);
     return ok;
 }
 
-void kvs_fetch_free(kvs_fetch *f) {
+/* s->mu held. */
+static void cancel_locked(kvs_fetch *f) {
+    kvs *s = f->s;
+    if (f->cancelled) return;
+    f->cancelled = true;
+    int kept = 0;
+    for (int k = 0; k < s->fq_n; k++) {
+        kvs_fjob j = s->fq[(s->fq_head + k) % s->fq_cap];
+        if (j.f == f)
+            settle(f, j.i, -1); /* not an orphan yet: never frees here */
+        else
+            s->fq[(s->fq_head + kept++) % s->fq_cap] = j;
+    }
+    s->fq_n = kept;
+    pthread_cond_broadcast(&f->cond);
+}
+
+void kvs_fetch_cancel(kvs_fetch *f) {
     if (!f) return;
     pthread_mutex_lock(&f->s->mu);
-    f->cancelled = true;
-    while (f->pending) pthread_cond_wait(&f->cond, &f->s->mu);
+    cancel_locked(f);
     pthread_mutex_unlock(&f->s->mu);
-    pthread_cond_destroy(&f->cond);
-    free(f->keys);
-    free(f->tokens);
-    for (int i = 0; i < f->n; i++) kvs_buf_put(f->s, f->buf[i]);
-    free(f->buf);
-    free(f->state);
-    free(f);
+}
+
+void kvs_fetch_free(kvs_fetch *f) {
+    if (!f) return;
+    kvs *s = f->s;
+    pthread_mutex_lock(&s->mu);
+    cancel_locked(f);
+    if (f->pending)
+        f->orphan = true; /* reads in progress: the last one frees it */
+    else
+        fetch_destroy_locked(f);
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* swapin.c reads a fetch's geometry through these. */

@@ -21,6 +21,9 @@
  *   kvs_swapin_finish(w);
  *   kvs_swapin_free(w); kvs_fetch_free(f);
  *
+ * Cancelling a hit in progress (the request went away) never waits for I/O:
+ *   kvs_fetch_cancel(f); kvs_swapin_free(w); kvs_fetch_free(f);
+ *
  * A block is a miss, never wrong data, when its file is missing, truncated,
  * corrupt (XXH3 checksum), of another layout version or model fingerprint,
  * or holds other tokens than asked (64-bit key collision). A miss at block i
@@ -67,6 +70,11 @@ typedef struct kvs_opts {
                          synced, where the filesystem supports it) */
     int host_blocks;  /* host staging buffers (one block file each), faulted in at open and
                          reused by fetches and puts; more are allocated on demand (0: 16) */
+    /* Tests and fault injection: called by a fetch thread before it reads a
+     * block (a slow or stalled storage mount is a hook that sleeps or
+     * blocks). The time spent in it counts as read latency. NULL: none. */
+    void (*read_hook)(void *ctx, uint64_t key);
+    void *read_hook_ctx;
 } kvs_opts;
 
 /* What a block holds: block_bytes of payload, laid out as n_layers segments
@@ -132,11 +140,17 @@ kvs_fetch *kvs_fetch_start(kvs *s, const uint64_t *keys, const int32_t *tokens, 
 /* 1 arrived intact (*payload set, valid until kvs_fetch_free), 0 still
  * pending, -1 miss. */
 int kvs_fetch_poll(kvs_fetch *f, int i, const void **payload);
-/* Blocks until block i is settled; 0 ok (*payload set), -1 miss. */
+/* Blocks until block i is settled (or the fetch is cancelled); 0 ok
+ * (*payload set), -1 miss. */
 int kvs_fetch_wait(kvs_fetch *f, int i, const void **payload);
 /* Blocks until all are settled; the number of leading blocks that arrived. */
 int kvs_fetch_wait_all(kvs_fetch *f);
-/* Cancels what is still queued and frees (waits for reads in progress). */
+/* Cancels without waiting for I/O: blocks still queued settle as misses at
+ * once and every waiter wakes (a block whose read is in progress reads as a
+ * miss to kvs_fetch_wait from now on). */
+void kvs_fetch_cancel(kvs_fetch *f);
+/* Cancels and frees; never waits for reads in progress (the fetch thread
+ * doing the last of them frees what is left). */
 void kvs_fetch_free(kvs_fetch *f);
 
 /* --- swap-in: fetched blocks into the engine's pool, layer by layer ------- */
@@ -154,6 +168,8 @@ bool kvs_swapin_layer_ready(kvs_swapin *w, int l);
 int kvs_swapin_wait_layer(kvs_swapin *w, int l);
 /* Waits for every layer; the number of leading blocks swapped in. */
 int kvs_swapin_finish(kvs_swapin *w);
+/* Stops the copy after the layer in progress (unless finished) and frees.
+ * With its fetch cancelled first (kvs_fetch_cancel), never waits for I/O. */
 void kvs_swapin_free(kvs_swapin *w);
 
 /* --- helpers shared with the simulator and the tools ---------------------- */

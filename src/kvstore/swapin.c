@@ -20,7 +20,7 @@ struct kvs_swapin {
     int n, n_ok;
     void **dst;
     int layers_done;
-    bool joined;
+    bool joined, stop;
     pthread_mutex_t mu;
     pthread_cond_t cond;
     pthread_t th;
@@ -43,8 +43,10 @@ static void *swapin_main(void *arg) {
         pthread_mutex_lock(&w->mu);
         w->n_ok = n_ok;
         w->layers_done = l + 1;
+        bool stop = w->stop;
         pthread_cond_broadcast(&w->cond);
         pthread_mutex_unlock(&w->mu);
+        if (stop) break;
     }
     free(src);
     return NULL;
@@ -89,6 +91,9 @@ int kvs_swapin_finish(kvs_swapin *w) {
 
 void kvs_swapin_free(kvs_swapin *w) {
     if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_mutex_unlock(&w->mu);
     kvs_swapin_finish(w);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cond);
