@@ -37,9 +37,14 @@
  *
  * KV store: after a step's commit, the blocks it newly hashed (full blocks,
  * prompt or output) are queued for the store under the request's traffic
- * class (kvs_persist_new copies them; the writer threads do the I/O). */
+ * class (kvs_persist_new copies them; the writer threads do the I/O). A
+ * sequence admitted with a store hit (seq.store_load, fetched while others
+ * ran) has its later layers swapped in during its first pass: the forward
+ * waits for each layer through mseq.kv_wait, and the pass's end registers
+ * the loaded blocks in the prefix cache (kvs_load_finish). */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine_internal.h"
 
@@ -342,6 +347,11 @@ static void step_done(engine *e, const sched_plan *p, bool ok) {
     for (int i = 0; i < p->n_items && ok; i++) {
         seq *q = p->items[i].s;
         if (q->draining) continue;
+        if (q->store_load) { /* its store blocks are all in: into the prefix cache */
+            kvs_load_finish(q->store_load, e->bm, &q->table, q->tokens);
+            q->store_load = NULL;
+            q->mseq.kv_wait = NULL;
+        }
         q->n_computed += p->items[i].n_tokens;
         int hashed = q->table.n_hashed;
         bm_commit(e->bm, &q->table, q->tokens, q->n_computed);
@@ -421,6 +431,10 @@ static int prepare(engine *e, const sched_plan *p, di_err *err) {
         q->mseq.blocks = q->table.blocks;
         q->mseq.n_blocks = q->table.n;
         q->mseq.cap_blocks = q->table.cap;
+        if (q->store_load) { /* layers past 0 may still be swapping in */
+            q->mseq.kv_wait = kvs_load_wait_layer;
+            q->mseq.kv_wait_ctx = q->store_load;
+        }
         if (e->swa && q->mseq.n_past != q->n_computed)
             swa_rebuild(e, q, &n_replay); /* a prefix hit: rings empty */
         else
@@ -438,12 +452,27 @@ static int prepare(engine *e, const sched_plan *p, di_err *err) {
     return n;
 }
 
+/* Nothing to run but store fetches in progress: a short wait (a new request
+ * or a cancel ends it) instead of spinning on the scheduler. */
+static void wait_for_fetches(engine *e) {
+    pthread_mutex_lock(&e->mu);
+    if (!e->inbox && !e->n_cancels && !e->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 1000000;
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&e->work, &e->mu, &ts);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
 int engine_step(engine *e, di_err *err) {
     if (wait_pass(e, err)) return -1;
     if (e->active) {
         const sched_plan *p = sched_schedule(e->sched);
         int n = prepare(e, p, err);
         if (n < 0) return -1;
+        if (n == 0 && sched_n_fetching(e->sched) > 0 && !e->n_pend) wait_for_fetches(e);
         if (n > 0) {
             /* Until the pass ends, the batch's sequences (tokens, tables,
              * rings) belong to the compute thread. */

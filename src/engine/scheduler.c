@@ -17,6 +17,7 @@ struct sched {
     bm *b;
     sched_opts o;
     seq_list waiting, running;
+    seq_list fetching; /* admitted with a store hit still being read */
     sched_plan plan;
     int cap_items, cap_pre, cap_fail;
     long long store_hit_tokens;
@@ -59,6 +60,7 @@ long long sched_store_hit_tokens(const sched *s) {
 
 void sched_free(sched *s) {
     if (!s) return;
+    free(s->fetching.v);
     free(s->waiting.v);
     free(s->running.v);
     free(s->plan.items);
@@ -82,14 +84,64 @@ void sched_add_running(sched *s, seq *q) {
     list_insert(&s->running, q);
 }
 
+/* --- KV store hits in progress (kvs_engine.h) ------------------------------ */
+/* Stops q's store load (never waits for I/O); its blocks are the caller's
+ * to release. */
+static void drop_load(seq *q) {
+    kvs_load_free(q->store_load);
+    q->store_load = NULL;
+}
+
+/* Admission of q (empty table): the in-memory prefix and the store's match.
+ * Returns false when q went aside to fetch its store blocks. */
+static bool attach_prefix(sched *s, seq *q) {
+    kvs_load *ld = NULL;
+    q->n_computed =
+        s->o.store ? kvs_admit(s->o.store, s->b, &q->table, q->tokens, q->n_tokens, q->n_tokens - 1,
+                               &s->o.store_io, &ld)
+                   : bm_attach_prefix(s->b, &q->table, q->tokens, q->n_tokens, q->n_tokens - 1);
+    if (!q->admitted) q->n_cached = q->n_computed < q->n_prompt ? q->n_computed : q->n_prompt;
+    if (!ld) return true;
+    q->store_load = ld;
+    list_remove(&s->waiting, q);
+    q->state = SEQ_FETCHING;
+    list_insert(&s->fetching, q);
+    return false;
+}
+
+/* Sequences whose store blocks are in (layer 0 swapped in; later layers
+ * follow during their first pass) go back to the waiting queue, where they
+ * keep their place, with their prefix counted as computed. */
+static void poll_fetching(sched *s) {
+    for (int i = 0; i < s->fetching.n;) {
+        seq *q = s->fetching.v[i];
+        int tok;
+        if (!kvs_load_ready(q->store_load, &tok)) {
+            i++;
+            continue;
+        }
+        if (tok == 0) drop_load(q); /* nothing usable: the pass fills the blocks */
+        q->n_computed += tok;
+        s->store_hit_tokens += tok;
+        if (!q->admitted) q->n_cached = q->n_computed < q->n_prompt ? q->n_computed : q->n_prompt;
+        list_remove(&s->fetching, q);
+        sched_add_waiting(s, q);
+    }
+}
+
 void sched_remove(sched *s, seq *q) {
-    if (!list_remove(&s->running, q)) list_remove(&s->waiting, q);
+    if (!list_remove(&s->running, q) && !list_remove(&s->waiting, q)) list_remove(&s->fetching, q);
+    if (q->store_load) drop_load(q);
     bm_release(s->b, &q->table);
     q->state = SEQ_FINISHED;
 }
 
 int sched_n_waiting(const sched *s) {
-    return s->waiting.n;
+    return s->waiting.n + s->fetching.n;
+}
+
+int sched_n_fetching(const sched *s) {
+    return s->fetching.n;
 }
 int sched_n_running(const sched *s) {
     return s->running.n;
@@ -118,6 +170,7 @@ static void plan_reserve(sched *s) {
 
 static void preempt(sched *s, seq *q) {
     list_remove(&s->running, q);
+    if (q->store_load) drop_load(q);
     bm_release(s->b, &q->table);
     q->n_computed = 0;
     q->n_preempt++;
@@ -178,6 +231,7 @@ static void preempt_for_priority(sched *s) {
 
 const sched_plan *sched_schedule(sched *s) {
     plan_reserve(s);
+    poll_fetching(s);
     preempt_for_priority(s);
     int budget = s->o.token_budget;
     bool short_of_blocks = false;
@@ -215,19 +269,10 @@ const sched_plan *sched_schedule(sched *s) {
     /* 2. Admissions, unless this step had to preempt. */
     while (!short_of_blocks && budget > 0 && s->waiting.n > 0 && s->running.n < s->o.max_running) {
         seq *q = s->waiting.v[0];
-        if (q->table.n == 0) {
-            int from_store = 0;
-            q->n_computed =
-                s->o.store
-                    ? kvs_attach_prefix(s->o.store, s->b, &q->table, q->tokens, q->n_tokens,
-                                        q->n_tokens - 1, &s->o.store_io, &from_store)
-                    : bm_attach_prefix(s->b, &q->table, q->tokens, q->n_tokens, q->n_tokens - 1);
-            s->store_hit_tokens += from_store;
-            if (!q->admitted)
-                q->n_cached = q->n_computed < q->n_prompt ? q->n_computed : q->n_prompt;
-        }
+        if (q->table.n == 0 && !attach_prefix(s, q)) continue; /* fetching aside */
         int n = chunk_len(s, q, budget);
         if (bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) != 0) {
+            if (q->store_load) drop_load(q);
             bm_release(s->b, &q->table);
             q->n_computed = 0;
             if (s->running.n == 0 && s->plan.n_items == 0) { /* the whole pool is too small */

@@ -7,9 +7,14 @@
  *      of what the budget has left — so prefill never starves decodes;
  *   2. then waiting sequences are admitted FCFS within priority classes while
  *      budget and the running bound allow; admission first attaches the
- *      longest cached prefix, so only the missing tokens are computed (with
- *      a persistent KV store, the in-memory prefix extended by the store's
- *      blocks, swapped into the pool before the plan is returned).
+ *      longest cached prefix, so only the missing tokens are computed. With
+ *      a persistent KV store, the in-memory prefix is extended by the
+ *      store's blocks: admission only matches them (metadata) and starts
+ *      their fetch; the sequence waits aside ("fetching", holding the pool
+ *      blocks reserved for them) while the scheduler keeps planning the
+ *      others, and rejoins the waiting queue, at its place, once its blocks
+ *      are read and layer 0 is in the pool. Its first pass waits for each
+ *      later layer as it needs it (seq.store_load, model_seq.kv_wait).
  * When blocks run out, the running sequence that comes last in that order is
  * preempted by recomputation: its blocks are released and it goes back to
  * the waiting queue with its generated tokens kept, to be prefilled again.
@@ -37,8 +42,8 @@ typedef struct sched_opts {
      * sequence stands exactly at a block boundary, for the prefix cache). */
     bool block_chunks;
     /* Persistent KV store, or NULL: admission attaches the in-memory prefix
-     * extended by the store's blocks (kvs_attach_prefix), read into the pool
-     * through store_io. */
+     * extended by the store's blocks (kvs_admit), read into the pool through
+     * store_io. */
     kvs *store;
     kvs_pool_io store_io;
 } sched_opts;
@@ -72,7 +77,10 @@ void sched_add_waiting(sched *s, seq *q);
 void sched_add_running(sched *s, seq *q);
 /* Takes a sequence out of whichever queue holds it and releases its blocks. */
 void sched_remove(sched *s, seq *q);
+/* Waiting sequences, those fetching their store blocks included. */
 int sched_n_waiting(const sched *s);
+/* Sequences admitted with a store hit whose blocks are still being read. */
+int sched_n_fetching(const sched *s);
 int sched_n_running(const sched *s);
 /* Prompt tokens attached from the store so far. */
 long long sched_store_hit_tokens(const sched *s);

@@ -17,7 +17,9 @@
 #include "engine/stop.h"
 #include "model/model.h"
 
-typedef enum { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_FINISHED } seq_state;
+/* FETCHING: admitted with a KV store hit whose blocks are still being read
+ * (kvs_engine.h); it waits aside while other sequences run. */
+typedef enum { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_FINISHED, SEQ_FETCHING } seq_state;
 
 typedef struct seq {
     uint64_t id;      /* unique within the engine; FCFS tie-break */
@@ -35,6 +37,9 @@ typedef struct seq {
 
     bm_table table;
     model_seq mseq; /* the model's view: blocks point into table */
+    /* KV store hit in progress (kvs_engine.h), or NULL: from admission until
+     * the end of the first pass that uses it (or the sequence's removal). */
+    struct kvs_load *store_load;
 
     /* Engine-side state (engine.c). */
     void *owner; /* the request */
