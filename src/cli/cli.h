@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "kvstore/kvstore.h"
 #include "model/model.h"
 
 int cmd_generate(int argc, char **argv);
@@ -28,6 +29,11 @@ int cmd_kvbench(int argc, char **argv);
 int cli_parse_dtype(const char *s, model_opts *o);
 /* Loads a model with a one-line error on stderr; NULL on failure. */
 model *cli_load_model(const char *dir, const char *dtype, int threads);
+/* The KV store options serve and generate share (--kv-store-capacity,
+ * --kv-ttl-chat / --kv-ttl-agent in hours, < 0 unset, 0 forever) into ko;
+ * a one-line error naming cmd on stderr and -1 when capacity is no size. */
+int cli_kv_store_opts(const char *cmd, const char *capacity, float ttl_chat_h, float ttl_agent_h,
+                      kvs_opts *ko);
 /* Resident set size of this process in bytes (0 if unknown). */
 size_t cli_rss_bytes(void);
 

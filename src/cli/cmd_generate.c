@@ -1,17 +1,80 @@
 /* cmd_generate.c — `deepinfer generate`: encode a prompt, prefill it in
  * chunks, then decode token by token, streaming complete UTF-8 text to stdout
  * as it is produced; prefill and decode speeds go to stderr. The prompt is
- * user text: control tokens it spells stay text (tok_encode_text). */
+ * user text: control tokens it spells stay text (tok_encode_text).
+ *
+ * --kv-store DIR (with serve's store options): the prompt's whole blocks
+ * already in the store are fetched and swapped into the KV pool layer by
+ * layer while the prefill of the rest runs (model_seq.kv_wait), sliding-
+ * window rings are rebuilt by exact replay, and the prompt's new full blocks
+ * are written to the store (chat class); stderr says how many prompt tokens
+ * came from the store and how many were computed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "engine/block_manager.h"
+#include "engine/engine.h"
 #include "engine/sampler.h"
 #include "recipe/tokenizer.h"
 
 #define PREFILL_CHUNK 512
+
+/* A prompt's store hit in progress: its fetch and layer-by-layer swap-in. */
+typedef struct store_hit {
+    kvs_fetch *f;
+    kvs_swapin *w;
+    uint64_t *keys; /* chain keys of the prompt's full blocks */
+    int n_keys, tokens, replay;
+} store_hit;
+
+static void wait_layer(void *w, int seg) {
+    kvs_swapin_wait_layer(w, seg);
+}
+
+/* Matches the prompt's whole blocks (all but its last token) in the store
+ * and starts their fetch and swap-in into seq's blocks; returns the position
+ * the prefill starts from (a replay of the sliding-window rings before the
+ * hit, exact: window x SWA layers). */
+static int store_attach(kvs *st, model *m, model_kv_pool *kv, model_seq *seq, const int *ids, int n,
+                        store_hit *h) {
+    h->keys = di_malloc(sizeof *h->keys * (size_t)(n / BM_BLOCK + 1));
+    h->n_keys = bm_chain_keys(ids, n, h->keys);
+    int hit = kvs_match(st, h->keys, (n - 1) / BM_BLOCK, n);
+    if (hit == 0) return 0;
+    void **dst = di_malloc(sizeof *dst * (size_t)hit);
+    for (int i = 0; i < hit; i++) dst[i] = model_kv_block_data(kv, seq->blocks[i]);
+    h->f = kvs_fetch_start(st, h->keys, ids, hit);
+    h->w = kvs_swapin_start(h->f, hit, dst);
+    free(dst);
+    h->tokens = kvs_swapin_wait_layer(h->w, 0) * BM_BLOCK; /* fetched: the usable prefix */
+    seq->kv_wait = wait_layer;
+    seq->kv_wait_ctx = h->w;
+    const model_info *info = model_get_info(m);
+    int R = info->n_swa_layers ? info->sliding_window * info->n_swa_layers : 0;
+    if (R > h->tokens) R = h->tokens;
+    h->replay = R;
+    seq->n_past = seq->swa_floor = h->tokens - R;
+    seq->kv_keep_end = h->tokens;
+    return h->tokens - R;
+}
+
+/* After the prefill: the swap-in is complete; the prompt's other full blocks
+ * go to the store. */
+static void store_finish(kvs *st, model_kv_pool *kv, model_seq *seq, const int *ids, store_hit *h) {
+    if (h->w) {
+        kvs_swapin_finish(h->w);
+        kvs_swapin_free(h->w);
+        kvs_fetch_free(h->f);
+    }
+    seq->kv_wait = NULL;
+    for (int i = h->tokens / BM_BLOCK; i < h->n_keys; i++)
+        kvs_put(st, h->keys[i], i ? h->keys[i - 1] : 0, ids + (size_t)i * BM_BLOCK,
+                model_kv_block_data(kv, seq->blocks[i]), KVS_CLASS_CHAT);
+    free(h->keys);
+}
 
 static bool is_eos(const model_info *info, const tokenizer *tok, int id) {
     for (int i = 0; i < info->n_eos; i++)
@@ -24,6 +87,8 @@ int cmd_generate(int argc, char **argv) {
     int max_tokens = 128, threads = 0, top_k = 0, ignore_eos = 0, no_bos = 0;
     float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f;
     uint64_t seed = 0;
+    const char *kv_store = NULL, *kv_capacity = NULL;
+    float ttl_chat_h = -1, ttl_agent_h = -1;
     const cli_opt opts[] = {
         {"--model", OPT_STR, &dir, "checkpoint directory (Hugging Face layout)"},
         {"--prompt", OPT_STR, &prompt, "prompt text"},
@@ -37,6 +102,13 @@ int cmd_generate(int argc, char **argv) {
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
         {"--ignore-eos", OPT_FLAG, &ignore_eos, "keep going past end-of-sequence"},
         {"--no-bos", OPT_FLAG, &no_bos, "do not start with the BOS token"},
+        {"--kv-store", OPT_STR, &kv_store, "persistent KV block store directory (default: none)"},
+        {"--kv-store-capacity", OPT_STR, &kv_capacity,
+         "store size bound: bytes, or with a K/M/G/T suffix (default unbounded)"},
+        {"--kv-ttl-chat", OPT_FLOAT, &ttl_chat_h,
+         "hours a chat block is kept since last use (default 168; 0 = forever)"},
+        {"--kv-ttl-agent", OPT_FLOAT, &ttl_agent_h,
+         "hours an agent block is kept since last use (default 72; 0 = forever)"},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     const char *syn = "deepinfer generate --model DIR --prompt TEXT [options]";
@@ -52,6 +124,9 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
 
+    kvs_opts ko;
+    if (cli_kv_store_opts("generate", kv_capacity, ttl_chat_h, ttl_agent_h, &ko)) return 2;
+
     di_err err = {{0}};
     tokenizer *tok = tok_load(dir, &err);
     if (!tok) {
@@ -64,6 +139,13 @@ int cmd_generate(int argc, char **argv) {
         return 1;
     }
     const model_info *info = model_get_info(m);
+    kvs *store = NULL;
+    if (kv_store && !(store = engine_kv_store_open(m, dir, dtype, kv_store, &ko, &err))) {
+        fprintf(stderr, "deepinfer generate: --kv-store: %s\n", err.msg);
+        model_free(m);
+        tok_free(tok);
+        return 1;
+    }
 
     tok_ids ids = {0};
     int bos = no_bos ? -1 : tok_bos_id(tok);
@@ -83,12 +165,25 @@ int cmd_generate(int argc, char **argv) {
 
     float *logits = malloc(sizeof(float) * (size_t)info->vocab_size);
     double t0 = di_now();
-    for (size_t at = 0; !rc && at < ids.n; at += PREFILL_CHUNK) {
+    store_hit hit = {0};
+    size_t start =
+        store && !rc ? (size_t)store_attach(store, m, kv, &seq, ids.v, (int)ids.n, &hit) : 0;
+    for (size_t at = start; !rc && at < ids.n; at += PREFILL_CHUNK) {
         int n = ids.n - at < PREFILL_CHUNK ? (int)(ids.n - at) : PREFILL_CHUNK;
         model_batch_seq b = {.seq = &seq, .tokens = ids.v + at, .n_tokens = n, .logits = logits};
         rc = model_forward(m, kv, &b, 1, &err);
     }
     double t_prefill = di_now() - t0;
+    if (store && !rc) {
+        store_finish(store, kv, &seq, ids.v, &hit);
+        fprintf(stderr,
+                "kv store: %zu prompt tokens: %d from the store (cached), %zu computed (+%d "
+                "replayed for sliding-window layers)\n",
+                ids.n, hit.tokens, ids.n - (size_t)hit.tokens, hit.replay);
+    } else if (store) {
+        store_finish(store, kv, &seq, ids.v,
+                     &(store_hit){.f = hit.f, .w = hit.w, .keys = hit.keys});
+    }
 
     sampler smp;
     sampler_init(&smp, &(sampler_params){temperature, top_k, top_p, min_p, seed}, info->vocab_size);
@@ -128,6 +223,7 @@ int cmd_generate(int argc, char **argv) {
     model_seq_free(m, kv, &seq);
     if (kv) model_kv_pool_free(kv);
     tok_ids_free(&ids);
+    if (store) kvs_close(store); /* writes what is queued */
     model_free(m);
     tok_free(tok);
     return rc ? 1 : 0;

@@ -119,20 +119,11 @@ int cmd_serve(int argc, char **argv) {
         tok_free(tok);
         return 2;
     }
-    kvs_opts ko = {0};
-    if (kv_capacity) {
-        bool ok;
-        ko.capacity_bytes = kvs_parse_size(kv_capacity, &ok);
-        if (!ok || !ko.capacity_bytes) {
-            fprintf(stderr, "deepinfer serve: --kv-store-capacity '%s' is not a size\n",
-                    kv_capacity);
-            tok_free(tok);
-            return 2;
-        }
+    kvs_opts ko;
+    if (cli_kv_store_opts("serve", kv_capacity, ttl_chat_h, ttl_agent_h, &ko)) {
+        tok_free(tok);
+        return 2;
     }
-    float ttl_h[KVS_N_CLASS] = {ttl_chat_h, ttl_agent_h};
-    for (int c = 0; c < KVS_N_CLASS; c++) /* unset: the store's default; 0: no expiry */
-        ko.ttl_s[c] = ttl_h[c] < 0 ? 0 : ttl_h[c] == 0 ? -1 : ttl_h[c] * 3600.0;
     model *m = cli_load_model(dir, dtype, threads);
     if (!m) {
         tok_free(tok);

@@ -1,5 +1,6 @@
 /* common.c — what the model-running subcommands share: dtype parsing, model
- * loading with a one-line error, and resident-memory readout. */
+ * loading with a one-line error, KV store options, and resident-memory
+ * readout. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,24 @@ model *cli_load_model(const char *dir, const char *dtype, int threads) {
     model *m = model_load(dir, &o, &err);
     if (!m) fprintf(stderr, "deepinfer: %s\n", err.msg);
     return m;
+}
+
+int cli_kv_store_opts(const char *cmd, const char *capacity, float ttl_chat_h, float ttl_agent_h,
+                      kvs_opts *ko) {
+    *ko = (kvs_opts){0};
+    if (capacity) {
+        bool ok;
+        ko->capacity_bytes = kvs_parse_size(capacity, &ok);
+        if (!ok || !ko->capacity_bytes) {
+            fprintf(stderr, "deepinfer %s: --kv-store-capacity '%s' is not a size\n", cmd,
+                    capacity);
+            return -1;
+        }
+    }
+    float ttl_h[KVS_N_CLASS] = {ttl_chat_h, ttl_agent_h};
+    for (int c = 0; c < KVS_N_CLASS; c++) /* unset: the store's default; 0: no expiry */
+        ko->ttl_s[c] = ttl_h[c] < 0 ? 0 : ttl_h[c] == 0 ? -1 : ttl_h[c] * 3600.0;
+    return 0;
 }
 
 size_t cli_rss_bytes(void) {
