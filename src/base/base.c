@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static int log_level = DI_LOG_WARN;
@@ -61,6 +62,31 @@ void *di_alloc_aligned(size_t n) {
 
 void di_free_aligned(void *p) {
     free(p);
+}
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+void *di_huge_alloc(size_t n) {
+    size_t sz = (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    if (!sz) sz = HUGE_PAGE;
+    /* Over-map by one huge page and trim, so the start is 2 MiB aligned. */
+    uint8_t *raw =
+        mmap(NULL, sz + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) oom(n);
+    uint8_t *p = (uint8_t *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (p > raw) munmap(raw, (size_t)(p - raw));
+    size_t tail = (size_t)(raw + sz + HUGE_PAGE - (p + sz));
+    if (tail) munmap(p + sz, tail);
+#ifdef MADV_HUGEPAGE
+    madvise(p, sz, MADV_HUGEPAGE); /* advice only: 4 KiB pages still work */
+#endif
+    return p;
+}
+
+void di_huge_free(void *p, size_t n) {
+    if (!p) return;
+    size_t sz = (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    munmap(p, sz ? sz : HUGE_PAGE);
 }
 
 void di_log_set_level(int level) {

@@ -134,25 +134,25 @@ static int ds_load_attn(model *m, model_layer *L, ds_names *nm, di_err *err) {
     int hid = c->hidden_size, H = c->n_heads;
     int qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
     if (c->q_lora_rank > 0) {
-        if (model_get_mat(ld, ds_name(nm, "self_attn.q_a_proj.weight", 0), c->q_lora_rank, hid,
-                          false, &L->q_a, err) ||
+        if (model_get_mat(ld, ds_name(nm, "self_attn.q_a_proj.weight", 0), c->q_lora_rank, hid, 0,
+                          &L->q_a, err) ||
             model_get_vec(ld, ds_name(nm, "self_attn.q_a_layernorm.weight", 0), c->q_lora_rank,
                           &L->q_a_norm, err) ||
             model_get_mat(ld, ds_name(nm, "self_attn.q_b_proj.weight", 0), H * qk, c->q_lora_rank,
-                          false, &L->q_b, err))
+                          0, &L->q_b, err))
             return -1;
-    } else if (model_get_mat(ld, ds_name(nm, "self_attn.q_proj.weight", 0), H * qk, hid, false,
+    } else if (model_get_mat(ld, ds_name(nm, "self_attn.q_proj.weight", 0), H * qk, hid, 0,
                              &L->q_proj, err)) {
         return -1;
     }
     if (model_get_mat(ld, ds_name(nm, "self_attn.kv_a_proj_with_mqa.weight", 0),
-                      c->kv_lora_rank + c->qk_rope_head_dim, hid, false, &L->kv_a, err) ||
+                      c->kv_lora_rank + c->qk_rope_head_dim, hid, 0, &L->kv_a, err) ||
         model_get_vec(ld, ds_name(nm, "self_attn.kv_a_layernorm.weight", 0), c->kv_lora_rank,
                       &L->kv_a_norm, err) ||
         model_get_mat(ld, ds_name(nm, "self_attn.kv_b_proj.weight", 0),
-                      H * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank, false, &L->kv_b,
+                      H * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank, 0, &L->kv_b,
                       err) ||
-        model_get_mat(ld, ds_name(nm, "self_attn.o_proj.weight", 0), hid, H * c->v_head_dim, false,
+        model_get_mat(ld, ds_name(nm, "self_attn.o_proj.weight", 0), hid, H * c->v_head_dim, 0,
                       &L->o_proj, err))
         return -1;
     return ds_absorb(m, L, err);
@@ -164,11 +164,11 @@ static int ds_load_mlp(model *m, model_layer *L, ds_names *nm, di_err *err) {
     int hid = c->hidden_size;
     if (!L->moe) {
         int I = c->intermediate_size;
-        return model_get_mat(ld, ds_name(nm, "mlp.gate_proj.weight", 0), I, hid, false, &L->gate,
+        return model_get_mat(ld, ds_name(nm, "mlp.gate_proj.weight", 0), I, hid, 0, &L->gate,
                              err) ||
-                       model_get_mat(ld, ds_name(nm, "mlp.up_proj.weight", 0), I, hid, false,
-                                     &L->up, err) ||
-                       model_get_mat(ld, ds_name(nm, "mlp.down_proj.weight", 0), hid, I, false,
+                       model_get_mat(ld, ds_name(nm, "mlp.up_proj.weight", 0), I, hid, 0, &L->up,
+                                     err) ||
+                       model_get_mat(ld, ds_name(nm, "mlp.down_proj.weight", 0), hid, I, 0,
                                      &L->down, err)
                    ? -1
                    : 0;
@@ -180,7 +180,8 @@ static int ds_load_mlp(model *m, model_layer *L, ds_names *nm, di_err *err) {
                        "config.json: topk_group %d of n_group %d keeps fewer experts than "
                        "num_experts_per_tok %d",
                        c->topk_group, c->n_group, c->num_experts_per_tok);
-    if (model_get_mat(ld, ds_name(nm, "mlp.gate.weight", 0), E, hid, true, &L->router, err))
+    if (model_get_mat(ld, ds_name(nm, "mlp.gate.weight", 0), E, hid, MODEL_MAT_F32, &L->router,
+                      err))
         return -1;
     const char *bn = ds_name(nm, "mlp.gate.e_score_correction_bias", 0);
     L->e_bias = NULL;
@@ -189,20 +190,20 @@ static int ds_load_mlp(model *m, model_layer *L, ds_names *nm, di_err *err) {
     L->exp_up = model_loader_alloc(ld, sizeof(kern_mat) * (size_t)E);
     L->exp_down = model_loader_alloc(ld, sizeof(kern_mat) * (size_t)E);
     for (int e = 0; e < E; e++)
-        if (model_get_mat(ld, ds_name(nm, "mlp.experts.%d.gate_proj.weight", e), I, hid, false,
+        if (model_get_mat(ld, ds_name(nm, "mlp.experts.%d.gate_proj.weight", e), I, hid, 0,
                           &L->exp_gate[e], err) ||
-            model_get_mat(ld, ds_name(nm, "mlp.experts.%d.up_proj.weight", e), I, hid, false,
+            model_get_mat(ld, ds_name(nm, "mlp.experts.%d.up_proj.weight", e), I, hid, 0,
                           &L->exp_up[e], err) ||
-            model_get_mat(ld, ds_name(nm, "mlp.experts.%d.down_proj.weight", e), hid, I, false,
+            model_get_mat(ld, ds_name(nm, "mlp.experts.%d.down_proj.weight", e), hid, I, 0,
                           &L->exp_down[e], err))
             return -1;
     if (c->n_shared_experts > 0) {
         int S = c->n_shared_experts * I;
-        if (model_get_mat(ld, ds_name(nm, "mlp.shared_experts.gate_proj.weight", 0), S, hid, false,
+        if (model_get_mat(ld, ds_name(nm, "mlp.shared_experts.gate_proj.weight", 0), S, hid, 0,
                           &L->sh_gate, err) ||
-            model_get_mat(ld, ds_name(nm, "mlp.shared_experts.up_proj.weight", 0), S, hid, false,
+            model_get_mat(ld, ds_name(nm, "mlp.shared_experts.up_proj.weight", 0), S, hid, 0,
                           &L->sh_up, err) ||
-            model_get_mat(ld, ds_name(nm, "mlp.shared_experts.down_proj.weight", 0), hid, S, false,
+            model_get_mat(ld, ds_name(nm, "mlp.shared_experts.down_proj.weight", 0), hid, S, 0,
                           &L->sh_down, err))
             return -1;
     }
@@ -237,19 +238,19 @@ int deepseek_load_mtp(model *m, int k, model_mtp *mtp, di_err *err) {
     if (deepseek_load_layer(m, l, &mtp->layer, nm.pre, err) ||
         model_get_vec(ld, ds_name(&nm, "enorm.weight", 0), hid, &mtp->enorm, err) ||
         model_get_vec(ld, ds_name(&nm, "hnorm.weight", 0), hid, &mtp->hnorm, err) ||
-        model_get_mat(ld, ds_name(&nm, "eh_proj.weight", 0), hid, 2 * hid, false, &mtp->eh_proj,
-                      err) ||
+        model_get_mat(ld, ds_name(&nm, "eh_proj.weight", 0), hid, 2 * hid, 0, &mtp->eh_proj, err) ||
         model_get_vec(ld, ds_name(&nm, "shared_head.norm.weight", 0), hid, &mtp->head_norm, err))
         return -1;
     const char *hn = ds_name(&nm, "shared_head.head.weight", 0);
     if (model_has_tensor(ld, hn)) {
-        if (model_get_mat(ld, hn, c->vocab_size, hid, false, &mtp->head, err)) return -1;
+        if (model_get_mat(ld, hn, c->vocab_size, hid, 0, &mtp->head, err)) return -1;
     } else {
         mtp->head = m->w.lm_head;
     }
     const char *en = ds_name(&nm, "embed_tokens.weight", 0);
     if (model_has_tensor(ld, en)) {
-        if (model_get_mat(ld, en, c->vocab_size, hid, false, &mtp->embed, err)) return -1;
+        if (model_get_mat(ld, en, c->vocab_size, hid, MODEL_MAT_LOOKUP, &mtp->embed, err))
+            return -1;
     } else {
         mtp->embed = m->w.embed;
     }

@@ -27,13 +27,13 @@ int llama_load_layer(model *m, int l, model_layer *L, const char *prefix, di_err
 #define NAME(s) (snprintf(name, sizeof name, "%s%s", prefix, s), name)
     if (model_get_vec(ld, NAME("input_layernorm.weight"), H, &L->attn_norm, err) ||
         model_get_vec(ld, NAME("post_attention_layernorm.weight"), H, &L->ffn_norm, err) ||
-        model_get_mat(ld, NAME("self_attn.q_proj.weight"), qd, H, false, &L->wq, err) ||
-        model_get_mat(ld, NAME("self_attn.k_proj.weight"), kvd, H, false, &L->wk, err) ||
-        model_get_mat(ld, NAME("self_attn.v_proj.weight"), kvd, H, false, &L->wv, err) ||
-        model_get_mat(ld, NAME("self_attn.o_proj.weight"), H, qd, false, &L->wo, err) ||
-        model_get_mat(ld, NAME("mlp.gate_proj.weight"), I, H, false, &L->gate, err) ||
-        model_get_mat(ld, NAME("mlp.up_proj.weight"), I, H, false, &L->up, err) ||
-        model_get_mat(ld, NAME("mlp.down_proj.weight"), H, I, false, &L->down, err))
+        model_get_mat(ld, NAME("self_attn.q_proj.weight"), qd, H, 0, &L->wq, err) ||
+        model_get_mat(ld, NAME("self_attn.k_proj.weight"), kvd, H, 0, &L->wk, err) ||
+        model_get_mat(ld, NAME("self_attn.v_proj.weight"), kvd, H, 0, &L->wv, err) ||
+        model_get_mat(ld, NAME("self_attn.o_proj.weight"), H, qd, 0, &L->wo, err) ||
+        model_get_mat(ld, NAME("mlp.gate_proj.weight"), I, H, 0, &L->gate, err) ||
+        model_get_mat(ld, NAME("mlp.up_proj.weight"), I, H, 0, &L->up, err) ||
+        model_get_mat(ld, NAME("mlp.down_proj.weight"), H, I, 0, &L->down, err))
         return -1;
     if (c->attention_bias && (model_get_vec(ld, NAME("self_attn.q_proj.bias"), qd, &L->bq, err) ||
                               model_get_vec(ld, NAME("self_attn.k_proj.bias"), kvd, &L->bk, err) ||

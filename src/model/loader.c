@@ -6,14 +6,19 @@
  * mapped read-only (safetensors.c validates it); tensor names go into one
  * sorted table for lookup.
  *
- * Compute dtype: with bf16 (the default) bf16-stored matrices are used in
- * place from the mapping, so resident memory is the checkpoint plus small
- * f32 vectors; f16/f32/fp8 matrices become bf16 copies. f32 converts to f32
- * (in place when already f32). int8 quantizes row by row at load (symmetric,
- * per row or per int8_group columns). fp8-e4m3 is dequantized with its
- * `<name>_scale_inv` 128x128 block scales (partial blocks at the edges).
- * Norm weights and biases are always f32 copies. Conversion works one row at
- * a time, so load never holds a whole f32 copy of a large matrix.
+ * Compute dtype: every matrix is copied into huge-page memory in its
+ * compute dtype (bf16 by default; f16/f32/fp8 convert, int8 quantizes row by
+ * row, symmetric, per row or per int8_group columns), rows spread over the
+ * thread pool, and the mapping's pages of the source are handed back. Decode
+ * streams the weights once per token, and from 2 MiB pages it runs at nearly
+ * the memory bandwidth, from the page cache's 4 KiB pages markedly slower.
+ * model_opts.map_weights (--mmap-weights) keeps bf16/f32-stored matrices in
+ * place instead, for machines short of memory; the embedding table, only
+ * looked up by row, always stays in place unless it is also the output
+ * matrix (tied). fp8-e4m3 is dequantized with its `<name>_scale_inv`
+ * 128x128 block scales (partial blocks at the edges). Norm weights and
+ * biases are always f32 copies. Conversion works one row at a time, so load
+ * never holds a whole f32 copy of a large matrix.
  *
  * State: the loader owns the mappings and every converted copy; both live
  * until model_free. */
@@ -33,6 +38,15 @@ typedef struct {
     int file, idx;
 } ld_entry;
 
+/* Copies live in a few large huge-page chunks, bump-allocated: one 2 MiB TLB
+ * entry covers 512 times what a 4 KiB page does while decode streams them. */
+typedef struct {
+    uint8_t *base;
+    size_t size, used;
+} ld_chunk;
+
+#define LD_CHUNK ((size_t)256 << 20)
+
 struct model_loader {
     char *dir;
     st_file *files;
@@ -41,28 +55,38 @@ struct model_loader {
     int n_entries;
     model_dtype dtype;
     int int8_group;
-    void **allocs;
-    int n_allocs, cap_allocs;
+    bool map_weights; /* use bf16/f32 matrices in place from the mapping */
+    pool *pool;       /* converts large matrices in parallel */
+    ld_chunk *chunks;
+    int n_chunks, cap_chunks;
     size_t weight_bytes; /* bytes of every tensor handed out, as computed on */
 };
 
 void *model_loader_alloc(model_loader *ld, size_t bytes) {
-    if (ld->n_allocs == ld->cap_allocs) {
-        ld->cap_allocs = ld->cap_allocs ? 2 * ld->cap_allocs : 64;
-        ld->allocs = di_realloc(ld->allocs, (size_t)ld->cap_allocs * sizeof *ld->allocs);
+    bytes = (bytes + 63) & ~(size_t)63;
+    ld_chunk *c = ld->n_chunks ? &ld->chunks[ld->n_chunks - 1] : NULL;
+    if (!c || c->size - c->used < bytes) {
+        if (ld->n_chunks == ld->cap_chunks) {
+            ld->cap_chunks = ld->cap_chunks ? 2 * ld->cap_chunks : 16;
+            ld->chunks = di_realloc(ld->chunks, (size_t)ld->cap_chunks * sizeof *ld->chunks);
+        }
+        c = &ld->chunks[ld->n_chunks++];
+        c->size = bytes > LD_CHUNK ? bytes : LD_CHUNK;
+        c->base = di_huge_alloc(c->size);
+        c->used = 0;
     }
-    void *p = di_alloc_aligned(bytes);
-    ld->allocs[ld->n_allocs++] = p;
+    void *p = c->base + c->used;
+    c->used += bytes;
     return p;
 }
 
 static void loader_free(model_loader *ld) {
     if (!ld) return;
     for (int i = 0; i < ld->n_files; i++) st_close(&ld->files[i]);
-    for (int i = 0; i < ld->n_allocs; i++) di_free_aligned(ld->allocs[i]);
+    for (int i = 0; i < ld->n_chunks; i++) di_huge_free(ld->chunks[i].base, ld->chunks[i].size);
     free(ld->files);
     free(ld->entries);
-    free(ld->allocs);
+    free(ld->chunks);
     free(ld->dir);
     free(ld);
 }
@@ -273,7 +297,44 @@ static void release_source(const st_tensor *t) {
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
-int model_get_mat(model_loader *ld, const char *name, int rows, int cols, bool keep_f32,
+/* One matrix converted into a copy, rows spread over the pool. */
+typedef struct convert_job {
+    const st_tensor *t, *scale;
+    size_t R, C, group;
+    kern_dtype dtype; /* of the copy */
+    void *dst;
+    float *scales; /* KT_I8 */
+} convert_job;
+
+static void convert_task(void *ctx, int task, int n_tasks) {
+    const convert_job *j = ctx;
+    size_t lo = j->R * (size_t)task / (size_t)n_tasks,
+           hi = j->R * (size_t)(task + 1) / (size_t)n_tasks;
+    if (lo == hi) return;
+    if ((j->dtype == KT_BF16 && j->t->dtype == ST_BF16) ||
+        (j->dtype == KT_F32 && j->t->dtype == ST_F32)) { /* a plain copy */
+        size_t row = j->C * (j->dtype == KT_BF16 ? 2 : 4);
+        memcpy((uint8_t *)j->dst + lo * row, (const uint8_t *)j->t->data + lo * row,
+               (hi - lo) * row);
+        return;
+    }
+    float *row = di_malloc(j->C * sizeof(float));
+    for (size_t r = lo; r < hi; r++) {
+        float *out = j->dtype == KT_F32 ? (float *)j->dst + r * j->C : row;
+        row_f32(out, j->t, j->scale, r, j->C);
+        if (j->dtype == KT_BF16) {
+            uint16_t *d = (uint16_t *)j->dst + r * j->C;
+            for (size_t c = 0; c < j->C; c++) d[c] = kern_f32_to_bf16(row[c]);
+        } else if (j->dtype == KT_I8) {
+            size_t ng = j->C / j->group;
+            kern_quantize_i8((int8_t *)j->dst + r * j->C, j->scales + r * ng, row, 1, (int)j->C,
+                             (int)j->group);
+        }
+    }
+    free(row);
+}
+
+int model_get_mat(model_loader *ld, const char *name, int rows, int cols, unsigned flags,
                   kern_mat *out, di_err *err) {
     const st_file *file = NULL;
     const st_tensor *t = lookup(ld, name, rows, cols, &file, err);
@@ -284,54 +345,42 @@ int model_get_mat(model_loader *ld, const char *name, int rows, int cols, bool k
     memset(out, 0, sizeof *out);
     out->rows = (int)R;
     out->cols = (int)C;
-    model_dtype target = keep_f32 ? MODEL_DTYPE_F32 : ld->dtype;
+    model_dtype target = flags & MODEL_MAT_F32 ? MODEL_DTYPE_F32 : ld->dtype;
+    bool in_place_ok = ld->map_weights || (flags & MODEL_MAT_LOOKUP);
     uintptr_t addr = (uintptr_t)t->data;
+    convert_job j = {.t = t, .scale = scale, .R = R, .C = C, .group = C};
     if (target == MODEL_DTYPE_BF16) {
-        out->dtype = KT_BF16;
+        out->dtype = j.dtype = KT_BF16;
         ld->weight_bytes += R * C * 2;
-        if (t->dtype == ST_BF16 && addr % 2 == 0) {
+        if (t->dtype == ST_BF16 && addr % 2 == 0 && in_place_ok) {
             out->data = t->data; /* in place from the mapping */
             return 0;
         }
-        uint16_t *dst = model_loader_alloc(ld, R * C * 2);
-        float *row = di_malloc(C * sizeof(float));
-        for (size_t r = 0; r < R; r++) {
-            row_f32(row, t, scale, r, C);
-            for (size_t c = 0; c < C; c++) dst[r * C + c] = kern_f32_to_bf16(row[c]);
-        }
-        free(row);
-        out->data = dst;
-        release_source(t);
+        j.dst = model_loader_alloc(ld, R * C * 2);
     } else if (target == MODEL_DTYPE_F32) {
-        out->dtype = KT_F32;
+        out->dtype = j.dtype = KT_F32;
         ld->weight_bytes += R * C * 4;
-        if (t->dtype == ST_F32 && addr % 4 == 0) {
+        if (t->dtype == ST_F32 && addr % 4 == 0 && in_place_ok) {
             out->data = t->data;
             return 0;
         }
-        float *dst = model_loader_alloc(ld, R * C * 4);
-        for (size_t r = 0; r < R; r++) row_f32(dst + r * C, t, scale, r, C);
-        out->data = dst;
-        release_source(t);
+        j.dst = model_loader_alloc(ld, R * C * 4);
     } else {
-        size_t group =
-            ld->int8_group > 0 && C % (size_t)ld->int8_group == 0 ? (size_t)ld->int8_group : C;
-        size_t ng = C / group;
-        int8_t *q = model_loader_alloc(ld, R * C);
-        float *sc = model_loader_alloc(ld, R * ng * sizeof(float));
-        float *row = di_malloc(C * sizeof(float));
-        for (size_t r = 0; r < R; r++) {
-            row_f32(row, t, scale, r, C);
-            kern_quantize_i8(q + r * C, sc + r * ng, row, 1, (int)C, (int)group);
-        }
-        free(row);
-        out->dtype = KT_I8;
-        out->data = q;
-        out->scales = sc;
-        out->group = (int)group;
+        if (ld->int8_group > 0 && C % (size_t)ld->int8_group == 0) j.group = (size_t)ld->int8_group;
+        size_t ng = C / j.group;
+        out->dtype = j.dtype = KT_I8;
+        j.dst = model_loader_alloc(ld, R * C);
+        j.scales = model_loader_alloc(ld, R * ng * sizeof(float));
+        out->scales = j.scales;
+        out->group = (int)j.group;
         ld->weight_bytes += R * C + R * ng * sizeof(float);
-        release_source(t);
     }
+    /* Small matrices stay on this thread: a pool round costs microseconds. */
+    int tasks = R * C < ((size_t)1 << 16) ? 1 : pool_threads(ld->pool) * 4;
+    if ((size_t)tasks > R) tasks = (int)R;
+    pool_run(ld->pool, convert_task, &j, tasks);
+    out->data = j.dst;
+    release_source(t);
     return 0;
 }
 
@@ -411,14 +460,16 @@ static void active_figures(const model *m, size_t *bytes, double *params) {
 static int load_weights(model *m, di_err *err) {
     model_config *c = &m->cfg;
     model_loader *ld = m->ld;
-    if (model_get_mat(ld, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, false,
-                      &m->w.embed, err) ||
+    /* Tied embeddings are also the output matmul: those need the copy. */
+    bool tied = c->tie_word_embeddings && !model_has_tensor(ld, "lm_head.weight");
+    if (model_get_mat(ld, "model.embed_tokens.weight", c->vocab_size, c->hidden_size,
+                      tied ? 0 : MODEL_MAT_LOOKUP, &m->w.embed, err) ||
         model_get_vec(ld, "model.norm.weight", c->hidden_size, &m->w.final_norm, err))
         return -1;
-    if (c->tie_word_embeddings && !model_has_tensor(ld, "lm_head.weight"))
+    if (tied)
         m->w.lm_head = m->w.embed;
-    else if (model_get_mat(ld, "lm_head.weight", c->vocab_size, c->hidden_size, false,
-                           &m->w.lm_head, err))
+    else if (model_get_mat(ld, "lm_head.weight", c->vocab_size, c->hidden_size, 0, &m->w.lm_head,
+                           err))
         return -1;
     bool ds = c->arch == ARCH_DEEPSEEK_V2 || c->arch == ARCH_DEEPSEEK_V3;
     m->w.layers = di_calloc((size_t)c->n_layers, sizeof *m->w.layers);
@@ -455,6 +506,9 @@ model *model_load(const char *dir, const model_opts *opts, di_err *err) {
     ld->dir = di_strdup(dir);
     ld->dtype = m->opts.dtype;
     ld->int8_group = m->opts.int8_group;
+    ld->map_weights = m->opts.map_weights;
+    m->pool = pool_create(m->opts.threads);
+    ld->pool = m->pool;
     m->ld = ld;
     if (open_shards(ld, err) || load_weights(m, err) || model_rope_init(m, err)) {
         model_free(m);
@@ -476,7 +530,6 @@ model *model_load(const char *dir, const model_opts *opts, di_err *err) {
     in->flops_per_token = 2 * params;
     for (int l = 0; l < c->n_layers; l++) in->n_swa_layers += c->layer_swa[l];
     in->sliding_window = in->n_swa_layers ? c->sliding_window : 0;
-    m->pool = pool_create(m->opts.threads);
     return m;
 }
 

@@ -134,12 +134,17 @@ typedef struct model_weights {
 /* The loader: open safetensors shards, find tensors by name, convert. */
 typedef struct model_loader model_loader;
 
+/* model_get_mat flags. */
+#define MODEL_MAT_F32    1u /* always f32, whatever the compute dtype (routers) */
+#define MODEL_MAT_LOOKUP 2u /* only rows are looked up (embeddings): in place if it can be */
+
 /* Looks tensor `name` up, checks it is rows x cols (cols == 0: 1-D of rows),
- * and returns it in the compute dtype (bf16 in place when stored bf16;
- * converted/quantized copies otherwise; `keep_f32` forces f32, e.g. for
- * routers). fp8 tensors are dequantized with their weight_scale_inv blocks.
- * Errors name the file and tensor. */
-int model_get_mat(model_loader *ld, const char *name, int rows, int cols, bool keep_f32,
+ * and returns it in the compute dtype: a copy in huge-page memory (converted
+ * or quantized as needed), or, with model_opts.map_weights or
+ * MODEL_MAT_LOOKUP, the mapping itself when it is stored in that dtype.
+ * fp8 tensors are dequantized with their weight_scale_inv blocks. Errors
+ * name the file and tensor. */
+int model_get_mat(model_loader *ld, const char *name, int rows, int cols, unsigned flags,
                   kern_mat *out, di_err *err);
 /* A 1-D tensor of n elements as f32 (norm weights, biases). */
 int model_get_vec(model_loader *ld, const char *name, int n, const float **out, di_err *err);

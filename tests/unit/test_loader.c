@@ -281,17 +281,29 @@ static bool in_file_mapping(const void *p, const char *needle) {
 TEST(loader_sharded_matches_single_and_bf16_in_place) {
     char *dir = make_sharded(false);
     di_err err;
-    model *m = load(dir, MODEL_DTYPE_BF16, &err);
+    /* --mmap-weights: bf16-stored weights are used from the mapping */
+    model_opts mo = {.dtype = MODEL_DTYPE_BF16, .threads = 1, .map_weights = true};
+    model *m = model_load(dir, &mo, &err);
     CHECKF(m, "%s", err.msg);
-    /* bf16-stored weights are used from the mapping, not copied */
     CHECK(m->w.layers[1].wq.dtype == KT_BF16);
     CHECK(in_file_mapping(m->w.layers[1].wq.data, "di_tmodel_"));
     CHECK(in_file_mapping(m->w.embed.data, "di_tmodel_"));
     CHECK(!in_file_mapping(m->w.layers[0].attn_norm, "di_tmodel_")); /* f32 copy */
+    float mapped[TM_VOCAB];
     int toks[5] = {1, 5, 9, 30, 2};
+    last_logits(m, toks, 5, mapped);
+    model_free(m);
+    /* Default: matrices are copied into huge-page memory; the (untied)
+     * embedding table, only looked up by row, stays in the mapping. */
+    m = load(dir, MODEL_DTYPE_BF16, &err);
+    CHECKF(m, "%s", err.msg);
+    CHECK(!in_file_mapping(m->w.layers[1].wq.data, "di_tmodel_"));
+    CHECK(!in_file_mapping(m->w.lm_head.data, "di_tmodel_"));
+    CHECK(in_file_mapping(m->w.embed.data, "di_tmodel_"));
     float a[TM_VOCAB], b[TM_VOCAB];
     last_logits(m, toks, 5, a);
     model_free(m);
+    CHECKF(rel_diff(a, mapped, TM_VOCAB) == 0, "copy != mapped: %g", rel_diff(a, mapped, TM_VOCAB));
     char *one = tm_tempdir();
     tm_make(one, "llama", "BF16", 2, "");
     m = load(one, MODEL_DTYPE_BF16, &err);
