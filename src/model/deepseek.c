@@ -164,14 +164,16 @@ static int ds_load_mlp(model *m, model_layer *L, ds_names *nm, di_err *err) {
     int hid = c->hidden_size;
     if (!L->moe) {
         int I = c->intermediate_size;
-        return model_get_mat(ld, ds_name(nm, "mlp.gate_proj.weight", 0), I, hid, 0, &L->gate,
-                             err) ||
-                       model_get_mat(ld, ds_name(nm, "mlp.up_proj.weight", 0), I, hid, 0, &L->up,
-                                     err) ||
-                       model_get_mat(ld, ds_name(nm, "mlp.down_proj.weight", 0), hid, I, 0,
-                                     &L->down, err)
-                   ? -1
-                   : 0;
+        char gn[256], un[256];
+        const char *gu[2] = {gn, un};
+        kern_mat parts[2];
+        snprintf(gn, sizeof gn, "%s", ds_name(nm, "mlp.gate_proj.weight", 0));
+        snprintf(un, sizeof un, "%s", ds_name(nm, "mlp.up_proj.weight", 0));
+        if (model_get_mats_fused(ld, gu, (const int[]){I, I}, 2, hid, &L->gate_up, parts, err) ||
+            model_get_mat(ld, ds_name(nm, "mlp.down_proj.weight", 0), hid, I, 0, &L->down, err))
+            return -1;
+        L->gate = parts[0], L->up = parts[1];
+        return 0;
     }
     int E = c->n_routed_experts, I = c->moe_intermediate_size;
     if (c->n_group > 1 && c->topk_method != TOPK_GREEDY &&

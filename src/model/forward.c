@@ -69,10 +69,20 @@ void model_set_batch_invariant(model *m, bool on) {
 void dense_ffn(model *m, const model_layer *L, const float *x, float *out, int n) {
     size_t inter = (size_t)L->gate.rows;
     float *g = model_scratch(m, FWD_SLOT_FFN_GATE, (size_t)n * inter);
-    float *u = model_scratch(m, FWD_SLOT_FFN_UP, (size_t)n * inter);
-    kern_matmul(m->pool, g, x, &L->gate, NULL, n);
-    kern_matmul(m->pool, u, x, &L->up, NULL, n);
-    kern_silu_mul(g, u, (int)((size_t)n * inter));
+    if (L->gate_up.data) { /* one pass over x for both, rows [gate | up] */
+        float *gu = model_scratch(m, FWD_SLOT_FFN_UP, (size_t)n * 2 * inter);
+        kern_matmul(m->pool, gu, x, &L->gate_up, NULL, n);
+        for (int t = 0; t < n; t++) {
+            float *r = gu + (size_t)t * 2 * inter;
+            kern_silu_mul(r, r + inter, (int)inter);
+            memcpy(g + (size_t)t * inter, r, inter * sizeof(float));
+        }
+    } else {
+        float *u = model_scratch(m, FWD_SLOT_FFN_UP, (size_t)n * inter);
+        kern_matmul(m->pool, g, x, &L->gate, NULL, n);
+        kern_matmul(m->pool, u, x, &L->up, NULL, n);
+        kern_silu_mul(g, u, (int)((size_t)n * inter));
+    }
     kern_matmul(m->pool, out, g, &L->down, NULL, n);
 }
 

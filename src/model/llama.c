@@ -25,20 +25,35 @@ int llama_load_layer(model *m, int l, model_layer *L, const char *prefix, di_err
     int I = c->intermediate_size;
     char name[256];
 #define NAME(s) (snprintf(name, sizeof name, "%s%s", prefix, s), name)
+    char n0[256], n1[256], n2[256];
+    const char *qkv[3] = {n0, n1, n2}, *gu[2] = {n0, n1};
+    kern_mat parts[3];
+    snprintf(n0, sizeof n0, "%sself_attn.q_proj.weight", prefix);
+    snprintf(n1, sizeof n1, "%sself_attn.k_proj.weight", prefix);
+    snprintf(n2, sizeof n2, "%sself_attn.v_proj.weight", prefix);
     if (model_get_vec(ld, NAME("input_layernorm.weight"), H, &L->attn_norm, err) ||
         model_get_vec(ld, NAME("post_attention_layernorm.weight"), H, &L->ffn_norm, err) ||
-        model_get_mat(ld, NAME("self_attn.q_proj.weight"), qd, H, 0, &L->wq, err) ||
-        model_get_mat(ld, NAME("self_attn.k_proj.weight"), kvd, H, 0, &L->wk, err) ||
-        model_get_mat(ld, NAME("self_attn.v_proj.weight"), kvd, H, 0, &L->wv, err) ||
-        model_get_mat(ld, NAME("self_attn.o_proj.weight"), H, qd, 0, &L->wo, err) ||
-        model_get_mat(ld, NAME("mlp.gate_proj.weight"), I, H, 0, &L->gate, err) ||
-        model_get_mat(ld, NAME("mlp.up_proj.weight"), I, H, 0, &L->up, err) ||
+        model_get_mats_fused(ld, qkv, (const int[]){qd, kvd, kvd}, 3, H, &L->wqkv, parts, err))
+        return -1;
+    L->wq = parts[0], L->wk = parts[1], L->wv = parts[2];
+    snprintf(n0, sizeof n0, "%smlp.gate_proj.weight", prefix);
+    snprintf(n1, sizeof n1, "%smlp.up_proj.weight", prefix);
+    if (model_get_mat(ld, NAME("self_attn.o_proj.weight"), H, qd, 0, &L->wo, err) ||
+        model_get_mats_fused(ld, gu, (const int[]){I, I}, 2, H, &L->gate_up, parts, err) ||
         model_get_mat(ld, NAME("mlp.down_proj.weight"), H, I, 0, &L->down, err))
         return -1;
+    L->gate = parts[0], L->up = parts[1];
     if (c->attention_bias && (model_get_vec(ld, NAME("self_attn.q_proj.bias"), qd, &L->bq, err) ||
                               model_get_vec(ld, NAME("self_attn.k_proj.bias"), kvd, &L->bk, err) ||
                               model_get_vec(ld, NAME("self_attn.v_proj.bias"), kvd, &L->bv, err)))
         return -1;
+    if (L->bq && L->wqkv.data) { /* the fused projection's bias, in the same order */
+        float *b = model_loader_alloc(ld, sizeof(float) * (size_t)(qd + 2 * kvd));
+        memcpy(b, L->bq, sizeof(float) * (size_t)qd);
+        memcpy(b + qd, L->bk, sizeof(float) * (size_t)kvd);
+        memcpy(b + qd + kvd, L->bv, sizeof(float) * (size_t)kvd);
+        L->bqkv = b;
+    }
     /* Llama's attention_bias also biases o_proj; Qwen2 never does. */
     if (c->attention_bias && c->arch != ARCH_QWEN2 &&
         model_get_vec(ld, NAME("self_attn.o_proj.bias"), H, &L->bo, err))
@@ -112,9 +127,21 @@ void gqa_attention(model *m, const model_step *st, int l, const float *x, float 
     float *v = model_scratch(m, FWD_SLOT_FAMILY0 + 2, (size_t)n * kvd);
     float *att = model_scratch(m, FWD_SLOT_FAMILY0 + 3, (size_t)n * qd);
     float *tmp = model_scratch(m, FWD_SLOT_FAMILY0 + 4, 2 * kvd + (size_t)hd);
-    kern_matmul(m->pool, q, x, &L->wq, L->bq, n);
-    kern_matmul(m->pool, k, x, &L->wk, L->bk, n);
-    kern_matmul(m->pool, v, x, &L->wv, L->bv, n);
+    if (L->wqkv.data) { /* one pass over x for all three, then split per token */
+        size_t w = qd + 2 * kvd;
+        float *qkv = model_scratch(m, FWD_SLOT_FAMILY0 + 6, (size_t)n * w);
+        kern_matmul(m->pool, qkv, x, &L->wqkv, L->bqkv, n);
+        for (int t = 0; t < n; t++) {
+            const float *r = qkv + (size_t)t * w;
+            memcpy(q + (size_t)t * qd, r, qd * sizeof(float));
+            memcpy(k + (size_t)t * kvd, r + qd, kvd * sizeof(float));
+            memcpy(v + (size_t)t * kvd, r + qd + kvd, kvd * sizeof(float));
+        }
+    } else {
+        kern_matmul(m->pool, q, x, &L->wq, L->bq, n);
+        kern_matmul(m->pool, k, x, &L->wk, L->bk, n);
+        kern_matmul(m->pool, v, x, &L->wv, L->bv, n);
+    }
 
     float *cs = tmp + 2 * kvd, *sn = cs + hd / 2;
     for (int t = 0; t < n; t++) {

@@ -334,53 +334,121 @@ static void convert_task(void *ctx, int task, int n_tasks) {
     free(row);
 }
 
-int model_get_mat(model_loader *ld, const char *name, int rows, int cols, unsigned flags,
-                  kern_mat *out, di_err *err) {
+/* A matrix's source tensor (and its fp8 block scales), looked up and checked. */
+typedef struct {
+    const st_tensor *t, *scale;
+} mat_src;
+
+static int mat_source(model_loader *ld, const char *name, int rows, int cols, mat_src *src,
+                      di_err *err) {
     const st_file *file = NULL;
-    const st_tensor *t = lookup(ld, name, rows, cols, &file, err);
-    if (!t) return -1;
-    size_t R = (size_t)rows, C = cols ? (size_t)cols : 1;
-    const st_tensor *scale = NULL;
-    if (t->dtype == ST_F8_E4M3 && !(scale = fp8_scale(ld, name, file, R, C, err))) return -1;
+    src->scale = NULL;
+    if (!(src->t = lookup(ld, name, rows, cols, &file, err))) return -1;
+    size_t C = cols ? (size_t)cols : 1;
+    if (src->t->dtype == ST_F8_E4M3 &&
+        !(src->scale = fp8_scale(ld, name, file, (size_t)rows, C, err)))
+        return -1;
+    return 0;
+}
+
+static kern_dtype target_dtype(const model_loader *ld, unsigned flags) {
+    model_dtype d = flags & MODEL_MAT_F32 ? MODEL_DTYPE_F32 : ld->dtype;
+    return d == MODEL_DTYPE_F32 ? KT_F32 : d == MODEL_DTYPE_BF16 ? KT_BF16 : KT_I8;
+}
+
+/* The mapping itself can serve as the matrix: same dtype, aligned, allowed. */
+static bool usable_in_place(const model_loader *ld, const st_tensor *t, kern_dtype dt,
+                            unsigned flags) {
+    if (!ld->map_weights && !(flags & MODEL_MAT_LOOKUP)) return false;
+    uintptr_t addr = (uintptr_t)t->data;
+    return (dt == KT_BF16 && t->dtype == ST_BF16 && addr % 2 == 0) ||
+           (dt == KT_F32 && t->dtype == ST_F32 && addr % 4 == 0);
+}
+
+/* Allocates rows x cols of dtype dt (and int8 scales) in the loader's memory. */
+static void mat_alloc(model_loader *ld, kern_mat *out, size_t R, size_t C, kern_dtype dt) {
     memset(out, 0, sizeof *out);
+    out->dtype = dt;
     out->rows = (int)R;
     out->cols = (int)C;
-    model_dtype target = flags & MODEL_MAT_F32 ? MODEL_DTYPE_F32 : ld->dtype;
-    bool in_place_ok = ld->map_weights || (flags & MODEL_MAT_LOOKUP);
-    uintptr_t addr = (uintptr_t)t->data;
-    convert_job j = {.t = t, .scale = scale, .R = R, .C = C, .group = C};
-    if (target == MODEL_DTYPE_BF16) {
-        out->dtype = j.dtype = KT_BF16;
-        ld->weight_bytes += R * C * 2;
-        if (t->dtype == ST_BF16 && addr % 2 == 0 && in_place_ok) {
-            out->data = t->data; /* in place from the mapping */
-            return 0;
-        }
-        j.dst = model_loader_alloc(ld, R * C * 2);
-    } else if (target == MODEL_DTYPE_F32) {
-        out->dtype = j.dtype = KT_F32;
-        ld->weight_bytes += R * C * 4;
-        if (t->dtype == ST_F32 && addr % 4 == 0 && in_place_ok) {
-            out->data = t->data;
-            return 0;
-        }
-        j.dst = model_loader_alloc(ld, R * C * 4);
-    } else {
-        if (ld->int8_group > 0 && C % (size_t)ld->int8_group == 0) j.group = (size_t)ld->int8_group;
-        size_t ng = C / j.group;
-        out->dtype = j.dtype = KT_I8;
-        j.dst = model_loader_alloc(ld, R * C);
-        j.scales = model_loader_alloc(ld, R * ng * sizeof(float));
-        out->scales = j.scales;
-        out->group = (int)j.group;
-        ld->weight_bytes += R * C + R * ng * sizeof(float);
+    size_t elem = dt == KT_F32 ? 4 : dt == KT_BF16 ? 2 : 1;
+    out->data = model_loader_alloc(ld, R * C * elem);
+    ld->weight_bytes += R * C * elem;
+    if (dt == KT_I8) {
+        size_t group =
+            ld->int8_group > 0 && C % (size_t)ld->int8_group == 0 ? (size_t)ld->int8_group : C;
+        out->group = (int)group;
+        out->scales = model_loader_alloc(ld, R * (C / group) * sizeof(float));
+        ld->weight_bytes += R * (C / group) * sizeof(float);
     }
+}
+
+/* Rows [row0, row0 + rows of src) of dst, a view sharing dst's memory. */
+static kern_mat mat_rows(const kern_mat *dst, size_t row0, size_t R) {
+    kern_mat v = *dst;
+    size_t C = (size_t)dst->cols;
+    size_t elem = dst->dtype == KT_F32 ? 4 : dst->dtype == KT_BF16 ? 2 : 1;
+    v.rows = (int)R;
+    v.data = (const uint8_t *)dst->data + row0 * C * elem;
+    if (dst->scales) v.scales = dst->scales + row0 * (C / (size_t)dst->group);
+    return v;
+}
+
+/* Converts src into the rows of view (its memory), on the pool, and gives
+ * the source's mapping pages back. */
+static void mat_fill(model_loader *ld, const kern_mat *view, const mat_src *src) {
+    size_t R = (size_t)view->rows, C = (size_t)view->cols;
+    convert_job j = {.t = src->t,
+                     .scale = src->scale,
+                     .R = R,
+                     .C = C,
+                     .group = view->group > 0 ? (size_t)view->group : C,
+                     .dtype = view->dtype,
+                     .dst = (void *)view->data,
+                     .scales = (float *)view->scales};
     /* Small matrices stay on this thread: a pool round costs microseconds. */
     int tasks = R * C < ((size_t)1 << 16) ? 1 : pool_threads(ld->pool) * 4;
     if ((size_t)tasks > R) tasks = (int)R;
     pool_run(ld->pool, convert_task, &j, tasks);
-    out->data = j.dst;
-    release_source(t);
+    release_source(src->t);
+}
+
+int model_get_mat(model_loader *ld, const char *name, int rows, int cols, unsigned flags,
+                  kern_mat *out, di_err *err) {
+    mat_src src;
+    if (mat_source(ld, name, rows, cols, &src, err)) return -1;
+    size_t R = (size_t)rows, C = cols ? (size_t)cols : 1;
+    kern_dtype dt = target_dtype(ld, flags);
+    if (usable_in_place(ld, src.t, dt, flags)) {
+        *out = (kern_mat){.dtype = dt, .rows = (int)R, .cols = (int)C, .data = src.t->data};
+        ld->weight_bytes += R * C * (dt == KT_F32 ? 4 : 2);
+        return 0;
+    }
+    mat_alloc(ld, out, R, C, dt);
+    mat_fill(ld, out, &src);
+    return 0;
+}
+
+int model_get_mats_fused(model_loader *ld, const char *const *names, const int *rows, int n,
+                         int cols, kern_mat *fused, kern_mat *parts, di_err *err) {
+    memset(fused, 0, sizeof *fused);
+    if (ld->map_weights) { /* in place: the parts are wherever the file has them */
+        for (int i = 0; i < n; i++)
+            if (model_get_mat(ld, names[i], rows[i], cols, 0, &parts[i], err)) return -1;
+        return 0;
+    }
+    mat_src src[8];
+    size_t total = 0;
+    if (n > 8) return di_errf(err, "model_get_mats_fused: %d parts (at most 8)", n);
+    for (int i = 0; i < n; i++) {
+        if (mat_source(ld, names[i], rows[i], cols, &src[i], err)) return -1;
+        total += (size_t)rows[i];
+    }
+    mat_alloc(ld, fused, total, (size_t)cols, target_dtype(ld, 0));
+    for (int i = 0, row0 = 0; i < n; row0 += rows[i++]) {
+        parts[i] = mat_rows(fused, (size_t)row0, (size_t)rows[i]);
+        mat_fill(ld, &parts[i], &src[i]);
+    }
     return 0;
 }
 

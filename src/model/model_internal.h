@@ -82,7 +82,9 @@ typedef struct model_layer {
 
     /* GQA attention (Llama family) */
     kern_mat wq, wk, wv, wo;
+    kern_mat wqkv;                /* wq, wk, wv stacked (they are views of it); data NULL if not */
     const float *bq, *bk, *bv;    /* qwen2 biases (f32) or NULL */
+    const float *bqkv;            /* the three stacked, when wqkv is */
     const float *bo;              /* llama attention_bias: o_proj bias (f32) or NULL */
     const float *q_norm, *k_norm; /* qwen3, head_dim each (f32) or NULL */
 
@@ -101,6 +103,7 @@ typedef struct model_layer {
 
     /* Dense FFN (SwiGLU) */
     kern_mat gate, up, down;
+    kern_mat gate_up; /* gate and up stacked (they are views of it); data NULL if not */
 
     /* DeepSeekMoE */
     kern_mat router;                        /* mlp.gate.weight: n_routed x hidden (kept f32) */
@@ -146,6 +149,13 @@ typedef struct model_loader model_loader;
  * name the file and tensor. */
 int model_get_mat(model_loader *ld, const char *name, int rows, int cols, unsigned flags,
                   kern_mat *out, di_err *err);
+/* Several matrices of the same width that take the same input, stacked in
+ * one allocation so one matmul computes them all (fewer passes over the
+ * input, fewer thread-pool rounds): `fused` is the stack, parts[i] views of
+ * its rows. With map_weights (parts used in place) fused stays empty (data
+ * NULL) and each part is loaded on its own. At most 8 parts. */
+int model_get_mats_fused(model_loader *ld, const char *const *names, const int *rows, int n,
+                         int cols, kern_mat *fused, kern_mat *parts, di_err *err);
 /* A 1-D tensor of n elements as f32 (norm weights, biases). */
 int model_get_vec(model_loader *ld, const char *name, int n, const float **out, di_err *err);
 bool model_has_tensor(model_loader *ld, const char *name);
