@@ -1,8 +1,9 @@
 /* cmd_bench.c — `deepinfer bench`: speed against the machine's own limits,
  * all measured in the same run. Read bandwidth and FMA peak come first; then
- * prefill of --prompt-len tokens (fraction of FMA peak: matmul FLOPs / time /
- * peak), decode at batch 1 (fraction of the bandwidth roofline: bandwidth /
- * weight bytes read per token, active experts only for MoE), and decode at
+ * prefill of --prompt-len tokens (fraction of FMA peak: the FLOPs the
+ * prefill really does — matmuls, the output head for the last token only,
+ * attention over the causal context — / time / peak), decode at batch 1 (fraction of the bandwidth
+ * roofline: bandwidth / weight bytes read per token, active experts only for MoE), and decode at
  * batch B (B sequences stepping together). --json prints one object.
  * With --serving, the engine under a conversational load instead
  * (bench_serving.c). */
@@ -61,7 +62,7 @@ static int bench_single(model *m, model_kv_pool *kv, int L, int G, bench_result 
     free(logits);
     if (rc) return rc;
     r->prefill_tok_s = L / t_prefill;
-    r->prefill_peak_frac = info->flops_per_token * L / t_prefill / (r->fma_gflops * 1e9);
+    r->prefill_peak_frac = model_prefill_flops(m, L) / t_prefill / (r->fma_gflops * 1e9);
     r->decode_tok_s_b1 = G / t_decode;
     double roof = r->bandwidth_gbs * 1e9 / (double)info->active_bytes_per_token;
     r->decode_roofline_frac_b1 = r->decode_tok_s_b1 / roof;

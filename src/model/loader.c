@@ -562,6 +562,21 @@ static int load_weights(model *m, di_err *err) {
     return 0;
 }
 
+double model_prefill_flops(const model *m, int n_tokens) {
+    const model_config *c = &m->cfg;
+    double head = 2.0 * (double)m->w.lm_head.rows * (double)m->w.lm_head.cols;
+    double f = (m->info.flops_per_token - head) * n_tokens + head;
+    bool mla = c->arch == ARCH_DEEPSEEK_V2 || c->arch == ARCH_DEEPSEEK_V3;
+    /* Per (query, visible key) pair and layer: q.k and p.v, 2 FLOPs a MAC. */
+    double pair =
+        mla ? 2.0 * c->n_heads * (c->qk_nope_head_dim + c->qk_rope_head_dim + c->v_head_dim)
+            : 4.0 * c->n_heads * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int i = 1; i <= n_tokens; i++)
+            f += pair * (c->layer_swa[l] && i > c->sliding_window ? c->sliding_window : i);
+    return f;
+}
+
 model *model_load(const char *dir, const model_opts *opts, di_err *err) {
     kern_init();
     model *m = di_calloc(1, sizeof *m);

@@ -59,6 +59,10 @@ typedef struct model_info {
 model *model_load(const char *dir, const model_opts *opts, di_err *err);
 void model_free(model *m);
 const model_info *model_get_info(const model *m);
+/* FLOPs of a prefill of n_tokens from an empty context with logits for the
+ * last token only: the matmuls (the output head once) plus attention over
+ * each token's visible context. What prefill benchmarks divide by. */
+double model_prefill_flops(const model *m, int n_tokens);
 pool *model_pool(model *m);
 
 /* --- KV memory ---------------------------------------------------------- */
