@@ -129,6 +129,33 @@ static void poll_fetching(sched *s) {
     }
 }
 
+/* Under block pressure: sequences that hold blocks without running (fetching
+ * their store blocks, or fetched and waiting for a slot) give them back,
+ * their loads cancelled, before any running sequence is preempted or a
+ * request is failed as too big; they are matched and fetched again when
+ * admitted next. Returns whether any block was given back. */
+static bool release_idle_holders(sched *s, const seq *except) {
+    bool any = false;
+    while (s->fetching.n > 0) {
+        seq *q = s->fetching.v[s->fetching.n - 1];
+        drop_load(q);
+        bm_release(s->b, &q->table);
+        q->n_computed = 0;
+        list_remove(&s->fetching, q);
+        sched_add_waiting(s, q);
+        any = true;
+    }
+    for (int i = 0; i < s->waiting.n; i++) {
+        seq *q = s->waiting.v[i];
+        if (q == except || q->table.n == 0) continue;
+        if (q->store_load) drop_load(q);
+        bm_release(s->b, &q->table);
+        q->n_computed = 0;
+        any = true;
+    }
+    return any;
+}
+
 void sched_remove(sched *s, seq *q) {
     if (!list_remove(&s->running, q) && !list_remove(&s->waiting, q)) list_remove(&s->fetching, q);
     if (q->store_load) drop_load(q);
@@ -245,6 +272,7 @@ const sched_plan *sched_schedule(sched *s) {
         if (n <= 0) continue;
         bool placed = true;
         while (bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) != 0) {
+            if (release_idle_holders(s, NULL)) continue;
             seq *victim = s->running.v[s->running.n - 1];
             if (victim == q && s->running.n == 1 && i == 0) {
                 /* Alone and still too big: no preemption can make room. */
@@ -271,7 +299,10 @@ const sched_plan *sched_schedule(sched *s) {
         seq *q = s->waiting.v[0];
         if (q->table.n == 0 && !attach_prefix(s, q)) continue; /* fetching aside */
         int n = chunk_len(s, q, budget);
-        if (bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) != 0) {
+        bool reserved = bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) == 0;
+        if (!reserved && release_idle_holders(s, q))
+            reserved = bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) == 0;
+        if (!reserved) {
             if (q->store_load) drop_load(q);
             bm_release(s->b, &q->table);
             q->n_computed = 0;

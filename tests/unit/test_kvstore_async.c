@@ -5,7 +5,9 @@
  * cancelled while its blocks are being read releases everything at once
  * (the fetch thread frees the orphaned fetch later; ASan checks leaks); a
  * corrupt block in the middle of a stored prefix truncates the hit there
- * (the rest is computed, the greedy output unchanged); the forward pass
+ * (the rest is computed, the greedy output unchanged); blocks held by
+ * fetching sequences are given back before a request is failed as too big
+ * for the pool; the forward pass
  * calls the per-layer wait hook once per full-attention layer, in the store
  * layout's order. */
 #include <pthread.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "engine/scheduler.h"
 #include "harness.h"
 #include "kvs_test.h"
 #include "kvstore/kvs_engine.h"
@@ -176,6 +179,108 @@ TEST(kvstore_async_admit_cancel_and_truncate) {
     bm_free(b);
     kvs_close(s);
     free(p);
+    kvt_rmdir(dir);
+}
+
+/* --- the scheduler: fetching sequences hold blocks ------------------------- */
+static seq *mk_seq(uint64_t id, const int *p, int n) {
+    return seq_new(id, p, n, 0, id);
+}
+
+/* The engine's part of a step: store loads finished, chunks computed. */
+static void run_plan(bm *b, const sched_plan *p) {
+    for (int i = 0; i < p->n_items; i++) {
+        seq *q = p->items[i].s;
+        if (q->store_load) {
+            kvs_load_finish(q->store_load, b, &q->table, q->tokens);
+            q->store_load = NULL;
+        }
+        q->n_computed += p->items[i].n_tokens;
+        bm_commit(b, &q->table, q->tokens, q->n_computed);
+        if (p->items[i].logits) seq_append(q, 7);
+    }
+}
+
+TEST(kvstore_async_sched_fetching_blocks_given_back) {
+    char *dir = kvt_tmpdir();
+    kvs_layout lay = kvt_layout(0xA6);
+    gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, true, 0};
+    kvs_opts o = {.read_hook = gate_hook, .read_hook_ctx = &g};
+    di_err err;
+    kvs *st = kvs_open(dir, &lay, &o, &err);
+    CHECKF(st, "%s", err.msg);
+    enum { N = 4 * 128 + 10 };
+    static int p1[N], p2[N], p3[10];
+    kvt_tokens(p1, N, 1);
+    kvt_tokens(p2, N, 2);
+    kvt_tokens(p3, 10, 3);
+    char payload[BYTES];
+    for (int k = 0; k < 2; k++) {
+        const int *pp = k ? p2 : p1;
+        uint64_t keys[4];
+        bm_chain_keys(pp, 512, keys);
+        for (int i = 0; i < 4; i++) {
+            kvt_payload(payload, BYTES, (uint64_t)(k * 10 + i));
+            CHECK(kvs_put(st, keys[i], i ? keys[i - 1] : 0, pp + i * 128, payload,
+                          KVS_CLASS_CHAT) == 0);
+        }
+    }
+    kvs_flush(st);
+    fake_pool *fp = calloc(1, sizeof *fp);
+    int ids[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    bm *b = bm_create(ids, 8);
+    sched *s = sched_create(
+        b, &(sched_opts){
+               .token_budget = 64, .max_running = 8, .store = st, .store_io = {fp, block_data}});
+
+    /* Both store hits fetching (stalled): the whole pool is theirs. */
+    gate_set(&g, false);
+    seq *a = mk_seq(1, p1, N), *c = mk_seq(2, p2, N), *d = mk_seq(3, p3, 10);
+    sched_add_waiting(s, a);
+    sched_add_waiting(s, c);
+    const sched_plan *p = sched_schedule(s);
+    CHECK(p->n_items == 0 && p->n_failed == 0 && sched_n_fetching(s) == 2);
+    CHECK(a->state == SEQ_FETCHING && bm_n_available(b) == 0);
+    /* A short request: not failed as too big, the fetching ones give way
+     * (their loads cancelled without waiting for the stalled reads). */
+    sched_add_waiting(s, d);
+    p = sched_schedule(s);
+    CHECKF(p->n_failed == 0, "%d failed", p->n_failed);
+    CHECK(sched_store_hit_tokens(s) == 0);
+    bool has_d = false;
+    for (int i = 0; i < p->n_items; i++) has_d |= p->items[i].s == d;
+    CHECK(has_d && d->state == SEQ_RUNNING);
+    run_plan(b, p);
+
+    /* Reads resume: every sequence gets its prompt computed (and leaves, as
+     * a finished request would); none is failed on the way. */
+    gate_set(&g, true);
+    seq *all[3] = {a, c, d};
+    int left = 3;
+    for (int step = 0; step < 300 && left; step++) {
+        p = sched_schedule(s);
+        CHECK(p->n_failed == 0);
+        run_plan(b, p);
+        for (int i = 0; i < 3; i++)
+            if (all[i] && all[i]->n_computed >= all[i]->n_prompt) {
+                sched_remove(s, all[i]);
+                seq_free(all[i]);
+                all[i] = NULL;
+                left--;
+            }
+        if (!p->n_items) usleep(1000);
+    }
+    CHECKF(left == 0, "%d prompts not computed", left);
+    CHECK(bm_get_stats(b).used == 0);
+    for (int i = 0; i < 3; i++)
+        if (all[i]) {
+            sched_remove(s, all[i]);
+            seq_free(all[i]);
+        }
+    sched_free(s);
+    bm_free(b);
+    kvs_close(st);
+    free(fp);
     kvt_rmdir(dir);
 }
 
