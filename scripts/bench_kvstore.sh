@@ -30,7 +30,7 @@ echo
 # ratio: less compute for the store's reads to save.
 /usr/bin/python3 scripts/bench_kv_ttft.py --model build/models/llama3-tiny
 # llama-1b: the real block size (8 MiB of f32 KV per 128 tokens); bf16
-# weights, used in place from the mapping (an f32 copy would need 4.5 GB).
+# weights (2.5 GB; f32 would need 4.5 GB).
 if [ -f "$model/config.json" ] && [ "${KV_TTFT_1B:-1}" != 0 ]; then
   echo
   /usr/bin/python3 scripts/bench_kv_ttft.py --model "$model" --dtype bf16
