@@ -8,6 +8,7 @@
  * With --serving, the engine under a conversational load instead
  * (bench_serving.c). */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,10 +18,16 @@
 #include "engine/sampler.h"
 #include "kernels/kernels.h"
 
+/* Decode is timed in rounds of this many steps and the best round counts:
+ * other tenants of a shared machine steal memory bandwidth in bursts. The
+ * limits are measured before and after all runs and the better of the two
+ * counts, so a fraction is never flattered by a dip in the limit. */
+#define BENCH_ROUND 8
+
 typedef struct bench_result {
     double bandwidth_gbs, fma_gflops;
     double load_s, rss_after_load_mb, weight_mb;
-    double prefill_tok_s, prefill_peak_frac;
+    double prefill_tok_s, prefill_gflop_s, prefill_peak_frac;
     double decode_tok_s_b1, decode_roofline_frac_b1;
     double decode_tok_s_bB, decode_bB_over_b1;
     int batch, prompt_len, gen_len;
@@ -50,22 +57,24 @@ static int bench_single(model *m, model_kv_pool *kv, int L, int G, bench_result 
     if (!rc) rc = model_forward(m, kv, &b, 1, err);
     double t_prefill = di_now() - t0;
     int next = sampler_argmax(logits, V);
-    t0 = di_now();
-    for (int i = 0; !rc && i < G; i++) {
-        b = (model_batch_seq){.seq = &s, .tokens = &next, .n_tokens = 1, .logits = logits};
-        rc = model_forward(m, kv, &b, 1, err);
-        next = sampler_argmax(logits, V);
+    double t_token = 1e30; /* best round's seconds per step */
+    for (int done = 0, k; !rc && done < G; done += k) {
+        k = G - done < BENCH_ROUND ? G - done : BENCH_ROUND;
+        t0 = di_now();
+        for (int i = 0; !rc && i < k; i++) {
+            b = (model_batch_seq){.seq = &s, .tokens = &next, .n_tokens = 1, .logits = logits};
+            rc = model_forward(m, kv, &b, 1, err);
+            next = sampler_argmax(logits, V);
+        }
+        t_token = fmin(t_token, (di_now() - t0) / k);
     }
-    double t_decode = di_now() - t0;
     model_seq_free(m, kv, &s);
     free(ids);
     free(logits);
     if (rc) return rc;
     r->prefill_tok_s = L / t_prefill;
-    r->prefill_peak_frac = model_prefill_flops(m, L) / t_prefill / (r->fma_gflops * 1e9);
-    r->decode_tok_s_b1 = G / t_decode;
-    double roof = r->bandwidth_gbs * 1e9 / (double)info->active_bytes_per_token;
-    r->decode_roofline_frac_b1 = r->decode_tok_s_b1 / roof;
+    r->prefill_gflop_s = model_prefill_flops(m, L) / t_prefill / 1e9;
+    r->decode_tok_s_b1 = 1 / t_token;
     return 0;
 }
 
@@ -88,16 +97,20 @@ static int bench_batch(model *m, model_kv_pool *kv, int B, int G, bench_result *
                                      .logits = logits + (size_t)i * V};
     }
     if (!rc) rc = model_forward(m, kv, batch, B, err);
-    double t0 = di_now();
-    for (int step = 0; !rc && step < G; step++) {
-        for (int i = 0; i < B; i++) {
-            next[i] = sampler_argmax(logits + (size_t)i * V, V);
-            batch[i].tokens = &next[i];
-            batch[i].n_tokens = 1;
+    double t_step = 1e30; /* best round's seconds per step */
+    for (int done = 0, k; !rc && done < G; done += k) {
+        k = G - done < BENCH_ROUND ? G - done : BENCH_ROUND;
+        double t0 = di_now();
+        for (int step = 0; !rc && step < k; step++) {
+            for (int i = 0; i < B; i++) {
+                next[i] = sampler_argmax(logits + (size_t)i * V, V);
+                batch[i].tokens = &next[i];
+                batch[i].n_tokens = 1;
+            }
+            rc = model_forward(m, kv, batch, B, err);
         }
-        rc = model_forward(m, kv, batch, B, err);
+        t_step = fmin(t_step, (di_now() - t0) / k);
     }
-    double t = di_now() - t0;
     for (int i = 0; i < B; i++) model_seq_free(m, kv, &seqs[i]);
     free(seqs);
     free(batch);
@@ -105,7 +118,7 @@ static int bench_batch(model *m, model_kv_pool *kv, int B, int G, bench_result *
     free(next);
     free(logits);
     if (rc) return rc;
-    r->decode_tok_s_bB = (double)B * G / t;
+    r->decode_tok_s_bB = B / t_step;
     r->decode_bB_over_b1 = r->decode_tok_s_bB / r->decode_tok_s_b1;
     return 0;
 }
@@ -199,6 +212,14 @@ int cmd_bench(int argc, char **argv) {
     rc = kv ? 0 : -1;
     if (!rc) rc = bench_single(m, kv, prompt_len, gen_len, &r, &err);
     if (!rc) rc = bench_batch(m, kv, batch, gen_len, &r, &err);
+    if (!rc) { /* the limits again after the runs: the better of both counts */
+        r.bandwidth_gbs =
+            fmax(r.bandwidth_gbs, kern_measure_read_bandwidth(model_pool(m), (size_t)1 << 30));
+        r.fma_gflops = fmax(r.fma_gflops, kern_measure_fma_peak(model_pool(m)));
+        r.prefill_peak_frac = r.prefill_gflop_s / r.fma_gflops;
+        double roof = r.bandwidth_gbs * 1e9 / (double)info->active_bytes_per_token;
+        r.decode_roofline_frac_b1 = r.decode_tok_s_b1 / roof;
+    }
     if (rc)
         fprintf(stderr, "deepinfer bench: %s\n", err.msg);
     else
