@@ -256,7 +256,6 @@ int cmd_bench_serving(int argc, char **argv) {
     float step_ms = 1000, scale = 1;
     int inv_conc = 0;
     uint64_t seed = 1;
-    int mmap_weights = 0;
     const cli_opt opts[] = {
         {"--serving", OPT_FLAG, &serving, "the serving benchmark (this one)"},
         {"--model", OPT_STR, &dir, "checkpoint directory"},
@@ -266,8 +265,6 @@ int cmd_bench_serving(int argc, char **argv) {
         {"--seed", OPT_U64, &seed, "workload seed (default 1)"},
         {"--batch-invariant", OPT_FLAG, &inv, "run the levels in batch-invariant mode"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
-        {"--mmap-weights", OPT_FLAG, &mmap_weights,
-         "use bf16/f32 weights in place from the file (less memory, slower decode)"},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--kv-memory", OPT_INT, &kv_mib, "KV pool MiB (default: room for the workload)"},
         {"--step-ms", OPT_FLOAT, &step_ms, "engine step budget in ms (default 1000: CPU scale)"},
@@ -291,7 +288,7 @@ int cmd_bench_serving(int argc, char **argv) {
         cli_usage(stderr, opts, n_opts, syn);
         return 2;
     }
-    model *m = cli_load_model(dir, dtype, threads, mmap_weights);
+    model *m = cli_load_model(dir, dtype, threads);
     if (!m) return 1;
     const model_info *info = model_get_info(m);
     int V = info->vocab_size < 32000 ? info->vocab_size : 32000;

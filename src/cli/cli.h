@@ -28,7 +28,7 @@ int cmd_kvbench(int argc, char **argv);
 /* Parses "bf16" | "f32" | "int8" (also "int8:G" for G columns per scale). */
 int cli_parse_dtype(const char *s, model_opts *o);
 /* Loads a model with a one-line error on stderr; NULL on failure. */
-model *cli_load_model(const char *dir, const char *dtype, int threads, bool map_weights);
+model *cli_load_model(const char *dir, const char *dtype, int threads);
 /* The KV store options serve and generate share (--kv-store-capacity,
  * --kv-ttl-chat / --kv-ttl-agent in hours, < 0 unset, 0 forever) into ko;
  * a one-line error naming cmd on stderr and -1 when capacity is no size. */

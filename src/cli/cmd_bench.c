@@ -158,7 +158,6 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--serving")) return cmd_bench_serving(argc, argv);
     const char *dir = NULL, *dtype = "bf16";
     int batch = 8, prompt_len = 512, gen_len = 32, threads = 0, json = 0, kernels = 0;
-    int mmap_weights = 0;
     const cli_opt opts[] = {
         {"--model", OPT_STR, &dir, "checkpoint directory"},
         {"--kernels", OPT_FLAG, &kernels, "kernel figures only (GEMV/GEMM vs limits), no model"},
@@ -167,8 +166,6 @@ int cmd_bench(int argc, char **argv) {
         {"--gen-len", OPT_INT, &gen_len, "decode steps (default 32)"},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
-        {"--mmap-weights", OPT_FLAG, &mmap_weights,
-         "use bf16/f32 weights in place from the file (less memory, slower decode)"},
         {"--json", OPT_FLAG, &json, "print one JSON object"},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
@@ -188,7 +185,7 @@ int cmd_bench(int argc, char **argv) {
     }
     bench_result r = {.batch = batch, .prompt_len = prompt_len, .gen_len = gen_len};
     double t0 = di_now();
-    model *m = cli_load_model(dir, dtype, threads, mmap_weights);
+    model *m = cli_load_model(dir, dtype, threads);
     if (!m) return 1;
     r.load_s = di_now() - t0;
     r.rss_after_load_mb = cli_rss_bytes() / 1e6;

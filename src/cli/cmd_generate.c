@@ -89,7 +89,6 @@ int cmd_generate(int argc, char **argv) {
     uint64_t seed = 0;
     const char *kv_store = NULL, *kv_capacity = NULL;
     float ttl_chat_h = -1, ttl_agent_h = -1;
-    int mmap_weights = 0;
     const cli_opt opts[] = {
         {"--model", OPT_STR, &dir, "checkpoint directory (Hugging Face layout)"},
         {"--prompt", OPT_STR, &prompt, "prompt text"},
@@ -101,8 +100,6 @@ int cmd_generate(int argc, char **argv) {
         {"--seed", OPT_U64, &seed, "sampling seed (default 0)"},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
-        {"--mmap-weights", OPT_FLAG, &mmap_weights,
-         "use bf16/f32 weights in place from the file (less memory, slower decode)"},
         {"--ignore-eos", OPT_FLAG, &ignore_eos, "keep going past end-of-sequence"},
         {"--no-bos", OPT_FLAG, &no_bos, "do not start with the BOS token"},
         {"--kv-store", OPT_STR, &kv_store, "persistent KV block store directory (default: none)"},
@@ -136,7 +133,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "deepinfer: %s\n", err.msg);
         return 1;
     }
-    model *m = cli_load_model(dir, dtype, threads, mmap_weights);
+    model *m = cli_load_model(dir, dtype, threads);
     if (!m) {
         tok_free(tok);
         return 1;

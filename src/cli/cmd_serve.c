@@ -31,7 +31,6 @@ int cmd_serve(int argc, char **argv) {
     int no_prefix = 0, max_body_kib = 8192, depth = 64, pending = 256, conns = 512;
     int def_max = 4096, max_n = 16, timeout = 600, verbose = 0;
     float step_ms = 0;
-    int mmap_weights = 0;
     const cli_opt opts[] = {
         {"--model", OPT_STR, &dir, "checkpoint directory (Hugging Face layout)"},
         {"--host", OPT_STR, &host, "IPv4 address to listen on (default 127.0.0.1)"},
@@ -40,8 +39,6 @@ int cmd_serve(int argc, char **argv) {
         {"--served-model-name", OPT_STR, &name, "model name clients use (default: DIR's name)"},
         {"--format", OPT_STR, &format, "prompt format (default: guessed from the tokenizer)"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
-        {"--mmap-weights", OPT_FLAG, &mmap_weights,
-         "use bf16/f32 weights in place from the file (less memory, slower decode)"},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--kv-memory", OPT_INT, &kv_mib, "KV cache size in MiB (default 1024)"},
         {"--kv-blocks", OPT_INT, &kv_blocks, "KV cache size in 128-token blocks (overrides)"},
@@ -127,7 +124,7 @@ int cmd_serve(int argc, char **argv) {
         tok_free(tok);
         return 2;
     }
-    model *m = cli_load_model(dir, dtype, threads, mmap_weights);
+    model *m = cli_load_model(dir, dtype, threads);
     if (!m) {
         tok_free(tok);
         return 1;

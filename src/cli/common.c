@@ -25,8 +25,8 @@ int cli_parse_dtype(const char *s, model_opts *o) {
     return 0;
 }
 
-model *cli_load_model(const char *dir, const char *dtype, int threads, bool map_weights) {
-    model_opts o = {.dtype = MODEL_DTYPE_BF16, .threads = threads, .map_weights = map_weights};
+model *cli_load_model(const char *dir, const char *dtype, int threads) {
+    model_opts o = {.dtype = MODEL_DTYPE_BF16, .threads = threads};
     if (cli_parse_dtype(dtype, &o)) {
         fprintf(stderr, "deepinfer: unknown --dtype '%s' (bf16, f32, int8, int8:GROUP)\n", dtype);
         return NULL;

@@ -251,8 +251,7 @@ int deepseek_load_mtp(model *m, int k, model_mtp *mtp, di_err *err) {
     }
     const char *en = ds_name(&nm, "embed_tokens.weight", 0);
     if (model_has_tensor(ld, en)) {
-        if (model_get_mat(ld, en, c->vocab_size, hid, MODEL_MAT_LOOKUP, &mtp->embed, err))
-            return -1;
+        if (model_get_mat(ld, en, c->vocab_size, hid, 0, &mtp->embed, err)) return -1;
     } else {
         mtp->embed = m->w.embed;
     }

@@ -6,19 +6,17 @@
  * mapped read-only (safetensors.c validates it); tensor names go into one
  * sorted table for lookup.
  *
- * Compute dtype: every matrix is copied into huge-page memory in its
- * compute dtype (bf16 by default; f16/f32/fp8 convert, int8 quantizes row by
- * row, symmetric, per row or per int8_group columns), rows spread over the
- * thread pool, and the mapping's pages of the source are handed back. Decode
- * streams the weights once per token, and from 2 MiB pages it runs at nearly
- * the memory bandwidth, from the page cache's 4 KiB pages markedly slower.
- * model_opts.map_weights (--mmap-weights) keeps bf16/f32-stored matrices in
- * place instead, for machines short of memory; the embedding table, only
- * looked up by row, always stays in place unless it is also the output
- * matrix (tied). fp8-e4m3 is dequantized with its `<name>_scale_inv`
- * 128x128 block scales (partial blocks at the edges). Norm weights and
- * biases are always f32 copies. Conversion works one row at a time, so load
- * never holds a whole f32 copy of a large matrix.
+ * Compute dtype: with bf16 (the default) bf16-stored matrices are used in
+ * place from the mapping (filemap.c maps large files in 2 MiB pages), so
+ * resident memory is the checkpoint plus small f32 vectors; f16/f32/fp8
+ * matrices become bf16 copies. f32 converts to f32 (in place when already
+ * f32). int8 quantizes row by row at load (symmetric, per row or per
+ * int8_group columns). Copies live in huge-page memory and are converted on
+ * the thread pool, and the mapping's pages of their sources are handed
+ * back. fp8-e4m3 is dequantized with its `<name>_scale_inv` 128x128 block
+ * scales (partial blocks at the edges). Norm weights and biases are always
+ * f32 copies. Conversion works one row at a time, so load never holds a
+ * whole f32 copy of a large matrix.
  *
  * State: the loader owns the mappings and every converted copy; both live
  * until model_free. */
@@ -55,8 +53,7 @@ struct model_loader {
     int n_entries;
     model_dtype dtype;
     int int8_group;
-    bool map_weights; /* use bf16/f32 matrices in place from the mapping */
-    pool *pool;       /* converts large matrices in parallel */
+    pool *pool; /* converts large matrices in parallel */
     ld_chunk *chunks;
     int n_chunks, cap_chunks;
     size_t weight_bytes; /* bytes of every tensor handed out, as computed on */
@@ -356,10 +353,8 @@ static kern_dtype target_dtype(const model_loader *ld, unsigned flags) {
     return d == MODEL_DTYPE_F32 ? KT_F32 : d == MODEL_DTYPE_BF16 ? KT_BF16 : KT_I8;
 }
 
-/* The mapping itself can serve as the matrix: same dtype, aligned, allowed. */
-static bool usable_in_place(const model_loader *ld, const st_tensor *t, kern_dtype dt,
-                            unsigned flags) {
-    if (!ld->map_weights && !(flags & MODEL_MAT_LOOKUP)) return false;
+/* The mapping itself serves as the matrix when it holds the compute dtype. */
+static bool usable_in_place(const st_tensor *t, kern_dtype dt) {
     uintptr_t addr = (uintptr_t)t->data;
     return (dt == KT_BF16 && t->dtype == ST_BF16 && addr % 2 == 0) ||
            (dt == KT_F32 && t->dtype == ST_F32 && addr % 4 == 0);
@@ -419,7 +414,7 @@ int model_get_mat(model_loader *ld, const char *name, int rows, int cols, unsign
     if (mat_source(ld, name, rows, cols, &src, err)) return -1;
     size_t R = (size_t)rows, C = cols ? (size_t)cols : 1;
     kern_dtype dt = target_dtype(ld, flags);
-    if (usable_in_place(ld, src.t, dt, flags)) {
+    if (usable_in_place(src.t, dt)) {
         *out = (kern_mat){.dtype = dt, .rows = (int)R, .cols = (int)C, .data = src.t->data};
         ld->weight_bytes += R * C * (dt == KT_F32 ? 4 : 2);
         return 0;
@@ -432,19 +427,27 @@ int model_get_mat(model_loader *ld, const char *name, int rows, int cols, unsign
 int model_get_mats_fused(model_loader *ld, const char *const *names, const int *rows, int n,
                          int cols, kern_mat *fused, kern_mat *parts, di_err *err) {
     memset(fused, 0, sizeof *fused);
-    if (ld->map_weights) { /* in place: the parts are wherever the file has them */
-        for (int i = 0; i < n; i++)
-            if (model_get_mat(ld, names[i], rows[i], cols, 0, &parts[i], err)) return -1;
-        return 0;
-    }
-    mat_src src[8];
-    size_t total = 0;
     if (n > 8) return di_errf(err, "model_get_mats_fused: %d parts (at most 8)", n);
+    mat_src src[8];
+    kern_dtype dt = target_dtype(ld, 0);
+    bool in_place = true, adjacent = true;
+    size_t total = 0;
     for (int i = 0; i < n; i++) {
         if (mat_source(ld, names[i], rows[i], cols, &src[i], err)) return -1;
+        in_place &= usable_in_place(src[i].t, dt);
+        adjacent &=
+            i == 0 || src[i].t->data == (const uint8_t *)src[i - 1].t->data + src[i - 1].t->nbytes;
         total += (size_t)rows[i];
     }
-    mat_alloc(ld, fused, total, (size_t)cols, target_dtype(ld, 0));
+    if (in_place) { /* stacked only if the file already stores them back to back */
+        for (int i = 0; i < n; i++)
+            if (model_get_mat(ld, names[i], rows[i], cols, 0, &parts[i], err)) return -1;
+        if (adjacent)
+            *fused =
+                (kern_mat){.dtype = dt, .rows = (int)total, .cols = cols, .data = parts[0].data};
+        return 0;
+    }
+    mat_alloc(ld, fused, total, (size_t)cols, dt);
     for (int i = 0, row0 = 0; i < n; row0 += rows[i++]) {
         parts[i] = mat_rows(fused, (size_t)row0, (size_t)rows[i]);
         mat_fill(ld, &parts[i], &src[i]);
@@ -528,10 +531,9 @@ static void active_figures(const model *m, size_t *bytes, double *params) {
 static int load_weights(model *m, di_err *err) {
     model_config *c = &m->cfg;
     model_loader *ld = m->ld;
-    /* Tied embeddings are also the output matmul: those need the copy. */
     bool tied = c->tie_word_embeddings && !model_has_tensor(ld, "lm_head.weight");
-    if (model_get_mat(ld, "model.embed_tokens.weight", c->vocab_size, c->hidden_size,
-                      tied ? 0 : MODEL_MAT_LOOKUP, &m->w.embed, err) ||
+    if (model_get_mat(ld, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, 0,
+                      &m->w.embed, err) ||
         model_get_vec(ld, "model.norm.weight", c->hidden_size, &m->w.final_norm, err))
         return -1;
     if (tied)
@@ -589,7 +591,6 @@ model *model_load(const char *dir, const model_opts *opts, di_err *err) {
     ld->dir = di_strdup(dir);
     ld->dtype = m->opts.dtype;
     ld->int8_group = m->opts.int8_group;
-    ld->map_weights = m->opts.map_weights;
     m->pool = pool_create(m->opts.threads);
     ld->pool = m->pool;
     m->ld = ld;

@@ -32,10 +32,6 @@ typedef struct model_opts {
     model_dtype dtype; /* compute precision of the weights (activations are f32) */
     int int8_group;    /* MODEL_DTYPE_INT8: 0 = one scale per output row, else columns per scale */
     int threads;       /* <= 0: all online cores */
-    /* Use bf16/f32 matrices in place from the file mapping instead of copying
-     * them into huge-page memory: less memory (pages shared with the page
-     * cache and faulted in on use), slower decode (4 KiB pages). */
-    bool map_weights;
 } model_opts;
 
 typedef struct model_info {

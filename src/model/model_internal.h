@@ -138,22 +138,21 @@ typedef struct model_weights {
 typedef struct model_loader model_loader;
 
 /* model_get_mat flags. */
-#define MODEL_MAT_F32    1u /* always f32, whatever the compute dtype (routers) */
-#define MODEL_MAT_LOOKUP 2u /* only rows are looked up (embeddings): in place if it can be */
+#define MODEL_MAT_F32 1u /* always f32, whatever the compute dtype (routers) */
 
 /* Looks tensor `name` up, checks it is rows x cols (cols == 0: 1-D of rows),
- * and returns it in the compute dtype: a copy in huge-page memory (converted
- * or quantized as needed), or, with model_opts.map_weights or
- * MODEL_MAT_LOOKUP, the mapping itself when it is stored in that dtype.
+ * and returns it in the compute dtype: the mapping itself when stored in
+ * that dtype, else a converted/quantized copy in huge-page memory.
  * fp8 tensors are dequantized with their weight_scale_inv blocks. Errors
  * name the file and tensor. */
 int model_get_mat(model_loader *ld, const char *name, int rows, int cols, unsigned flags,
                   kern_mat *out, di_err *err);
-/* Several matrices of the same width that take the same input, stacked in
- * one allocation so one matmul computes them all (fewer passes over the
- * input, fewer thread-pool rounds): `fused` is the stack, parts[i] views of
- * its rows. With map_weights (parts used in place) fused stays empty (data
- * NULL) and each part is loaded on its own. At most 8 parts. */
+/* Several matrices of the same width that take the same input, stacked so
+ * one matmul computes them all (one pass over the input, one thread-pool
+ * round): `fused` is the stack, parts[i] views of its rows. Copies are
+ * stacked in one allocation; matrices used in place from the mapping are
+ * stacked only when the file stores them back to back in this order, else
+ * fused stays empty (data NULL) and the parts stand alone. At most 8. */
 int model_get_mats_fused(model_loader *ld, const char *const *names, const int *rows, int n,
                          int cols, kern_mat *fused, kern_mat *parts, di_err *err);
 /* A 1-D tensor of n elements as f32 (norm weights, biases). */

@@ -6,8 +6,11 @@
  * the header is checked before use (bounded length, strict JSON without
  * duplicate keys, offsets inside the file, size == product(shape) x dtype
  * size with overflow checks), because checkpoints come from anywhere. The
- * mapping is MAP_PRIVATE + PROT_READ: bf16 weights are used in place from it. */
+ * mapping is MAP_PRIVATE + PROT_READ (filemap.c: in 2 MiB pages when it
+ * can): bf16 weights are used in place from it. */
 #include "model/safetensors.h"
+
+#include "model/filemap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -157,7 +160,7 @@ int st_open(st_file *f, const char *path, di_err *err) {
     f->path = di_strdup(path);
     f->size = (size_t)sb.st_size;
     if (f->size > 0) {
-        void *p = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        void *p = filemap_open(fd, f->size, &f->huge);
         if (p == MAP_FAILED) {
             close(fd);
             int rc = di_errf(err, "%s: mmap failed: %s", path, strerror(errno));
@@ -165,7 +168,6 @@ int st_open(st_file *f, const char *path, di_err *err) {
             return rc;
         }
         f->map = p;
-        madvise(p, f->size, MADV_WILLNEED);
     }
     close(fd);
     if (parse_header(f, err)) {

@@ -6,6 +6,7 @@
 #ifndef DI_SAFETENSORS_H
 #define DI_SAFETENSORS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +37,7 @@ typedef struct st_file {
     char *path;
     void *map;
     size_t size;
+    bool huge; /* mapped in 2 MiB pages (filemap.c) */
     st_tensor *tensors;
     int n_tensors;
     char *names; /* one buffer holding every tensor name */
