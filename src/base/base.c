@@ -64,6 +64,27 @@ void di_free_aligned(void *p) {
     free(p);
 }
 
+void di_buf_add(di_buf *b, const void *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + n + 1) cap *= 2;
+        b->p = di_realloc(b->p, cap);
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+void di_buf_adds(di_buf *b, const char *s) {
+    di_buf_add(b, s, strlen(s));
+}
+
+void di_buf_free(di_buf *b) {
+    free(b->p);
+    *b = (di_buf){0};
+}
+
 #define HUGE_PAGE ((size_t)2 << 20)
 
 void *di_huge_alloc(size_t n) {

@@ -30,6 +30,16 @@ char *di_strdup(const char *s);
 /* 64-byte aligned, zeroed; free with di_free_aligned. */
 void *di_alloc_aligned(size_t n);
 void di_free_aligned(void *p);
+/* A growable byte string, always NUL-terminated after its n bytes (p is
+ * NULL until the first add). Zero-initialise; free with di_buf_free. */
+typedef struct di_buf {
+    char *p;
+    size_t n, cap;
+} di_buf;
+void di_buf_add(di_buf *b, const void *s, size_t n);
+void di_buf_adds(di_buf *b, const char *s);
+void di_buf_free(di_buf *b);
+
 /* Large, long-lived buffers (model weights): anonymous memory aligned to 2 MiB
  * and advised for transparent huge pages, so a weight stream crosses a page
  * (and a TLB entry) every 2 MiB instead of every 4 KiB. Not zeroed beyond

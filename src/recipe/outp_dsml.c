@@ -107,13 +107,13 @@ static void args(outp_parser *p, const char *s, size_t n) {
 }
 
 /* Appends s as the inside of a JSON string. */
-static void json_escape(outp_buf *o, const char *s, size_t n) {
+static void json_escape(di_buf *o, const char *s, size_t n) {
     static const char hex[] = "0123456789abcdef";
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') continue;
-        outp_buf_add(o, s + run, i - run);
+        di_buf_add(o, s + run, i - run);
         run = i + 1;
         char e[6] = {'\\', 0};
         size_t el = 2;
@@ -145,25 +145,25 @@ static void json_escape(outp_buf *o, const char *s, size_t n) {
             e[5] = hex[c & 15];
             el = 6;
         }
-        outp_buf_add(o, e, el);
+        di_buf_add(o, e, el);
     }
-    outp_buf_add(o, s + run, n - run);
+    di_buf_add(o, s + run, n - run);
 }
 
 static void args_escaped(outp_parser *p, const char *s, size_t n) {
     if (!n) return;
     p->scratch.n = 0;
     json_escape(&p->scratch, s, n);
-    args(p, p->scratch.s, p->scratch.n);
+    args(p, p->scratch.p, p->scratch.n);
 }
 
 /* `"key": ` (preceded by ", " after the first parameter) into o. */
-static void key_prefix(outp_parser *p, outp_buf *o, const char *key, size_t klen) {
-    if (!p->first_param) outp_buf_add(o, ", ", 2);
+static void key_prefix(outp_parser *p, di_buf *o, const char *key, size_t klen) {
+    if (!p->first_param) di_buf_add(o, ", ", 2);
     p->first_param = false;
-    outp_buf_add(o, "\"", 1);
+    di_buf_add(o, "\"", 1);
     json_escape(o, key, klen);
-    outp_buf_add(o, "\": ", 3);
+    di_buf_add(o, "\": ", 3);
 }
 
 static void start_call(outp_parser *p, const char *name, size_t nlen) {
@@ -287,17 +287,17 @@ bool outp_step_invoke(outp_parser *p, bool final) {
         int has_str = tag_attr(&t, "string", &str, &sl);
         if (has_str < 0) return malformed(p, "<｜DSML｜parameter> with well-formed attributes");
         bool is_json = has_str == 1 && sl == 5 && memcmp(str, "false", 5) == 0;
-        outp_buf o = {0};
+        di_buf o = {0};
         key_prefix(p, &o, key, kl);
         if (is_json) {
             free(p->param_key);
-            p->param_key = o.s; /* emitted with the value once it is validated */
+            p->param_key = o.p; /* emitted with the value once it is validated */
             p->pval.n = 0;
             p->st = OUTP_S_PARAM_JSON;
         } else {
-            outp_buf_add(&o, "\"", 1);
-            args(p, o.s, o.n);
-            outp_buf_free(&o);
+            di_buf_add(&o, "\"", 1);
+            args(p, o.p, o.n);
+            di_buf_free(&o);
             p->st = OUTP_S_PARAM_STR;
         }
         outp_consume(p, len);
@@ -339,28 +339,28 @@ bool outp_step_param_json(outp_parser *p, bool final) {
     const char *b = outp_cur(p);
     size_t n = outp_avail(p), at, w;
     outp_scan_result r = outp_scan(b, n, param_close, 2, false, &at, &w);
-    outp_buf_add(&p->pval, b, at);
+    di_buf_add(&p->pval, b, at);
     if (r != OUTP_SCAN_FOUND) {
         outp_consume(p, at);
         return at > 0;
     }
     outp_consume(p, at + param_close[w].len);
-    const char *v = p->pval.s ? p->pval.s : "";
+    const char *v = p->pval.p ? p->pval.p : "";
     size_t vn = p->pval.n;
-    outp_buf o = {0};
-    outp_buf_add(&o, p->param_key, strlen(p->param_key));
+    di_buf o = {0};
+    di_buf_add(&o, p->param_key, strlen(p->param_key));
     json_error_t je;
     json_t *j = trim_ws(&v, &vn) ? json_loadb(v, vn, JSON_FLAGS, &je) : NULL;
     if (j) {
-        outp_buf_add(&o, v, vn);
+        di_buf_add(&o, v, vn);
         json_decref(j);
     } else { /* not JSON: keep what the model wrote, as a string */
-        outp_buf_add(&o, "\"", 1);
-        json_escape(&o, p->pval.s ? p->pval.s : "", p->pval.n);
-        outp_buf_add(&o, "\"", 1);
+        di_buf_add(&o, "\"", 1);
+        json_escape(&o, p->pval.p ? p->pval.p : "", p->pval.n);
+        di_buf_add(&o, "\"", 1);
     }
-    args(p, o.s, o.n);
-    outp_buf_free(&o);
+    args(p, o.p, o.n);
+    di_buf_free(&o);
     p->pval.n = 0;
     p->st = OUTP_S_INVOKE;
     return true;

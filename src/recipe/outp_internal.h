@@ -27,13 +27,6 @@ typedef enum {
 /* JSON-mode filter over answer text. */
 typedef enum { OUTP_J_START, OUTP_J_VALUE, OUTP_J_PLAIN, OUTP_J_DONE } outp_jstate;
 
-typedef struct outp_buf {
-    char *s;
-    size_t n, cap;
-} outp_buf;
-void outp_buf_add(outp_buf *b, const char *s, size_t len);
-void outp_buf_free(outp_buf *b);
-
 /* A marker the scanner looks for. */
 typedef struct outp_marker {
     const char *s;
@@ -64,7 +57,7 @@ struct outp_parser {
     int u8_n, u8_need;
     unsigned char u8_lo, u8_hi;
 
-    outp_buf in; /* undecided bytes: in.s[off..in.n) */
+    di_buf in; /* undecided bytes: in.p[off..in.n) */
     size_t off;
 
     /* Answer-state markers: tool openers first, then stops. */
@@ -77,9 +70,9 @@ struct outp_parser {
     outp_jstate js;
     int jdepth;
     bool jstr, jesc;
-    int jfence;     /* J_START: 0 leading ws, 1-3 backticks, 4 language, 5 ws after it */
-    outp_buf jhold; /* J_START: held bytes, emitted verbatim if no JSON follows */
-    outp_buf jtext; /* emitted answer text, for the validity check */
+    int jfence;   /* J_START: 0 leading ws, 1-3 backticks, 4 language, 5 ws after it */
+    di_buf jhold; /* J_START: held bytes, emitted verbatim if no JSON follows */
+    di_buf jtext; /* emitted answer text, for the validity check */
 
     /* Tool calls. */
     int n_calls;  /* calls started */
@@ -87,8 +80,8 @@ struct outp_parser {
     char *cur_name;
     bool first_param;
     char *param_key; /* PARAM_JSON: the JSON-escaped key, emitted with the value */
-    outp_buf pval;   /* PARAM_JSON: the raw value so far */
-    outp_buf scratch;
+    di_buf pval;     /* PARAM_JSON: the raw value so far */
+    di_buf scratch;
     uint64_t id_state;
     char *forced_invoke; /* cfg.start_invoke, until its TOOL_START is emitted */
 
@@ -103,7 +96,7 @@ void outp_emit_answer(outp_parser *p, const char *s, size_t n);
 
 /* Undecided input. */
 static inline const char *outp_cur(const outp_parser *p) {
-    return p->in.s + p->off;
+    return p->in.p + p->off;
 }
 static inline size_t outp_avail(const outp_parser *p) {
     return p->in.n - p->off;

@@ -29,24 +29,6 @@
 
 static const outp_marker think_close = {THINK_CLOSE, sizeof THINK_CLOSE - 1};
 
-void outp_buf_add(outp_buf *b, const char *s, size_t len) {
-    if (b->n + len + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + len + 1) cap *= 2;
-        b->s = di_realloc(b->s, cap);
-        b->cap = cap;
-    }
-    if (len) memcpy(b->s + b->n, s, len);
-    b->n += len;
-    b->s[b->n] = 0;
-}
-
-void outp_buf_free(outp_buf *b) {
-    free(b->s);
-    b->s = NULL;
-    b->n = b->cap = 0;
-}
-
 /* ---- validation of configured strings ------------------------------------ */
 
 static bool valid_utf8(const char *s, size_t n) {
@@ -108,7 +90,7 @@ outp_parser *outp_new(const outp_config *cfg, di_err *err) {
     } else {
         p->st = OUTP_S_ANSWER;
     }
-    outp_buf_add(&p->in, "", 0); /* never NULL: steps compare against it */
+    di_buf_add(&p->in, "", 0); /* never NULL: steps compare against it */
     p->cur_call = -1;
     p->sum.stop_index = -1;
     p->id_state = cfg->id_seed ? cfg->id_seed : (uint64_t)(di_now() * 1e9) ^ (uint64_t)(uintptr_t)p;
@@ -123,11 +105,11 @@ void outp_free(outp_parser *p) {
     free(p->cur_name);
     free(p->forced_invoke);
     free(p->param_key);
-    outp_buf_free(&p->in);
-    outp_buf_free(&p->jhold);
-    outp_buf_free(&p->jtext);
-    outp_buf_free(&p->pval);
-    outp_buf_free(&p->scratch);
+    di_buf_free(&p->in);
+    di_buf_free(&p->jhold);
+    di_buf_free(&p->jtext);
+    di_buf_free(&p->pval);
+    di_buf_free(&p->scratch);
     free(p);
 }
 
@@ -163,7 +145,7 @@ void outp_emit_error(outp_parser *p, const char *fmt, ...) {
 
 static void emit_text(outp_parser *p, const char *s, size_t n) {
     if (!n) return;
-    if (p->cfg.json_mode) outp_buf_add(&p->jtext, s, n);
+    if (p->cfg.json_mode) di_buf_add(&p->jtext, s, n);
     outp_emit(p, OUTP_EV_TEXT, s, n);
 }
 
@@ -197,11 +179,11 @@ void outp_emit_answer(outp_parser *p, const char *s, size_t n) {
             p->js = OUTP_J_PLAIN;
             size_t h = p->jhold.n;
             p->jhold.n = 0;
-            emit_text(p, p->jhold.s, h);
+            emit_text(p, p->jhold.p, h);
             break;
         }
         p->jfence = f;
-        outp_buf_add(&p->jhold, s + i, 1);
+        di_buf_add(&p->jhold, s + i, 1);
         i++;
     }
     if (i == n) return;
@@ -239,7 +221,7 @@ static void json_flush(outp_parser *p) {
         size_t h = p->jhold.n;
         p->jhold.n = 0;
         p->js = OUTP_J_PLAIN;
-        emit_text(p, p->jhold.s, h);
+        emit_text(p, p->jhold.p, h);
     }
 }
 
@@ -284,7 +266,7 @@ static void u8_push(outp_parser *p, unsigned char c) {
             unsigned char lo = 0x80, hi = 0xBF;
             int need;
             if (c < 0x80) {
-                outp_buf_add(&p->in, (const char *)&c, 1);
+                di_buf_add(&p->in, (const char *)&c, 1);
                 return;
             } else if (c >= 0xC2 && c <= 0xDF) {
                 need = 1;
@@ -297,7 +279,7 @@ static void u8_push(outp_parser *p, unsigned char c) {
                 if (c == 0xF0) lo = 0x90;
                 if (c == 0xF4) hi = 0x8F;
             } else {
-                outp_buf_add(&p->in, REPLACEMENT, 3);
+                di_buf_add(&p->in, REPLACEMENT, 3);
                 return;
             }
             p->u8[0] = c;
@@ -311,12 +293,12 @@ static void u8_push(outp_parser *p, unsigned char c) {
             p->u8[p->u8_n++] = c;
             p->u8_lo = 0x80;
             p->u8_hi = 0xBF;
-            if (--p->u8_need == 0) outp_buf_add(&p->in, (const char *)p->u8, (size_t)p->u8_n);
+            if (--p->u8_need == 0) di_buf_add(&p->in, (const char *)p->u8, (size_t)p->u8_n);
             return;
         }
         /* The sequence so far is a maximal invalid subpart: one U+FFFD, then
          * c starts afresh. */
-        outp_buf_add(&p->in, REPLACEMENT, 3);
+        di_buf_add(&p->in, REPLACEMENT, 3);
         p->u8_need = 0;
         p->u8_n = 0;
     }
@@ -330,7 +312,7 @@ static void u8_append(outp_parser *p, const char *bytes, size_t len) {
             size_t j = i;
             while (j < len && s[j] < 0x80) j++;
             if (j > i) {
-                outp_buf_add(&p->in, bytes + i, j - i);
+                di_buf_add(&p->in, bytes + i, j - i);
                 i = j;
                 continue;
             }
@@ -462,7 +444,7 @@ static void run(outp_parser *p, bool final) {
     /* Compact: keep only the undecided tail. */
     size_t rest = outp_avail(p);
     if (p->off) {
-        memmove(p->in.s, p->in.s + p->off, rest);
+        memmove(p->in.p, p->in.p + p->off, rest);
         p->in.n = rest;
         p->off = 0;
     }
@@ -482,7 +464,7 @@ const outp_summary *outp_finish(outp_parser *p, outp_event_fn cb, void *ctx) {
     p->cb = cb;
     p->ctx = ctx;
     if (p->st != OUTP_S_DONE && p->u8_need) {
-        outp_buf_add(&p->in, REPLACEMENT, 3);
+        di_buf_add(&p->in, REPLACEMENT, 3);
         p->u8_need = 0;
     }
     run(p, true);
@@ -504,7 +486,7 @@ const outp_summary *outp_finish(outp_parser *p, outp_event_fn cb, void *ctx) {
     if (p->cfg.json_mode) {
         json_flush(p);
         json_error_t je;
-        json_t *j = json_loadb(p->jtext.s ? p->jtext.s : "", p->jtext.n,
+        json_t *j = json_loadb(p->jtext.p ? p->jtext.p : "", p->jtext.n,
                                JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
         p->sum.json_valid = j != NULL;
         json_decref(j);

@@ -14,9 +14,9 @@
 #include "server/srv_internal.h"
 
 /* --- request ------------------------------------------------------------- */
-static int text_of(const json_t *c, sbuf *out, const char *where, srv_fail *f) {
+static int text_of(const json_t *c, di_buf *out, const char *where, srv_fail *f) {
     if (json_is_string(c)) {
-        sbuf_add(out, json_string_value(c), json_string_length(c));
+        di_buf_add(out, json_string_value(c), json_string_length(c));
         return 0;
     }
     if (!c || json_is_null(c)) return 0;
@@ -29,7 +29,7 @@ static int text_of(const json_t *c, sbuf *out, const char *where, srv_fail *f) {
         const json_t *t = json_object_get(b, "text");
         if (!type || strcmp(type, "text") || !json_is_string(t))
             return srv_failf(f, 400, where, "%s[%zu]: expected a text block", where, i);
-        sbuf_add(out, json_string_value(t), json_string_length(t));
+        di_buf_add(out, json_string_value(t), json_string_length(t));
     }
     return 0;
 }
@@ -67,12 +67,12 @@ static int parse_message(const json_t *m, conversation *c, size_t i, srv_fail *f
                 return srv_failf(f, 400, bw, "%s.tool_use_id: expected a string", bw);
             conv_message *tm = conv_add_message(c, CONV_TOOL);
             tm->tool_call_id = di_strdup(json_string_value(id));
-            sbuf t = {0};
+            di_buf t = {0};
             char cw[112];
             snprintf(cw, sizeof cw, "%s.content", bw);
             int rc = text_of(json_object_get(b, "content"), &t, cw, f);
             conv_message_add_text(tm, t.p ? t.p : "", t.n);
-            sbuf_free(&t);
+            di_buf_free(&t);
             if (rc) return -1;
             cm = NULL;
             continue;
@@ -117,10 +117,10 @@ static int msg_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv_
     const json_t *msgs = json_object_get(body, "messages");
     if (!json_is_array(msgs)) return srv_failf(f, 400, "messages", "messages: Field required");
     r->conv = conv_new();
-    sbuf sys = {0};
+    di_buf sys = {0};
     int rc = text_of(json_object_get(body, "system"), &sys, "system", f);
     if (!rc && sys.n) conv_message_add_text(conv_add_message(r->conv, CONV_SYSTEM), sys.p, sys.n);
-    sbuf_free(&sys);
+    di_buf_free(&sys);
     if (rc) return -1;
     size_t i;
     const json_t *m;

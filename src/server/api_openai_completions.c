@@ -123,12 +123,12 @@ static json_t *comp_body(srv_gen *g) {
     json_t *choices = json_array();
     for (int i = 0; i < g->n; i++) {
         gen_branch *b = &g->b[i];
-        sbuf t = {0};
-        if (g->req->echo && g->echo_text) sbuf_add(&t, g->echo_text, g->echo_len);
-        sbuf_add(&t, b->text.p ? b->text.p : "", b->text.n);
+        di_buf t = {0};
+        if (g->req->echo && g->echo_text) di_buf_add(&t, g->echo_text, g->echo_len);
+        di_buf_add(&t, b->text.p ? b->text.p : "", b->text.n);
         json_array_append_new(choices, choice(g, i, t.p, t.n, g->req->logprobs ? b->logprobs : NULL,
                                               srv_finish_openai(b->finish)));
-        sbuf_free(&t);
+        di_buf_free(&t);
     }
     json_t *w = wrap(g, choices);
     json_object_set_new(w, "usage", srv_usage_openai(g));

@@ -95,19 +95,19 @@ static int parse_item(const json_t *it, conversation *c, size_t i, srv_fail *f) 
         return 0;
     }
     if (!strcmp(type, "reasoning")) {
-        sbuf t = {0};
+        di_buf t = {0};
         const json_t *parts = json_object_get(it, "content");
         if (!json_is_array(parts)) parts = json_object_get(it, "summary");
         size_t k;
         const json_t *p;
         json_array_foreach(parts, k, p) {
             const json_t *s = json_object_get(p, "text");
-            if (json_is_string(s)) sbuf_add(&t, json_string_value(s), json_string_length(s));
+            if (json_is_string(s)) di_buf_add(&t, json_string_value(s), json_string_length(s));
         }
         conv_message *m = last_assistant(c);
         free(m->reasoning);
         m->reasoning = di_strdup(t.p ? t.p : "");
-        sbuf_free(&t);
+        di_buf_free(&t);
         return 0;
     }
     return srv_failf(f, 400, "input", "%s.type: unsupported item type '%s'", where, type);

@@ -26,10 +26,10 @@ static void dispatch(srv_gen *g, int bi, const gev *ev) {
     gen_branch *b = &g->b[bi];
     switch (ev->kind) {
     case GEV_REASONING:
-        sbuf_add(&b->reasoning, ev->text, ev->len);
+        di_buf_add(&b->reasoning, ev->text, ev->len);
         break;
     case GEV_TEXT:
-        sbuf_add(&b->text, ev->text, ev->len);
+        di_buf_add(&b->text, ev->text, ev->len);
         break;
     case GEV_TOOL_START:
         if (b->n_tools == b->cap_tools) {
@@ -40,7 +40,7 @@ static void dispatch(srv_gen *g, int bi, const gev *ev) {
         break;
     case GEV_TOOL_ARGS:
         if (ev->tool >= 0 && ev->tool < b->n_tools)
-            sbuf_add(&b->tools[ev->tool].args, ev->text, ev->len);
+            di_buf_add(&b->tools[ev->tool].args, ev->text, ev->len);
         break;
     case GEV_TOOL_END:
         if (ev->tool >= 0 && ev->tool < b->n_tools) b->tools[ev->tool].complete = ev->complete;
@@ -162,12 +162,12 @@ void gen_free(srv_gen *g) {
         gen_branch *b = &g->b[i];
         if (b->ts) tok_stream_free(b->ts);
         if (b->p) outp_free(b->p);
-        sbuf_free(&b->reasoning);
-        sbuf_free(&b->text);
+        di_buf_free(&b->reasoning);
+        di_buf_free(&b->text);
         for (int t = 0; t < b->n_tools; t++) {
             free(b->tools[t].id);
             free(b->tools[t].name);
-            sbuf_free(&b->tools[t].args);
+            di_buf_free(&b->tools[t].args);
         }
         free(b->tools);
         json_decref(b->logprobs);
@@ -175,7 +175,7 @@ void gen_free(srv_gen *g) {
         free(b->error);
     }
     free(g->b);
-    sbuf_free(&g->out);
+    di_buf_free(&g->out);
     free(g->echo_text);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
@@ -243,7 +243,7 @@ static void forced_finish(srv_gen *g, gen_branch *b) {
         }
         free(b->tools[t].id);
         free(b->tools[t].name);
-        sbuf_free(&b->tools[t].args);
+        di_buf_free(&b->tools[t].args);
     }
     b->n_tools = k;
     bool any = false;
@@ -364,18 +364,18 @@ engine_usage gen_usage(const srv_gen *g) {
 
 void sse_json(srv_gen *g, const char *event, json_t *obj) {
     if (event) {
-        sbuf_adds(&g->out, "event: ");
-        sbuf_adds(&g->out, event);
-        sbuf_adds(&g->out, "\n");
+        di_buf_adds(&g->out, "event: ");
+        di_buf_adds(&g->out, event);
+        di_buf_adds(&g->out, "\n");
     }
     char *s = json_dumps(obj, JSON_COMPACT);
-    sbuf_adds(&g->out, "data: ");
-    sbuf_adds(&g->out, s ? s : "{}");
-    sbuf_adds(&g->out, "\n\n");
+    di_buf_adds(&g->out, "data: ");
+    di_buf_adds(&g->out, s ? s : "{}");
+    di_buf_adds(&g->out, "\n\n");
     free(s);
     json_decref(obj);
 }
 
 void sse_raw(srv_gen *g, const char *line) {
-    sbuf_adds(&g->out, line);
+    di_buf_adds(&g->out, line);
 }

@@ -48,7 +48,7 @@ typedef struct conn {
     srv *s;
     const srv_api *api;
     const char *endpoint;
-    sbuf body;
+    di_buf body;
     size_t received; /* body bytes seen, kept or drained */
     bool too_big;
     srv_fail fail; /* set when the request was refused before its body ended */
@@ -345,7 +345,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         k->received += *upload_size;
         if (k->received > 4 * s->o.max_body + (1 << 20)) return MHD_NO; /* a flood: hang up */
         if (k->body.n + *upload_size > s->o.max_body) k->too_big = true;
-        if (!k->too_big) sbuf_add(&k->body, upload_data, *upload_size);
+        if (!k->too_big) di_buf_add(&k->body, upload_data, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
@@ -366,7 +366,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)cls, (void)c, (void)why;
     conn *k = *con_cls;
     if (!k) return;
-    sbuf_free(&k->body);
+    di_buf_free(&k->body);
     free(k);
     *con_cls = NULL;
 }

@@ -85,17 +85,17 @@ void srv_metrics_tbt(srv_metrics *m, double s) {
     observe(m, &m->tbt, s);
 }
 
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf *b, const char *fmt, ...) {
+static void put(di_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(di_buf *b, const char *fmt, ...) {
     char line[512];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (n > 0) sbuf_add(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    if (n > 0) di_buf_add(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 
-static void put_hist(sbuf *b, const char *name, const char *help, const hist *h) {
+static void put_hist(di_buf *b, const char *name, const char *help, const hist *h) {
     put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     long long cum = 0;
     for (int i = 0; i < N_BOUNDS; i++) {
@@ -109,7 +109,7 @@ static void put_hist(sbuf *b, const char *name, const char *help, const hist *h)
 
 /* The persistent KV store (--kv-store): input-token hit rate, blocks and
  * bytes moved, evictions. */
-static void put_kv_store(sbuf *b, const engine_stats *st) {
+static void put_kv_store(di_buf *b, const engine_stats *st) {
     const kvs_stats *k = &st->kv_store;
     put(b,
         "# HELP deepinfer_kv_store_hit_rate Input tokens found in the KV store / tokens looked "
@@ -142,7 +142,7 @@ static void put_kv_store(sbuf *b, const engine_stats *st) {
 }
 
 char *srv_metrics_render(srv_metrics *m, const engine_stats *st, int pending) {
-    sbuf b = {0};
+    di_buf b = {0};
     pthread_mutex_lock(&m->mu);
     put(&b, "# HELP deepinfer_requests_total HTTP requests by endpoint and status.\n"
             "# TYPE deepinfer_requests_total counter\n");

@@ -13,27 +13,6 @@
 
 #include "server/srv_internal.h"
 
-void sbuf_add(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        b->p = di_realloc(b->p, cap);
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-void sbuf_adds(sbuf *b, const char *s) {
-    sbuf_add(b, s, strlen(s));
-}
-
-void sbuf_free(sbuf *b) {
-    free(b->p);
-    *b = (sbuf){0};
-}
-
 int srv_failf(srv_fail *f, int status, const char *param, const char *fmt, ...) {
     f->status = status;
     snprintf(f->kind, sizeof f->kind, "%s",
@@ -219,20 +198,20 @@ void srv_req_free(srv_req *r) {
 json_t *srv_jstr(const char *s, size_t len) {
     json_t *j = json_stringn(s, len);
     if (j) return j;
-    sbuf b = {0};
+    di_buf b = {0};
     for (size_t i = 0; i < len;) {
         utf8proc_int32_t cp;
         utf8proc_ssize_t k =
             utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &cp);
         if (k > 0 && cp != 0) {
-            sbuf_add(&b, s + i, (size_t)k);
+            di_buf_add(&b, s + i, (size_t)k);
             i += (size_t)k;
         } else {
-            sbuf_adds(&b, "\xEF\xBF\xBD");
+            di_buf_adds(&b, "\xEF\xBF\xBD");
             i++;
         }
     }
     j = json_stringn(b.p ? b.p : "", b.n);
-    sbuf_free(&b);
+    di_buf_free(&b);
     return j ? j : json_string("");
 }

@@ -24,15 +24,6 @@
 #include "recipe/tokenizer.h"
 #include "server/server.h"
 
-/* --- growable byte buffer ------------------------------------------------ */
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-} sbuf;
-void sbuf_add(sbuf *b, const char *s, size_t n);
-void sbuf_adds(sbuf *b, const char *s);
-void sbuf_free(sbuf *b);
-
 /* --- failures ------------------------------------------------------------ */
 typedef enum { SRV_CHAT, SRV_COMPLETIONS, SRV_RESPONSES, SRV_MESSAGES } srv_proto;
 
@@ -134,14 +125,14 @@ typedef enum { FIN_NONE = 0, FIN_STOP, FIN_LENGTH, FIN_TOOLS, FIN_CANCELLED, FIN
 
 typedef struct gen_tool {
     char *id, *name;
-    sbuf args;
+    di_buf args;
     bool complete; /* ended with </｜DSML｜invoke> (not cut short or malformed) */
 } gen_tool;
 
 typedef struct gen_branch {
     tok_stream *ts;
     outp_parser *p;
-    sbuf reasoning, text;
+    di_buf reasoning, text;
     gen_tool *tools;
     int n_tools, cap_tools;
     json_t *logprobs; /* array of token entries (every token) */
@@ -177,7 +168,7 @@ typedef struct srv_gen {
     srv_req *req;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    sbuf out; /* stream bytes not yet sent */
+    di_buf out; /* stream bytes not yet sent */
     gen_branch *b;
     int n;
     int n_done;

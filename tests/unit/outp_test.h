@@ -10,22 +10,17 @@
 
 #include "recipe/output_parser.h"
 
-typedef struct outpt_buf {
-    char *s;
-    size_t n, cap;
-} outpt_buf;
-void outpt_add(outpt_buf *b, const char *s, size_t n);
-const char *outpt_str(const outpt_buf *b);
+const char *outpt_str(const di_buf *b);
 
 #define OUTPT_MAX_CALLS 128
 typedef struct outpt_call {
     char *name, id[64];
-    outpt_buf args;
+    di_buf args;
     bool ended, complete;
 } outpt_call;
 
 typedef struct outpt_res {
-    outpt_buf reasoning, text, errors;
+    di_buf reasoning, text, errors;
     outpt_call calls[OUTPT_MAX_CALLS];
     int n_calls, open_call;
     int stop_index, n_stop_events, n_finish;

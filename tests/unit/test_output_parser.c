@@ -21,18 +21,8 @@
 
 /* ---- collecting a parse --------------------------------------------------- */
 
-void outpt_add(outpt_buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = (b->n + n + 1) * 2;
-        b->s = realloc(b->s, b->cap);
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-const char *outpt_str(const outpt_buf *b) {
-    return b->s ? b->s : "";
+const char *outpt_str(const di_buf *b) {
+    return b->p ? b->p : "";
 }
 
 outpt_res *outpt_fresh(outpt_res *r) {
@@ -43,11 +33,11 @@ outpt_res *outpt_fresh(outpt_res *r) {
 }
 
 void outpt_res_free(outpt_res *r) {
-    free(r->reasoning.s);
-    free(r->text.s);
-    free(r->errors.s);
+    free(r->reasoning.p);
+    free(r->text.p);
+    free(r->errors.p);
     for (int i = 0; i < OUTPT_MAX_CALLS; i++) {
-        free(r->calls[i].args.s);
+        free(r->calls[i].args.p);
         free(r->calls[i].name);
     }
 }
@@ -80,10 +70,10 @@ void outpt_event(void *ctx, const outp_event *ev) {
         bad(r, "text inside a tool call");
     switch (ev->kind) {
     case OUTP_EV_REASONING:
-        outpt_add(&r->reasoning, ev->text, ev->len);
+        di_buf_add(&r->reasoning, ev->text, ev->len);
         break;
     case OUTP_EV_TEXT:
-        outpt_add(&r->text, ev->text, ev->len);
+        di_buf_add(&r->text, ev->text, ev->len);
         break;
     case OUTP_EV_TOOL_START:
         if (r->open_call >= 0) bad(r, "TOOL_START inside a call");
@@ -101,7 +91,7 @@ void outpt_event(void *ctx, const outp_event *ev) {
             bad(r, "TOOL_ARGS outside its call");
             break;
         }
-        outpt_add(&r->calls[ev->index].args, ev->text, ev->len);
+        di_buf_add(&r->calls[ev->index].args, ev->text, ev->len);
         break;
     case OUTP_EV_TOOL_END:
         if (ev->index != r->open_call || r->open_call < 0) {
@@ -119,8 +109,8 @@ void outpt_event(void *ctx, const outp_event *ev) {
     case OUTP_EV_ERROR:
         if (strlen(ev->text) != ev->len || !utf8_ok(ev->text, ev->len) || strchr(ev->text, '\n'))
             bad(r, "error text is not one line of whole UTF-8");
-        outpt_add(&r->errors, ev->text, ev->len);
-        outpt_add(&r->errors, "\n", 1);
+        di_buf_add(&r->errors, ev->text, ev->len);
+        di_buf_add(&r->errors, "\n", 1);
         break;
     case OUTP_EV_FINISH:
         r->n_finish++;

@@ -125,16 +125,16 @@ static const char *const pieces[] = {
 };
 #define N_PIECES (sizeof pieces / sizeof pieces[0])
 
-static void add_block(outpt_buf *o, uint64_t *rng) {
+static void add_block(di_buf *o, uint64_t *rng) {
     bool v41 = outpt_rng(rng) & 1;
     const char *sp = v41 ? " " : "";
     char t[256];
     snprintf(t, sizeof t, "<" D "%s>\n", v41 ? " calls" : "tool_calls");
-    outpt_add(o, t, strlen(t));
+    di_buf_add(o, t, strlen(t));
     int n_inv = 1 + (int)(outpt_rng(rng) % 3);
     for (int i = 0; i < n_inv; i++) {
         snprintf(t, sizeof t, "<" D "%sinvoke name=\"fn%d\">\n", sp, i);
-        outpt_add(o, t, strlen(t));
+        di_buf_add(o, t, strlen(t));
         int n_par = (int)(outpt_rng(rng) % 4);
         for (int k = 0; k < n_par; k++) {
             static const char *const vals[] = {
@@ -144,16 +144,16 @@ static void add_block(outpt_buf *o, uint64_t *rng) {
             bool str = outpt_rng(rng) & 1;
             snprintf(t, sizeof t, "<" D "%sparameter name=\"p%d\" string=\"%s\">", sp, k,
                      str ? "true" : "false");
-            outpt_add(o, t, strlen(t));
-            outpt_add(o, v, strlen(v));
+            di_buf_add(o, t, strlen(t));
+            di_buf_add(o, v, strlen(v));
             snprintf(t, sizeof t, "</" D "%sparameter>\n", sp);
-            outpt_add(o, t, strlen(t));
+            di_buf_add(o, t, strlen(t));
         }
         snprintf(t, sizeof t, "</" D "%sinvoke>\n", sp);
-        outpt_add(o, t, strlen(t));
+        di_buf_add(o, t, strlen(t));
     }
     snprintf(t, sizeof t, "</" D "%s>", v41 ? " calls" : "tool_calls");
-    outpt_add(o, t, strlen(t));
+    di_buf_add(o, t, strlen(t));
 }
 
 TEST(outp_randomized_chunkings) {
@@ -162,26 +162,26 @@ TEST(outp_randomized_chunkings) {
     int iters = env_n ? atoi(env_n) : 300;
     uint64_t rng = env_seed ? strtoull(env_seed, NULL, 10) : 12345;
     for (int it = 0; it < iters; it++) {
-        outpt_buf o = {0};
+        di_buf o = {0};
         int n = 1 + (int)(outpt_rng(&rng) % 40);
         bool noise = it % 10 == 9; /* bytes that make up the markup, in random order */
         static const char alphabet[] = "<>/\"= \n\xef\xbd\x9c"
                                        "DSMLthink{}`\x80\xc3\xa9\\";
         for (int i = 0; i < (noise ? 8 * n : n); i++) {
             if (noise)
-                outpt_add(&o, &alphabet[outpt_rng(&rng) % (sizeof alphabet - 1)], 1);
+                di_buf_add(&o, &alphabet[outpt_rng(&rng) % (sizeof alphabet - 1)], 1);
             else if (outpt_rng(&rng) % 12 == 0)
                 add_block(&o, &rng);
             else {
                 const char *pc = pieces[outpt_rng(&rng) % N_PIECES];
-                outpt_add(&o, pc, strlen(pc));
+                di_buf_add(&o, pc, strlen(pc));
             }
         }
         /* Corrupt some: truncate, or flip one byte. */
         if (o.n && outpt_rng(&rng) % 3 == 0) o.n = outpt_rng(&rng) % o.n;
         if (o.n && outpt_rng(&rng) % 4 == 0)
-            o.s[outpt_rng(&rng) % o.n] = (char)('<' + (char)(outpt_rng(&rng) % 3));
-        outpt_add(&o, "", 0);
+            o.p[outpt_rng(&rng) % o.n] = (char)('<' + (char)(outpt_rng(&rng) % 3));
+        di_buf_add(&o, "", 0);
         uint64_t f = outpt_rng(&rng);
         outp_config cfg = {.reasoning = f & 1,
                            .think_opened = f & 2,
@@ -194,11 +194,11 @@ TEST(outp_randomized_chunkings) {
             cfg.n_stops = 3;
         }
         uint64_t seed = outpt_rng(&rng);
-        const char *why = outpt_all_modes(&cfg, o.s, false, NULL, NULL, 4, seed);
+        const char *why = outpt_all_modes(&cfg, o.p, false, NULL, NULL, 4, seed);
         if (*why) {
-            CHECKF(0, "iteration %d: %s; input [%s]", it, why, o.s);
+            CHECKF(0, "iteration %d: %s; input [%s]", it, why, o.p);
         }
-        free(o.s);
+        free(o.p);
     }
 }
 
