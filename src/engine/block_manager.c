@@ -265,12 +265,25 @@ void bm_commit(bm *b, bm_table *t, const int *tokens, int n_computed) {
 }
 
 /* --- tables --------------------------------------------------------------- */
+static bool reserve_shares(const bm *b, const bm_table *t, int from, int to) {
+    int fb = from / BM_BLOCK;
+    return from < to && fb < t->n && b->ref[b->slot_of[t->blocks[fb]]] > 1;
+}
+
+static int reserve_grow(const bm_table *t, int to) {
+    int need_blocks = (to + BM_BLOCK - 1) / BM_BLOCK;
+    return need_blocks > t->n ? need_blocks - t->n : 0;
+}
+
+int bm_reserve_need(const bm *b, const bm_table *t, int from, int to) {
+    return reserve_grow(t, to) + (reserve_shares(b, t, from, to) ? 1 : 0);
+}
+
 int bm_reserve(bm *b, bm_table *t, int from, int to, bm_cow *cow) {
     cow->src = cow->dst = -1;
-    int need_blocks = (to + BM_BLOCK - 1) / BM_BLOCK;
-    int grow = need_blocks > t->n ? need_blocks - t->n : 0;
+    int grow = reserve_grow(t, to);
     int fb = from / BM_BLOCK;
-    bool shared = from < to && fb < t->n && b->ref[b->slot_of[t->blocks[fb]]] > 1;
+    bool shared = reserve_shares(b, t, from, to);
     if (grow + (shared ? 1 : 0) > bm_n_available(b)) return -1;
     if (shared) {
         int old = b->slot_of[t->blocks[fb]];

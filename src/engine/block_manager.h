@@ -69,6 +69,8 @@ int bm_attach_prefix(bm *b, bm_table *t, const int *tokens, int n, int max_token
  * copy target (copy-on-write) reported in *cow (cow->src = -1 if none).
  * All or nothing: returns -1 and changes nothing when blocks run out. */
 int bm_reserve(bm *b, bm_table *t, int from, int to, bm_cow *cow);
+/* Blocks bm_reserve(b, t, from, to) would take now (appended + copied). */
+int bm_reserve_need(const bm *b, const bm_table *t, int from, int to);
 /* After the step: registers the table's newly FULL blocks among
  * tokens[0..n_computed) in the prefix cache. */
 void bm_commit(bm *b, bm_table *t, const int *tokens, int n_computed);

@@ -288,6 +288,8 @@ void engine_free(engine *e) {
     }
     engine_exec_stop(&e->exec);
     free(e->pend);
+    free(e->fl.v);
+    free(e->done.v);
     swc_free(e->swa_cache);
     if (e->o.batch_invariant && e->run.set_batch_invariant)
         e->run.set_batch_invariant(e->run.ctx, false);

@@ -113,6 +113,9 @@ typedef struct engine_opts {
      * becomes full is persisted under the request's traffic class (chat /
      * agent TTL). Used only while the prefix cache is on. */
     kvs *kv_store;
+    /* Plan each step only after the previous step's pass has ended (for
+     * comparisons; by default the next step is planned while a pass runs). */
+    bool no_overlap;
 } engine_opts;
 
 typedef struct engine_stats {
@@ -132,6 +135,13 @@ typedef struct engine_stats {
     /* Time on the step thread: inside forward passes vs. wall time while
      * there was work (1 - busy/active: fraction the compute threads idle). */
     double forward_s, active_s;
+    /* Overlapped scheduling: steps planned while the previous step's pass
+     * ran (ahead) or after it ended (no pass ran, a preemption was due, or
+     * no_overlap); planning time that overlapped a pass vs. not; tokens
+     * computed for branches that had ended meanwhile (a stop string found
+     * while their next pass ran, a cancel), whose results were dropped. */
+    long long plans_ahead, plans_after, discarded_tokens;
+    double plan_overlap_s, plan_exposed_s;
     long long traffic_requests[ENGINE_N_TRAFFIC];
     /* Persistent KV store (when configured): prompt tokens attached from it
      * (part of the requests' cached_tokens, not of prefix_hit_tokens), and

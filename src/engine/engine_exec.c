@@ -25,6 +25,7 @@ static void *exec_main(void *arg) {
         x->rc = rc;
         x->err = err;
         x->secs = dt;
+        x->t_end = t0 + dt;
         x->state = EXEC_DONE;
         pthread_cond_broadcast(&x->cv);
     }

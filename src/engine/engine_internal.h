@@ -38,7 +38,8 @@ typedef struct engine_exec {
     int n, state, rc;
     bool quit, started;
     di_err err;
-    double secs; /* the job's time in the runner */
+    double secs;  /* the job's time in the runner */
+    double t_end; /* when it ended (di_now) */
 } engine_exec;
 int engine_exec_start(engine_exec *x, const engine_runner *run);
 void engine_exec_launch(engine_exec *x, model_batch_seq *batch, int n);
@@ -51,7 +52,23 @@ void engine_exec_stop(engine_exec *x);
 typedef struct pending_ev {
     struct seq *q; /* NULL: dropped (the sequence failed) */
     samp_out so;
+    stop_reason why; /* token-level: STOP_EOS (EOS or a stop id) or STOP_NONE */
+    bool length;     /* reached max_tokens or the context */
 } pending_ev;
+
+/* One batch entry of a forward pass, kept from its launch until the work
+ * it leaves (sampling, commit) is done. */
+typedef struct pass_item {
+    seq *q;        /* NULL: freed since */
+    float *logits; /* its logits row, or NULL */
+    int end;       /* q's computed tokens once the pass is done */
+    int n_tokens;
+    bool committed;
+} pass_item;
+typedef struct pass_rec {
+    pass_item *v;
+    int n, cap;
+} pass_rec;
 
 struct engine {
     engine_runner run;
@@ -81,7 +98,8 @@ struct engine {
     size_t cap_text;
     engine_stats st; /* counters owned by the step thread */
     engine_exec exec;
-    const sched_plan *fl_plan; /* the plan whose pass is in flight, or NULL */
+    pass_rec fl;   /* the pass in flight (n == 0: none) */
+    pass_rec done; /* the pass that ended, until its commits and events are done */
     pending_ev *pend;
     int n_pend, cap_pend;
 
@@ -100,9 +118,9 @@ struct engine {
 /* engine_step.c */
 void engine_ingest(engine *e, ereq *r);
 void engine_cancel_now(engine *e, uint64_t id, engine_finish why, const char *error);
-/* One iteration of the pipeline: waits for the pass in flight and samples
- * it, plans and launches the next pass, then delivers the previous step's
- * events while that pass runs. */
+/* One iteration of the pipeline: plans the next step while the pass in
+ * flight runs, waits for that pass and samples it, launches the next pass,
+ * then commits the ended pass and delivers its events while the next runs. */
 int engine_step(engine *e, di_err *err);
 /* Waits for the pass in flight (if any) and delivers everything it produced
  * (the step thread, before it exits). */

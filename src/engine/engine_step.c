@@ -3,15 +3,24 @@
  * row into a sampled token, stop checks and an event. Runs only on the step
  * thread, so nothing here locks; engine.c owns the thread and the API.
  *
- * Pipeline (one engine_step): wait for the pass in flight -> commit it and
- * sample every row (a token that ends its branch by itself is delivered at
- * once) -> plan the next step and launch its pass on the compute thread ->
- * deliver the other sampled tokens' events (detokenization, stop strings,
- * callbacks) while that pass runs. Between two passes the compute threads
- * wait only for sampling and planning. Sequences in the running pass are
- * marked in_flight: a branch that ends meanwhile (stop string, cancel) has
- * its final event sent at once and is freed when the pass ends (draining).
- *
+ * Pipeline (one engine_step, overlapped scheduling): while pass N runs on
+ * the compute thread, step N+1 is planned (sched_schedule_ahead): launching
+ * N advanced each sequence's n_computed past N's tokens and appended a
+ * placeholder for the token N samples, so N's sequences continue (their
+ * blocks for the next token reserved now), and new requests are admitted.
+ * When N ends: sample its logits rows into the placeholders (the only work
+ * between two passes besides preparing the next; a token that ends its
+ * branch — EOS, a stop id, the length — drops it from plan N+1) -> launch
+ * N+1 -> then, while N+1 runs, N's bookkeeping: commits (prefix cache, KV
+ * store) and the events of its tokens (detokenization, stop strings,
+ * callbacks). A plan that would have to preempt is not made ahead: the
+ * engine then finishes N first and plans after it, as without overlap
+ * (engine_opts.no_overlap: always). Sequences in the running pass are marked
+ * in_flight: planning never preempts them or touches their rings, the pass
+ * reads its own copy of their block tables, and a branch that ends meanwhile
+ * (stop string, cancel) has its final event sent at once and is freed when
+ * the pass ends (draining; the token computed for it is discarded).
+
  * n > 1: the request starts as one sequence; when its prompt is done, the
  * n - 1 other branches fork from it (sharing every prompt block) and each
  * branch samples its first token from the same logits row with its own
@@ -198,26 +207,24 @@ void engine_cancel_now(engine *e, uint64_t id, engine_finish why, const char *er
 
 /* --- tokens --------------------------------------------------------------- */
 /* The event of a sampled token: detokenization, stop strings, length, then
- * the callback; ends the branch when it finishes. */
-static void deliver(engine *e, seq *q, const samp_out *so) {
+ * the callback; ends the branch when it finishes. The token-level reasons
+ * (EOS, a stop id, the length) were found when it was sampled. */
+static void deliver(engine *e, const pending_ev *pe) {
+    seq *q = pe->q;
     ereq *r = q->owner;
     const stop_params *sp = &r->r.stop;
-    stop_reason why = stop_check_token(sp, e->run.eos_ids, e->run.n_eos, so->token);
+    stop_reason why = pe->why;
     const char *t = NULL;
     size_t tl = 0, used = 0;
     if (why == STOP_NONE && q->detok) {
         size_t pl = 0;
-        const char *piece = e->detok.push(q->detok, so->token, &pl);
+        const char *piece = e->detok.push(q->detok, pe->so.token, &pl);
         why = stop_feed(&q->stop, sp, piece, pl, &t, &tl);
         text_reserve(e, tl);
         memcpy(e->text, t, tl);
         used = tl;
     }
-    if (why == STOP_NONE) {
-        int gen = seq_generated(q);
-        if ((sp->max_tokens > 0 && gen >= sp->max_tokens) || q->n_tokens >= e->max_len)
-            why = STOP_LENGTH;
-    }
+    if (why == STOP_NONE && pe->length) why = STOP_LENGTH;
     if (why == STOP_EOS || why == STOP_LENGTH) { /* release everything held back */
         stop_flush(&q->stop, &t, &tl);
         text_reserve(e, used + tl);
@@ -234,45 +241,46 @@ static void deliver(engine *e, seq *q, const samp_out *so) {
     engine_finish fin = why == STOP_NONE     ? ENGINE_FINISH_NONE
                         : why == STOP_LENGTH ? ENGINE_FINISH_LENGTH
                                              : ENGINE_FINISH_STOP;
-    emit(e, r, q, so->token, e->text, used, so, fin, NULL);
+    emit(e, r, q, pe->so.token, e->text, used, &pe->so, fin, NULL);
     if (fin != ENGINE_FINISH_NONE) end_seq(e, q);
 }
 
-/* Samples q's next token. A token that ends the branch by itself (EOS, a
- * stop id, the length) is delivered now, so the branch is gone before the
- * next step is planned; any other waits in the pending list and is
- * delivered while the next pass runs (a stop string found then ends the
- * branch after that pass, one token of work wasted). */
-static void on_token(engine *e, seq *q, const float *row) {
+/* Samples q's next token into its placeholder and queues its event, which
+ * is delivered while the next pass runs (a stop string found then ends the
+ * branch after that pass, one token of work wasted). A token that ends the
+ * branch by itself (EOS, a stop id, the length) takes it out of the plan
+ * made ahead, if any. Returns whether it ends the branch. */
+static bool on_token(engine *e, seq *q, const float *row, bool planned_ahead) {
     ereq *r = q->owner;
+    if (!q->ahead) seq_append_ahead(q);
     if (e->n_pend == e->cap_pend) {
         e->cap_pend = e->cap_pend ? 2 * e->cap_pend : 16;
         e->pend = di_realloc(e->pend, sizeof *e->pend * (size_t)e->cap_pend);
     }
-    pending_ev *pe = &e->pend[e->n_pend];
-    samp_next(e->samp, &r->r.sampling, &q->rng, row, q->tokens, q->n_prompt, q->n_tokens, &pe->so);
-    seq_append(q, pe->so.token);
+    pending_ev *pe = &e->pend[e->n_pend++];
+    samp_next(e->samp, &r->r.sampling, &q->rng, row, q->tokens, q->n_prompt, q->n_tokens - 1,
+              &pe->so);
+    seq_fill_ahead(q, pe->so.token);
     e->st.generated_tokens++;
     const stop_params *sp = &r->r.stop;
-    bool ends = stop_check_token(sp, e->run.eos_ids, e->run.n_eos, pe->so.token) != STOP_NONE ||
-                (sp->max_tokens > 0 && seq_generated(q) >= sp->max_tokens) ||
-                q->n_tokens >= e->max_len;
-    if (ends) {
-        deliver(e, q, &pe->so);
-        return;
-    }
     pe->q = q;
-    e->n_pend++;
+    pe->why = stop_check_token(sp, e->run.eos_ids, e->run.n_eos, pe->so.token);
+    pe->length =
+        (sp->max_tokens > 0 && seq_generated(q) >= sp->max_tokens) || q->n_tokens >= e->max_len;
+    bool ends = pe->why != STOP_NONE || pe->length;
+    if (ends && planned_ahead) sched_plan_drop(e->sched, q);
+    return ends;
 }
 
 static void deliver_pending(engine *e) {
     for (int i = 0; i < e->n_pend; i++)
-        if (e->pend[i].q) deliver(e, e->pend[i].q, &e->pend[i].so);
+        if (e->pend[i].q) deliver(e, &e->pend[i]);
     e->n_pend = 0;
 }
 
-/* The prompt is done: fork the other branches off q, then sample them all. */
-static void fork_and_sample(engine *e, seq *q, const float *row) {
+/* The prompt is done: fork the other branches off q, then sample them all.
+ * With a plan made ahead, the new branches that go on join it. */
+static void fork_and_sample(engine *e, seq *q, const float *row, bool planned_ahead) {
     ereq *r = q->owner;
     r->forked = true;
     seq *branch[ENGINE_MAX_N];
@@ -289,10 +297,12 @@ static void fork_and_sample(engine *e, seq *q, const float *row) {
     }
     if (rings) e->run.swa_free(rings);
     int n = r->r.n;
-    for (int b = 0; b < n; b++) on_token(e, branch[b], row); /* r may be freed by the last */
+    for (int b = 0; b < n; b++) {
+        bool ends = on_token(e, branch[b], row, planned_ahead);
+        if (b > 0 && !ends && planned_ahead) sched_plan_add(e->sched, branch[b]);
+    }
 }
 
-/* --- one step ------------------------------------------------------------- */
 static void fail_seq(engine *e, seq *q, const char *msg) {
     ereq *r = q->owner;
     for (int i = 0; i < e->n_pend; i++)
@@ -329,73 +339,93 @@ static void swa_rebuild(engine *e, seq *q, int *n_replay) {
     e->st.swa_replayed_tokens += R;
 }
 
-/* After a step: a sequence standing at a hashed block boundary leaves its
- * rings in the cache under that block's key (once per key). */
-static void swa_snapshot(engine *e, seq *q) {
-    int H = q->n_computed;
+/* A sequence whose rings stand at H tokens (at a hashed block boundary)
+ * leaves them in the cache under that block's key (once per key). */
+static void swa_snapshot(engine *e, seq *q, int H) {
     if (H == 0 || H % BM_BLOCK || q->table.n_hashed * BM_BLOCK != H) return;
     if (swc_has(e->swa_cache, q->table.last_key)) return;
     model_swa_state *st = e->run.swa_save(e->run.ctx, &q->mseq);
     if (st) swc_put(e->swa_cache, q->table.last_key, st, e->run.swa_bytes(st));
 }
 
-/* The pass of plan p has ended: its sequences are the step thread's again.
- * Commits what was computed, frees branches that ended meanwhile, and
- * samples every logits row. */
-static void step_done(engine *e, const sched_plan *p, bool ok) {
-    for (int i = 0; i < p->n_items; i++) p->items[i].s->in_flight = false;
-    for (int i = 0; i < p->n_items && ok; i++) {
-        seq *q = p->items[i].s;
-        if (q->draining) continue;
-        if (q->store_load) { /* its store blocks are all in: into the prefix cache */
+/* --- the pass that ended ------------------------------------------------------ */
+/* Registers the blocks an ended pass filled in the prefix cache, queues them
+ * for the KV store, and snapshots rings standing at a block boundary (which
+ * must happen before the sequence's next pass moves them). */
+static void commit_item(engine *e, pass_item *it) {
+    seq *q = it->q;
+    if (!q || it->committed) return;
+    it->committed = true;
+    int hashed = q->table.n_hashed;
+    bm_commit(e->bm, &q->table, q->tokens, it->end);
+    if (e->store && q->table.n_hashed > hashed) {
+        engine_traffic t = ((ereq *)q->owner)->r.traffic;
+        kvs_persist_new(e->store, &q->table, hashed, q->tokens,
+                        t == ENGINE_TRAFFIC_AGENT ? KVS_CLASS_AGENT : KVS_CLASS_CHAT, &e->store_io);
+    }
+    if (e->swa) swa_snapshot(e, q, it->end);
+}
+
+/* The pass has ended: its sequences are the step thread's again. Frees the
+ * branches that ended meanwhile and samples every logits row (the only work
+ * between two passes besides preparing the next). */
+static void sample_pass(engine *e, bool ok, bool planned_ahead) {
+    pass_rec *d = &e->done;
+    for (int i = 0; i < d->n; i++) d->v[i].q->in_flight = false;
+    for (int i = 0; i < d->n; i++) {
+        pass_item *it = &d->v[i];
+        seq *q = it->q;
+        if (q->draining) {
+            e->st.discarded_tokens += it->n_tokens;
+            finish_seq(e, q);
+            it->q = NULL;
+            continue;
+        }
+        if (ok && q->store_load) { /* its store blocks are all in: into the prefix cache */
             kvs_load_finish(q->store_load, e->bm, &q->table, q->tokens);
             q->store_load = NULL;
             q->mseq.kv_wait = NULL;
         }
-        q->n_computed += p->items[i].n_tokens;
-        int hashed = q->table.n_hashed;
-        bm_commit(e->bm, &q->table, q->tokens, q->n_computed);
-        if (e->store && q->table.n_hashed > hashed) {
-            engine_traffic t = ((ereq *)q->owner)->r.traffic;
-            kvs_persist_new(e->store, &q->table, hashed, q->tokens,
-                            t == ENGINE_TRAFFIC_AGENT ? KVS_CLASS_AGENT : KVS_CLASS_CHAT,
-                            &e->store_io);
-        }
-        if (e->swa) swa_snapshot(e, q);
-    }
-    /* Sampling last: it may fork, finish and free sequences. */
-    for (int i = 0; i < p->n_items; i++) {
-        seq *q = p->items[i].s;
-        if (q->draining) {
-            finish_seq(e, q);
-            continue;
-        }
-        if (!ok || !e->batch[i].logits) continue;
+        if (!ok || !it->logits) continue;
         ereq *r = q->owner;
-        if (!r->forked && r->r.n > 1)
-            fork_and_sample(e, q, e->batch[i].logits);
-        else
-            on_token(e, q, e->batch[i].logits);
+        if (!r->forked && r->r.n > 1) {
+            commit_item(e, it); /* the branches share the committed blocks */
+            fork_and_sample(e, q, it->logits, planned_ahead);
+        } else {
+            on_token(e, q, it->logits, planned_ahead);
+        }
     }
+    if (!ok) d->n = 0;
 }
 
-static int wait_pass(engine *e, di_err *err) {
-    const sched_plan *p = e->fl_plan;
-    if (!p) return 0;
+/* The rest of the ended pass's work: commits, then the sampled tokens'
+ * events (which may end and free branches). */
+static void finish_pass(engine *e) {
+    for (int i = 0; i < e->done.n; i++) commit_item(e, &e->done.v[i]);
+    e->done.n = 0;
+    deliver_pending(e);
+}
+
+static int wait_pass(engine *e, bool planned_ahead, di_err *err) {
+    if (e->fl.n == 0) return 0;
     double secs = 0;
     int rc = engine_exec_wait(&e->exec, &secs, err);
-    e->fl_plan = NULL;
     e->st.forward_s += secs;
-    step_done(e, p, rc == 0);
+    pass_rec t = e->done; /* done is empty: finish_pass ran after the last launch */
+    e->done = e->fl;
+    e->fl = t;
+    e->fl.n = 0;
+    sample_pass(e, rc == 0, planned_ahead);
     return rc;
 }
 
 void engine_drain(engine *e) {
     di_err err;
-    wait_pass(e, &err);
-    deliver_pending(e);
+    wait_pass(e, false, &err);
+    finish_pass(e);
 }
 
+/* --- the next pass ------------------------------------------------------------ */
 /* Executes plan p up to the launch of its pass: failures, preemptions,
  * block copies, the batch, sliding-window restores and replays. Returns the
  * number of batch entries (0: nothing to run). */
@@ -411,7 +441,9 @@ static int prepare(engine *e, const sched_plan *p, di_err *err) {
     }
     if (p->n_items == 0) return 0;
     for (int i = 0; i < p->n_cows; i++)
-        if (e->run.copy_block(e->run.ctx, p->cows[i].dst, p->cows[i].src, err)) return -1;
+        if (p->cows[i].src >= 0 &&
+            e->run.copy_block(e->run.ctx, p->cows[i].dst, p->cows[i].src, err))
+            return -1;
 
     int n = p->n_items, rows = 0;
     if (n > e->cap_batch) {
@@ -428,9 +460,15 @@ static int prepare(engine *e, const sched_plan *p, di_err *err) {
     int n_replay = 0;
     for (int i = 0; i < n; i++) {
         seq *q = p->items[i].s;
-        q->mseq.blocks = q->table.blocks;
-        q->mseq.n_blocks = q->table.n;
-        q->mseq.cap_blocks = q->table.cap;
+        /* The pass reads its own copy of the table: the next step's planning
+         * may grow it (or copy-on-write a block) while the pass runs. */
+        if (q->table.n > q->cap_run_blocks) {
+            q->cap_run_blocks = q->table.n * 2;
+            q->run_blocks = di_realloc(q->run_blocks, sizeof(int) * (size_t)q->cap_run_blocks);
+        }
+        memcpy(q->run_blocks, q->table.blocks, sizeof(int) * (size_t)q->table.n);
+        q->mseq.blocks = q->run_blocks;
+        q->mseq.n_blocks = q->mseq.cap_blocks = q->table.n;
         if (q->store_load) { /* layers past 0 may still be swapping in */
             q->mseq.kv_wait = kvs_load_wait_layer;
             q->mseq.kv_wait_ctx = q->store_load;
@@ -447,7 +485,8 @@ static int prepare(engine *e, const sched_plan *p, di_err *err) {
         double t0 = di_now();
         if (e->run.forward(e->run.ctx, e->replay, n_replay, err)) return -1;
         e->st.forward_s += di_now() - t0;
-        for (int i = 0; i < n_replay; i++) swa_snapshot(e, e->replay_seq[i]);
+        for (int i = 0; i < n_replay; i++)
+            swa_snapshot(e, e->replay_seq[i], e->replay_seq[i]->n_computed);
     }
     return n;
 }
@@ -466,23 +505,79 @@ static void wait_for_fetches(engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
-int engine_step(engine *e, di_err *err) {
-    if (wait_pass(e, err)) return -1;
-    if (e->active) {
-        const sched_plan *p = sched_schedule(e->sched);
-        int n = prepare(e, p, err);
-        if (n < 0) return -1;
-        if (n == 0 && sched_n_fetching(e->sched) > 0 && !e->n_pend) wait_for_fetches(e);
-        if (n > 0) {
-            /* Until the pass ends, the batch's sequences (tokens, tables,
-             * rings) belong to the compute thread. */
-            for (int i = 0; i < n; i++) p->items[i].s->in_flight = true;
-            e->fl_plan = p;
-            engine_exec_launch(&e->exec, e->batch, n);
-            e->st.steps++;
-            e->st.computed_tokens += p->n_decode + p->n_prefill_tokens;
-        }
+/* Hands the prepared batch of plan p to the compute thread. From here the
+ * next plan sees the pass as done: n_computed covers its tokens, and each
+ * sequence it samples holds a placeholder for that token. Until the pass
+ * ends, the batch's sequences (tokens, rings, run_blocks) are the compute
+ * thread's: they are marked in_flight. */
+static void launch(engine *e, const sched_plan *p, int n) {
+    pass_rec *f = &e->fl;
+    if (n > f->cap) {
+        f->cap = n * 2;
+        f->v = di_realloc(f->v, sizeof *f->v * (size_t)f->cap);
     }
-    deliver_pending(e); /* overlaps the pass just launched */
+    for (int i = 0; i < n; i++) {
+        seq *q = p->items[i].s;
+        int start = q->n_computed, k = p->items[i].n_tokens;
+        q->in_flight = true;
+        q->n_computed = start + k;
+        if (p->items[i].logits) seq_append_ahead(q);
+        e->batch[i].tokens = q->tokens + start; /* the placeholder may have moved them */
+        f->v[i] = (pass_item){q, e->batch[i].logits, start + k, k, false};
+    }
+    f->n = n;
+    engine_exec_launch(&e->exec, e->batch, n);
+    e->st.steps++;
+    e->st.computed_tokens += p->n_decode + p->n_prefill_tokens;
+}
+
+/* Plans the next step while the pass in flight runs; NULL when that plan
+ * would need a preemption (planned again after the pass). */
+static const sched_plan *plan_ahead(engine *e, double *t0, double *t1) {
+    *t0 = di_now();
+    const sched_plan *p = sched_schedule_ahead(e->sched);
+    *t1 = di_now();
+    if (p) {
+        e->st.plans_ahead++;
+        pthread_mutex_lock(&e->mu); /* lets a test see the plan while the pass runs */
+        e->pub.plans_ahead = e->st.plans_ahead;
+        pthread_mutex_unlock(&e->mu);
+    }
+    return p;
+}
+
+int engine_step(engine *e, di_err *err) {
+    const sched_plan *p = NULL;
+    if (e->fl.n) {
+        double t0 = 0, t1 = 0;
+        if (!e->o.no_overlap) p = plan_ahead(e, &t0, &t1);
+        int rc = wait_pass(e, p != NULL, err);
+        if (t1 > t0) { /* the part of the planning done before the pass ended */
+            double end = e->exec.t_end < t1 ? e->exec.t_end : t1;
+            double ov = end > t0 ? end - t0 : 0;
+            e->st.plan_overlap_s += ov;
+            e->st.plan_exposed_s += t1 - t0 - ov;
+        }
+        if (rc) return -1;
+        if (p && e->swa) /* rings at a block boundary: snapshot before they move */
+            for (int i = 0; i < e->done.n; i++)
+                if (e->done.v[i].end % BM_BLOCK == 0) commit_item(e, &e->done.v[i]);
+    }
+    if (!p) { /* planned after the pass: its commits and events come first */
+        finish_pass(e);
+        if (!e->active) return 0;
+        double t0 = di_now();
+        p = sched_schedule(e->sched);
+        e->st.plans_after++;
+        e->st.plan_exposed_s += di_now() - t0;
+    }
+    int n = prepare(e, p, err);
+    if (n < 0) {
+        e->done.n = 0;
+        return -1;
+    }
+    if (n > 0) launch(e, p, n);
+    finish_pass(e); /* overlaps the pass just launched */
+    if (n == 0 && sched_n_fetching(e->sched) > 0) wait_for_fetches(e);
     return 0;
 }

@@ -224,8 +224,10 @@ static int chunk_len(const sched *s, const seq *q, int budget) {
 
 static void add_item(sched *s, seq *q, int n, const bm_cow *cow) {
     sched_plan *p = &s->plan;
+    int ci = -1;
     if (cow->src >= 0) {
         if (s->o.can_copy) {
+            ci = p->n_cows;
             p->cows[p->n_cows++] = *cow;
         } else {
             /* Copy-on-write by recomputation: the new block is filled again
@@ -234,32 +236,63 @@ static void add_item(sched *s, seq *q, int n, const bm_cow *cow) {
             n = seq_pending(q);
         }
     }
-    p->items[p->n_items++] = (sched_item){q, n, q->n_computed + n == q->n_tokens};
-    if (n == 1 && seq_pending(q) == 1)
+    bool decode = n == 1 && seq_pending(q) == 1;
+    p->items[p->n_items++] = (sched_item){q, n, q->n_computed + n == q->n_tokens, decode, ci};
+    if (decode)
         p->n_decode++;
     else
         p->n_prefill_tokens += n;
 }
 
-/* A waiting sequence more urgent than the least urgent running ones takes
- * their place (blocks or running slot) before the step is planned. */
-static void preempt_for_priority(sched *s) {
-    if (s->waiting.n == 0 || s->running.n == 0) return;
-    seq *q = s->waiting.v[0];
-    if (s->running.v[s->running.n - 1]->priority <= q->priority) return;
+/* Blocks the first chunk of waiting sequence q takes. */
+static int first_chunk_blocks(const sched *s, const seq *q) {
     int hit = q->table.n ? q->n_computed : bm_lookup(s->b, q->tokens, q->n_tokens - 1);
     int chunk = seq_pending(q) - (hit - q->n_computed);
     if (chunk > s->o.token_budget) chunk = s->o.token_budget;
-    int need = (hit + chunk + BM_BLOCK - 1) / BM_BLOCK - hit / BM_BLOCK;
-    while (s->running.n > 0 && s->running.v[s->running.n - 1]->priority > q->priority &&
-           (bm_n_available(s->b) < need || s->running.n >= s->o.max_running))
-        preempt(s, s->running.v[s->running.n - 1]);
+    return (hit + chunk + BM_BLOCK - 1) / BM_BLOCK - hit / BM_BLOCK;
 }
 
-const sched_plan *sched_schedule(sched *s) {
+/* A waiting sequence more urgent than the least urgent running ones takes
+ * their place (blocks or running slot) before the step is planned. */
+static bool priority_preempts(const sched *s, int need) {
+    const seq *q = s->waiting.v[0];
+    return s->running.n > 0 && s->running.v[s->running.n - 1]->priority > q->priority &&
+           (bm_n_available(s->b) < need || s->running.n >= s->o.max_running);
+}
+
+static void preempt_for_priority(sched *s) {
+    if (s->waiting.n == 0 || s->running.n == 0) return;
+    if (s->running.v[s->running.n - 1]->priority <= s->waiting.v[0]->priority) return;
+    int need = first_chunk_blocks(s, s->waiting.v[0]);
+    while (priority_preempts(s, need)) preempt(s, s->running.v[s->running.n - 1]);
+}
+
+/* Planning ahead needs no preemption: no priority preemption is due and the
+ * running sequences' next tokens fit in the blocks available (an upper
+ * bound: a copy-on-write made for one may unshare another's block). */
+static bool ahead_fits(const sched *s) {
+    if (s->waiting.n > 0 && s->running.n > 0 &&
+        s->running.v[s->running.n - 1]->priority > s->waiting.v[0]->priority &&
+        priority_preempts(s, first_chunk_blocks(s, s->waiting.v[0])))
+        return false;
+    int budget = s->o.token_budget, need = 0;
+    for (int i = 0; i < s->running.n; i++) {
+        const seq *q = s->running.v[i];
+        if (q->draining) continue;
+        int pending = seq_pending(q);
+        int n = pending == 1 ? 1 : chunk_len(s, q, budget);
+        if (n <= 0) continue;
+        need += bm_reserve_need(s->b, &q->table, q->n_computed, q->n_computed + n);
+        budget -= n;
+    }
+    return need <= bm_n_available(s->b);
+}
+
+/* ahead: the current step's pass is in flight (see sched_schedule_ahead). */
+static const sched_plan *plan_make(sched *s, bool ahead) {
     plan_reserve(s);
     poll_fetching(s);
-    preempt_for_priority(s);
+    if (!ahead) preempt_for_priority(s);
     int budget = s->o.token_budget;
     bool short_of_blocks = false;
     bm_cow cow;
@@ -267,12 +300,17 @@ const sched_plan *sched_schedule(sched *s) {
     /* 1. Running sequences: decodes always, prefill chunks within budget. */
     for (int i = 0; i < s->running.n; i++) {
         seq *q = s->running.v[i];
+        if (q->draining) continue; /* ended while in flight: freed when its pass ends */
         int pending = seq_pending(q);
         int n = pending == 1 ? 1 : chunk_len(s, q, budget);
         if (n <= 0) continue;
         bool placed = true;
         while (bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) != 0) {
             if (release_idle_holders(s, NULL)) continue;
+            if (ahead) { /* cannot happen after ahead_fits; never preempt in flight */
+                placed = false;
+                break;
+            }
             seq *victim = s->running.v[s->running.n - 1];
             if (victim == q && s->running.n == 1 && i == 0) {
                 /* Alone and still too big: no preemption can make room. */
@@ -306,7 +344,7 @@ const sched_plan *sched_schedule(sched *s) {
             if (q->store_load) drop_load(q);
             bm_release(s->b, &q->table);
             q->n_computed = 0;
-            if (s->running.n == 0 && s->plan.n_items == 0) { /* the whole pool is too small */
+            if (!ahead && s->running.n == 0 && s->plan.n_items == 0) { /* pool too small */
                 list_remove(&s->waiting, q);
                 q->state = SEQ_FINISHED;
                 s->plan.failed[s->plan.n_failed++] = q;
@@ -321,4 +359,43 @@ const sched_plan *sched_schedule(sched *s) {
         budget -= n;
     }
     return &s->plan;
+}
+
+const sched_plan *sched_schedule(sched *s) {
+    return plan_make(s, false);
+}
+
+const sched_plan *sched_schedule_ahead(sched *s) {
+    poll_fetching(s); /* before the check: a fetched sequence may be the most urgent */
+    return ahead_fits(s) ? plan_make(s, true) : NULL;
+}
+
+bool sched_plan_add(sched *s, seq *q) {
+    sched_plan *p = &s->plan;
+    int n = seq_pending(q);
+    bm_cow cow;
+    if (n <= 0 || bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow)) return false;
+    if (p->n_items + 1 > s->cap_items) {
+        s->cap_items = (p->n_items + 1) * 2;
+        p->items = di_realloc(p->items, sizeof *p->items * (size_t)s->cap_items);
+        p->cows = di_realloc(p->cows, sizeof *p->cows * (size_t)s->cap_items);
+    }
+    add_item(s, q, n, &cow);
+    return true;
+}
+
+void sched_plan_drop(sched *s, seq *q) {
+    sched_plan *p = &s->plan;
+    for (int i = 0; i < p->n_items; i++) {
+        sched_item *it = &p->items[i];
+        if (it->s != q) continue;
+        if (it->cow >= 0) p->cows[it->cow] = (bm_cow){-1, -1};
+        if (it->decode)
+            p->n_decode--;
+        else
+            p->n_prefill_tokens -= it->n_tokens;
+        memmove(it, it + 1, sizeof *it * (size_t)(p->n_items - i - 1));
+        p->n_items--;
+        return;
+    }
 }

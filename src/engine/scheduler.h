@@ -22,8 +22,19 @@
  * preempts them the same way when it lacks blocks or a running slot.
  *
  * The scheduler only decides and does block bookkeeping; the engine executes
- * the plan and reports back by advancing n_computed, so the next plan can be
- * made while a step runs once the engine overlaps them. */
+ * the plan and advances n_computed when it launches the step's pass.
+ *
+ * Planning ahead (the engine's overlapped scheduling): while the pass of step
+ * N runs, sched_schedule_ahead plans step N+1 as if N were done — the engine
+ * has already advanced n_computed past N's tokens and appended a placeholder
+ * for each token N will sample, so every sequence of N simply continues
+ * (decode of its next token, next prefill chunk) and new ones are admitted.
+ * Sequences of the pass in flight are never preempted or failed, and draining
+ * ones are skipped: when the plan would have to preempt (blocks or a running
+ * slot short for a more urgent class), it returns NULL and the engine plans
+ * with sched_schedule once the pass has ended. After N's sampling, the engine
+ * drops the items of sequences that ended (sched_plan_drop) and adds the
+ * branches forked from N's logits (sched_plan_add). */
 #ifndef DI_SCHEDULER_H
 #define DI_SCHEDULER_H
 
@@ -52,12 +63,14 @@ typedef struct sched_item {
     seq *s;
     int n_tokens; /* tokens[n_computed .. n_computed + n_tokens) run this step */
     bool logits;  /* the chunk ends at the sequence's last token: sample after it */
+    bool decode;  /* counted in n_decode (else in n_prefill_tokens) */
+    int cow;      /* index of its block copy in cows, or -1 */
 } sched_item;
 
 typedef struct sched_plan {
     sched_item *items;
     int n_items;
-    bm_cow *cows; /* block copies to do before the step */
+    bm_cow *cows; /* block copies to do before the step (src < 0: dropped) */
     int n_cows;
     seq **preempted; /* moved back to waiting this step (their model state must be reset) */
     int n_preempted;
@@ -86,5 +99,14 @@ int sched_n_running(const sched *s);
 long long sched_store_hit_tokens(const sched *s);
 /* Makes the next step's plan (valid until the next call). */
 const sched_plan *sched_schedule(sched *s);
+/* The next step's plan while the current step's pass runs (see above), or
+ * NULL when it needs a preemption: plan with sched_schedule after the pass. */
+const sched_plan *sched_schedule_ahead(sched *s);
+/* Adds running sequence q (a branch just forked) to the plan with its
+ * pending tokens; false (nothing changed) when blocks are short. */
+bool sched_plan_add(sched *s, seq *q);
+/* Removes q's item from the plan (q ended before the plan ran); its blocks
+ * stay in its table until it is removed. */
+void sched_plan_drop(sched *s, seq *q);
 
 #endif

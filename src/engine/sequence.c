@@ -27,6 +27,7 @@ seq *seq_clone(const seq *p, uint64_t id) {
     s->admitted = p->admitted;
     s->state = p->state;
     s->owner = p->owner;
+    s->ahead = p->ahead;
     return s;
 }
 
@@ -34,6 +35,7 @@ void seq_free(seq *s) {
     if (!s) return;
     bm_table_free(&s->table);
     stop_state_free(&s->stop);
+    free(s->run_blocks);
     free(s->tokens);
     free(s);
 }
@@ -44,6 +46,16 @@ void seq_append(seq *s, int token) {
         s->tokens = di_realloc(s->tokens, sizeof(int) * (size_t)s->cap);
     }
     s->tokens[s->n_tokens++] = token;
+}
+
+void seq_append_ahead(seq *s) {
+    seq_append(s, -1);
+    s->ahead = true;
+}
+
+void seq_fill_ahead(seq *s, int token) {
+    s->tokens[s->n_tokens - 1] = token;
+    s->ahead = false;
 }
 
 int seq_cmp(const seq *a, const seq *b) {

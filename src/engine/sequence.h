@@ -49,6 +49,14 @@ typedef struct seq {
     void *detok;    /* incremental detokenizer stream, or NULL */
     bool in_flight; /* in the forward pass running now: its memory is the model's */
     bool draining;  /* final event sent while in flight: freed when the pass ends */
+    /* tokens[n_tokens - 1] is a placeholder for the token that the pass in
+     * flight will sample: the next step is planned with it (decode of one
+     * token), its id is written by sampling before that step runs. */
+    bool ahead;
+    /* The pass's copy of the block table: planning may grow or copy-on-write
+     * the table while the pass reads the copy. */
+    int *run_blocks;
+    int cap_run_blocks;
 } seq;
 
 seq *seq_new(uint64_t id, const int *prompt, int n_prompt, int priority, uint64_t arrival);
@@ -57,11 +65,16 @@ seq *seq_clone(const seq *parent, uint64_t id);
 /* Frees the tokens and the table array (blocks must be released already). */
 void seq_free(seq *s);
 void seq_append(seq *s, int token);
+/* Appends the placeholder of the token the pass about to run will sample. */
+void seq_append_ahead(seq *s);
+/* Writes the sampled token into the placeholder. */
+void seq_fill_ahead(seq *s, int token);
 static inline int seq_pending(const seq *s) {
     return s->n_tokens - s->n_computed;
 }
+/* Generated tokens known so far (not the placeholder). */
 static inline int seq_generated(const seq *s) {
-    return s->n_tokens - s->n_prompt;
+    return s->n_tokens - (s->ahead ? 1 : 0) - s->n_prompt;
 }
 /* Ordering of the scheduler's queues: priority, then arrival, then id. */
 int seq_cmp(const seq *a, const seq *b);
