@@ -26,6 +26,11 @@ typedef struct fake {
     int max_batch;
     long long forwards;
     atomic_int hold; /* forwards wait while set: a test queues work before the first step */
+    /* Overlap gate: while set, the k-th pass does not return before the
+     * engine has planned k steps ahead (or a 5 s timeout, counted). */
+    _Atomic(engine *) gate;
+    long long gate_passes;
+    int gate_timeouts;
 } fake;
 
 static uint64_t entry(int token, int pos) {
@@ -72,6 +77,16 @@ static int fake_forward(void *c, model_batch_seq *b, int n, di_err *err) {
     fake *f = c;
     while (atomic_load(&f->hold)) usleep(200);
     f->forwards++;
+    engine *g = atomic_load(&f->gate);
+    if (g) {
+        long long want = ++f->gate_passes;
+        int t = 0;
+        while (engine_get_stats(g).plans_ahead < want && t < 10000) {
+            usleep(500);
+            t++;
+        }
+        if (t == 10000) f->gate_timeouts++;
+    }
     if (n > f->max_batch) f->max_batch = n;
     for (int i = 0; i < n; i++) {
         model_seq *s = b[i].seq;
@@ -129,7 +144,7 @@ static void fd_close(void *s) {
     free(s);
 }
 
-static engine *fake_engine(fake *f, int budget, int max_running, bool swa) {
+static engine *fake_engine_opts(fake *f, bool swa, const engine_opts *o) {
     engine_runner r = {.ctx = f,
                        .vocab = FV,
                        .max_context = 4096,
@@ -144,9 +159,12 @@ static engine *fake_engine(fake *f, int budget, int max_running, bool swa) {
                        .copy_block = f->copy ? fake_copy : NULL};
     engine_detok d = {.open = fd_open, .push = fd_push, .flush = fd_flush, .close = fd_close};
     di_err err;
-    engine *e = engine_create_runner(
-        &r, &d, &(engine_opts){.step_tokens = budget, .max_running = max_running}, &err);
-    return e;
+    return engine_create_runner(&r, &d, o, &err);
+}
+
+static engine *fake_engine(fake *f, int budget, int max_running, bool swa) {
+    return fake_engine_opts(f, swa,
+                            &(engine_opts){.step_tokens = budget, .max_running = max_running});
 }
 
 /* --- collecting events ---------------------------------------------------- */
@@ -499,6 +517,8 @@ TEST(engine_fake_stress_10k) {
     CHECK(s.running == 0 && s.waiting == 0 && s.blocks_used == 0);
     CHECK(s.blocks_free + s.blocks_cached == 48);
     CHECK(st.cancelled > 0 && s.prefix_hit_tokens > 0);
+    CHECKF(s.plans_ahead > 0 && s.preemptions > 0, "plans ahead %lld, preemptions %lld",
+           s.plans_ahead, s.preemptions);
     engine_free(e);
     CHECK(f->n_free == 48);
     fake_free(f);
@@ -576,4 +596,130 @@ TEST(engine_fake_free_in_flight_and_self_cancel) {
             CHECKF(r[i].finish[b] != ENGINE_FINISH_NONE && !r[i].bad, "req %d branch %d", i, b);
     CHECK(f->n_free == 16);
     fake_free(f);
+}
+
+/* --- overlapped scheduling -------------------------------------------------- */
+/* Each pass is held until the engine has planned the step after it, so the
+ * test passes only if planning runs while a pass is in flight. */
+TEST(engine_fake_overlap_plans_while_pass_runs) {
+    enum { NR = 8 };
+    static int prompts[NR][300];
+    static result res[NR];
+    fake *f = fake_new(64, true);
+    engine *e = fake_engine(f, 256, 16, false);
+    memset(res, 0, sizeof res);
+    atomic_store(&f->hold, 1);
+    for (int i = 0; i < NR; i++) {
+        make_prompt(prompts[i], 40 + i * 30, 200 + i);
+        submit(e, prompts[i], 40 + i * 30, 6 + i, 1, &res[i]);
+    }
+    atomic_store(&f->gate, e);
+    atomic_store(&f->hold, 0);
+    engine_wait_idle(e);
+    atomic_store(&f->gate, NULL);
+    engine_stats s = engine_get_stats(e);
+    CHECKF(f->gate_timeouts == 0, "%d of %lld passes ended with no plan made ahead",
+           f->gate_timeouts, f->gate_passes);
+    CHECKF(s.plans_ahead >= s.steps - 1 && s.plan_overlap_s > 0,
+           "%lld plans ahead, %lld after, %lld steps", s.plans_ahead, s.plans_after, s.steps);
+    for (int i = 0; i < NR; i++) {
+        CHECK(res[i].n[0] == 6 + i && res[i].finish[0] == ENGINE_FINISH_LENGTH);
+        CHECKF(matches_ref(prompts[i], 40 + i * 30, res[i].tokens[0], res[i].n[0]),
+               "request %d differs", i);
+    }
+    CHECK(s.blocks_used == 0 && s.running == 0);
+    engine_free(e);
+    CHECK(f->n_free == 64);
+    fake_free(f);
+}
+
+/* The same requests with and without overlap give the same events: stop
+ * strings (found while the next pass already computes one more token, which
+ * is discarded), stop ids, lengths, seeded sampling, n > 1 forks, logprobs,
+ * and preemption in a pool too small for all. */
+enum { MIX = 12 };
+static void run_mix(bool no_overlap, bool copy, result *res, engine_stats *st) {
+    static int prompts[MIX][260];
+    static const char *strs[MIX][1];
+    static char stop_s[MIX][2];
+    fake *f = fake_new(14, copy);
+    engine *e = fake_engine_opts(
+        f, false, &(engine_opts){.step_tokens = 200, .max_running = 8, .no_overlap = no_overlap});
+    memset(res, 0, sizeof(result) * MIX);
+    atomic_store(&f->hold, 1);
+    for (int i = 0; i < MIX; i++) {
+        int np = 30 + (i * 71) % 230;
+        make_prompt(prompts[i], np, 300 + i);
+        /* A one-letter stop string: token v reads 'a' + v % 26. */
+        stop_s[i][0] = (char)('a' + (i * 7) % 26);
+        stop_s[i][1] = 0;
+        strs[i][0] = stop_s[i];
+        int stop_id = 1 + i % 40;
+        engine_request q = {.prompt = prompts[i],
+                            .n_prompt = np,
+                            .sampling = {.temperature = i % 3 ? 0.9f : 0,
+                                         .seed = 7 + i,
+                                         .logprobs = i % 4 == 0,
+                                         .top_logprobs = i % 4 == 0 ? 3 : 0},
+                            .stop = {.strs = i % 2 ? strs[i] : NULL,
+                                     .n_strs = i % 2,
+                                     .ids = i % 3 == 1 ? &stop_id : NULL,
+                                     .n_ids = i % 3 == 1,
+                                     .max_tokens = 20 + (i * 37) % 90,
+                                     .ignore_eos = true},
+                            .n = i % 5 == 2 ? 3 : 1,
+                            .on_event = collect,
+                            .user = &res[i]};
+        di_err err;
+        CHECKF(engine_submit(e, &q, &err) > 0, "%s", err.msg);
+    }
+    atomic_store(&f->hold, 0);
+    engine_wait_idle(e);
+    *st = engine_get_stats(e);
+    CHECK(st->blocks_used == 0);
+    engine_free(e);
+    CHECK(f->n_free == 14);
+    fake_free(f);
+}
+
+static void overlap_same_case(bool copy) {
+    static result with[MIX], without[MIX];
+    engine_stats sw, so;
+    run_mix(false, copy, with, &sw);
+    run_mix(true, copy, without, &so);
+    int by_string = 0;
+    for (int i = 0; i < MIX; i++)
+        for (int b = 0; b < (i % 5 == 2 ? 3 : 1); b++) {
+            const result *a = &with[i], *o = &without[i];
+            CHECKF(a->finish[b] != ENGINE_FINISH_NONE && !a->bad, "req %d.%d unfinished", i, b);
+            CHECKF(a->n[b] == o->n[b] && !memcmp(a->tokens[b], o->tokens[b], sizeof(int) * a->n[b]),
+                   "req %d.%d: tokens differ (%d vs %d)", i, b, a->n[b], o->n[b]);
+            CHECKF(a->text_len[b] == o->text_len[b] &&
+                       !memcmp(a->text[b], o->text[b], a->text_len[b]),
+                   "req %d.%d: text differs", i, b);
+            CHECK(a->finish[b] == o->finish[b]);
+            CHECK(!memcmp(&a->usage[b], &o->usage[b], sizeof a->usage[b]));
+            CHECK(a->n_events == o->n_events && a->logprob_sum == o->logprob_sum);
+            /* Ended by its stop string (no stop id, EOS ignored): the text stops
+             * before the string's letter. */
+            if (a->finish[b] == ENGINE_FINISH_STOP && i % 2 && i % 3 != 1) {
+                CHECK(a->text_len[b] == (size_t)a->n[b] - 1);
+                by_string++;
+            }
+            CHECK(a->usage[b].completion_tokens == a->n[b]);
+        }
+    CHECKF(by_string > 0, "no request ended on a stop string");
+    CHECKF(sw.discarded_tokens > 0 && so.discarded_tokens == 0, "discarded %lld / %lld",
+           sw.discarded_tokens, so.discarded_tokens);
+    CHECKF(sw.preemptions > 0 && so.preemptions > 0, "preemptions %lld / %lld", sw.preemptions,
+           so.preemptions);
+    CHECKF(sw.plans_ahead > 0 && sw.plans_after > 0 && so.plans_ahead == 0, "plans %lld/%lld, %lld",
+           sw.plans_ahead, sw.plans_after, so.plans_ahead);
+}
+
+TEST(engine_fake_overlap_same_events_copy) {
+    overlap_same_case(true);
+}
+TEST(engine_fake_overlap_same_events_recompute) {
+    overlap_same_case(false);
 }
