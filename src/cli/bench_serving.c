@@ -11,8 +11,10 @@
  *
  * Per level: output tokens/s, TTFT and TBT p50/p99, prefix-cache hit rate
  * (prompt tokens served from cache / prompt tokens), peak KV blocks and peak
- * RSS, and the fraction of wall time the compute threads sat idle between
- * passes. Then the targets' figures: output tok/s at 16 (or the highest
+ * RSS, the fraction of wall time the compute threads sat idle between
+ * passes, and how the engine overlapped scheduling with the passes (share
+ * of steps planned while the previous pass ran; share of planning time
+ * spent while a pass ran). Then the targets' figures: output tok/s at 16 (or the highest
  * level) over 1; TTFT of a 2,048-token prompt whose first 1,920 tokens are
  * cached vs. the same uncached; and the batch-invariant mode's throughput
  * overhead at the highest level. */
@@ -154,6 +156,7 @@ static double pct(double *v, int n, double p) {
 typedef struct level_result {
     int concurrency, requests;
     double tok_s, ttft_p50, ttft_p99, tbt_p50, tbt_p99, hit_rate, idle, wall_s;
+    double ahead, plan_overlap; /* plans made during a pass; planning time during one */
     int peak_blocks;
     double peak_kv_mb, peak_rss_mb;
 } level_result;
@@ -205,6 +208,12 @@ static int run_level(model *m, const engine_opts *o, breq *reqs, int n, int conc
         .tbt_p99 = pct(lv.tbt, lv.n_tbt, 0.99),
         .hit_rate = s.prompt_tokens ? (double)s.prefix_hit_tokens / s.prompt_tokens : 0,
         .idle = s.active_s > 0 ? 1 - s.forward_s / s.active_s : 0,
+        .ahead = s.plans_ahead + s.plans_after
+                     ? (double)s.plans_ahead / (double)(s.plans_ahead + s.plans_after)
+                     : 0,
+        .plan_overlap = s.plan_overlap_s + s.plan_exposed_s > 0
+                            ? s.plan_overlap_s / (s.plan_overlap_s + s.plan_exposed_s)
+                            : 0,
         .wall_s = wall,
         .peak_blocks = peak,
         .peak_kv_mb = peak * (double)model_kv_block_bytes(m) / 1e6,
@@ -229,10 +238,11 @@ static double ttft_alone(engine *e, const int *p, int n, int *cached) {
 }
 
 static void print_level(const level_result *r) {
-    printf("%5d %6d %9.2f %8.3f %8.3f %8.1f %8.1f %6.1f%% %7d %8.0f %8.0f %6.1f%% %7.1f\n",
+    printf("%5d %6d %9.2f %8.3f %8.3f %8.1f %8.1f %6.1f%% %7d %8.0f %8.0f %6.1f%% %5.0f%% "
+           "%5.0f%% %7.1f\n",
            r->concurrency, r->requests, r->tok_s, r->ttft_p50, r->ttft_p99, 1e3 * r->tbt_p50,
            1e3 * r->tbt_p99, 100 * r->hit_rate, r->peak_blocks, r->peak_kv_mb, r->peak_rss_mb,
-           100 * r->idle, r->wall_s);
+           100 * r->idle, 100 * r->ahead, 100 * r->plan_overlap, r->wall_s);
     fflush(stdout);
 }
 
@@ -252,7 +262,7 @@ static int parse_levels(const char *s, int *lv, int max) {
 int cmd_bench_serving(int argc, char **argv) {
     const char *dir = NULL, *dtype = "bf16", *levels_s = "1,4,16,64", *replay = "bounded";
     int requests = 0, threads = 0, inv = 0, serving = 0, kv_mib = 0, max_out = 128, no_ttft = 0,
-        no_inv = 0;
+        no_inv = 0, no_overlap = 0;
     float step_ms = 1000, scale = 1;
     int inv_conc = 0;
     uint64_t seed = 1;
@@ -275,6 +285,8 @@ int cmd_bench_serving(int argc, char **argv) {
          "level of the batch-invariant overhead run (default: the highest)"},
         {"--no-ttft", OPT_FLAG, &no_ttft, "skip the 2,048-token cached/uncached TTFT figure"},
         {"--no-invariant-overhead", OPT_FLAG, &no_inv, "skip the batch-invariant overhead run"},
+        {"--no-overlap", OPT_FLAG, &no_overlap,
+         "plan each step after the previous pass ends (compare with the overlapped default)"},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     const char *syn = "deepinfer bench --serving --model DIR [options]";
@@ -295,7 +307,8 @@ int cmd_bench_serving(int argc, char **argv) {
     engine_opts eo = {.step_ms = step_ms,
                       .kv_memory = (size_t)(kv_mib > 0 ? kv_mib : 4096) << 20,
                       .swa_replay_exact = !strcmp(replay, "exact"),
-                      .batch_invariant = inv};
+                      .batch_invariant = inv,
+                      .no_overlap = no_overlap};
     size_t bb = model_kv_block_bytes(m);
     if (kv_mib <= 0 && bb) { /* room for 64 long requests, bounded by 4 GiB */
         size_t want = (size_t)64 * 16 * bb;
@@ -323,8 +336,9 @@ int cmd_bench_serving(int argc, char **argv) {
         ttft_alone(e, warm, 64, NULL);
     }
     printf(" conc   reqs   out t/s  TTFT p50  TTFT p99  TBT p50  TBT p99   hit  peak KV "
-           "   KV MB   RSS MB  idle  wall s\n");
-    printf("                            (s)       (s)     (ms)     (ms)         blocks\n");
+           "   KV MB   RSS MB    idle ahead  plan  wall s\n");
+    printf("                            (s)       (s)     (ms)     (ms)         blocks"
+           "                            ov\n");
     level_result res[16];
     int max_lv = 0;
     for (int i = 0; i < n_lv; i++) {

@@ -8,10 +8,11 @@
  * inbox, cancel list and published stats snapshot; everything else (the
  * scheduler, block manager, sequences) belongs to the step thread alone, so
  * the hot path takes the lock once per step. Forward passes run on the
- * compute thread (engine_exec.c): while one runs, the step thread delivers
- * the previous step's events and takes in new requests and cancellations
- * (engine_step.c), so the compute threads wait only for sampling and
- * planning between passes. */
+ * compute thread (engine_exec.c): while one runs, the step thread takes in
+ * new requests and cancellations, plans the next step, and commits and
+ * delivers the events of the previous one (engine_step.c), so between two
+ * passes the compute threads wait only for sampling and the next pass's
+ * preparation. */
 #include <stdlib.h>
 #include <string.h>
 

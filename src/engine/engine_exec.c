@@ -1,11 +1,12 @@
 /* engine_exec.c — the engine's compute thread: runs one forward pass at a
  * time, handed over by the step thread, so that the step thread can do the
- * CPU-side work of the previous step (detokenization, stop strings, event
- * callbacks, admission of new requests, cancellations) while the model
+ * CPU-side work around it (planning the next step, commits, detokenization,
+ * stop strings, event callbacks, admission, cancellations) while the model
  * computes. One job slot under a mutex; the step thread launches a job and
  * later waits for it, never launching a second before the first is done.
- * The time the job spent in the runner is returned with it (the busy time
- * behind the engine's idle-fraction figure). */
+ * The time the job spent in the runner and when it ended are returned with
+ * it (the busy time behind the engine's idle-fraction figure; the share of
+ * planning that overlapped the pass). */
 #include <string.h>
 
 #include "engine/engine_internal.h"
