@@ -4,7 +4,13 @@
  *
  * Decode is bound by streaming the weights, so the kernel walks the matrix
  * once per call: a block of 4 rows stays in L1 while every token of the call
- * (T at a time in registers) is multiplied against it. Lanes run along the
+ * (T at a time in registers) is multiplied against it. Large n (batch-
+ * invariant prefill) is cut into token tiles whose activations stay in L2
+ * while the task's rows pass over them, rather than re-read from memory for
+ * every row block. bf16 also runs the token passes over a row block column
+ * chunk by column chunk (partial sums parked in memory in between, which
+ * leaves the arithmetic unchanged), so the rows stream in from memory evenly
+ * during the whole block instead of only during its first pass. Lanes run along the
  * columns (dot-product style): each (row, token) pair owns one 8-lane
  * accumulator, summed horizontally at the end in a fixed order and then the
  * column tail is added sequentially. That per-element order depends on
@@ -29,6 +35,14 @@
 #include "base/base.h"
 
 #define SB_R 4 /* rows per block */
+/* Activations of one token tile stay in L2 while the task's rows pass over
+ * them, so a large n does not re-read them from memory per row block. */
+#define SB_TILE_BYTES (256 << 10)
+#define SB_TILE_MAX   48 /* tokens per tile, at most (partial sums on the stack) */
+/* bf16: columns per chunk. All token passes over a row block run chunk by
+ * chunk, the partial sums parked in memory in between, so the weights stream
+ * in evenly while the later passes compute from L1. */
+#define SB_KC 512
 
 typedef struct sb_job {
     const kern_mat *W;
@@ -40,6 +54,7 @@ typedef struct sb_job {
     const int8_t *xq; /* int8: quantized activations, n x cols */
     const float *xs;  /* their per-block scales, n x nb */
     int nb;
+    int tile; /* tokens per token tile */
     int n_tasks;
 } sb_job;
 
@@ -53,37 +68,40 @@ static inline float hsum8(__m256 v) {
 #define AI static inline __attribute__((always_inline))
 
 /* ---- bf16: R rows x T tokens ------------------------------------------- */
-AI void sb_bf16(const sb_job *j, int r0, int t0, const int R, const int T) {
+/* Adds columns [k0, k1) (multiples of 16) of rows [r0, r0 + R) times tokens
+ * [t0, t0 + T) onto the partial sums acc[r * ld + t]. With pf, the pass also
+ * prefetches the next row block at the same columns (other pages, which the
+ * hardware prefetcher does not cross): only the first token pass over a
+ * chunk does, as it is the one that streams the rows from memory. */
+AI void sb_bf16(const sb_job *j, int r0, int t0, const int R, const int T, int k0, int k1,
+                __m256 *part, int ld, const bool pf) {
     const kern_mat *W = j->W;
-    int K = W->cols, K16 = K & ~15;
-    /* First token pass streams the rows from memory: prefetch the next row block
-     * at the same column (other pages, which the hardware prefetcher does not
-     * cross). Later passes hit L1, and prefetch in place. */
-    size_t pf = t0 == 0 ? (size_t)SB_R * K : 0;
+    int K = W->cols;
+    size_t ahead = (size_t)SB_R * K;
     const uint16_t *w[SB_R];
-    const float *xp[4];
+    const float *xp[2];
     for (int r = 0; r < R; r++) w[r] = (const uint16_t *)W->data + (size_t)(r0 + r) * K;
     for (int t = 0; t < T; t++) xp[t] = j->xp + (size_t)(t0 + t) * K;
-    __m256 acc[SB_R][4];
+    __m256 acc[SB_R][2];
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
-    for (int k = 0; k < K16; k += 16) {
-        __m256 xe[4], xo[4];
-#pragma GCC unroll 4
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) acc[r][t] = part[r * ld + t];
+    for (int k = k0; k < k1; k += 16) {
+        __m256 xe[2], xo[2];
+#pragma GCC unroll 2
         for (int t = 0; t < T; t++) {
             xe[t] = _mm256_loadu_ps(xp[t] + k);
             xo[t] = _mm256_loadu_ps(xp[t] + k + 8);
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char *)(w[r] + k + pf), _MM_HINT_T0);
+            if (pf) _mm_prefetch((const char *)(w[r] + k + ahead), _MM_HINT_T0);
             __m256i v = _mm256_loadu_si256((const __m256i *)(w[r] + k));
             __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
             __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
-#pragma GCC unroll 4
+#pragma GCC unroll 2
             for (int t = 0; t < T; t++) {
                 /* even*x + odd*x off the accumulator chain: the add is the
                  * only dependency carried between iterations. */
@@ -92,13 +110,45 @@ AI void sb_bf16(const sb_job *j, int r0, int t0, const int R, const int T) {
             }
         }
     }
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) {
-            float s = hsum8(acc[r][t]);
-            const float *x = j->x + (size_t)(t0 + t) * K;
-            for (int c = K16; c < K; c++) s += kern_bf16_to_f32(w[r][c]) * x[c];
-            j->y[(size_t)(t0 + t) * W->rows + r0 + r] = s + (j->bias ? j->bias[r0 + r] : 0.0f);
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) part[r * ld + t] = acc[r][t];
+}
+
+/* Runs rows [r0, r0 + R) against tokens [t_lo, t_hi) (at most SB_TILE_MAX),
+ * two at a time, chunk by chunk; then the horizontal sums in a fixed order,
+ * the column tail in sequence, and the bias. */
+AI void sb_rows_bf16(const sb_job *j, int r0, const int R, int t_lo, int t_hi) {
+    const kern_mat *W = j->W;
+    int K = W->cols, K16 = K & ~15, nt = t_hi - t_lo;
+    __m256 part[SB_R * SB_TILE_MAX];
+    for (int i = 0; i < R * nt; i++) part[i] = _mm256_setzero_ps();
+    for (int k0 = 0; k0 < K16; k0 += SB_KC) {
+        int k1 = k0 + SB_KC < K16 ? k0 + SB_KC : K16;
+        int t = t_lo;
+        for (; t + 2 <= t_hi; t += 2) {
+            if (t == t_lo)
+                sb_bf16(j, r0, t, R, 2, k0, k1, part, nt, true);
+            else
+                sb_bf16(j, r0, t, R, 2, k0, k1, part + (t - t_lo), nt, false);
         }
+        if (t < t_hi) {
+            if (t == t_lo)
+                sb_bf16(j, r0, t, R, 1, k0, k1, part, nt, true);
+            else
+                sb_bf16(j, r0, t, R, 1, k0, k1, part + (t - t_lo), nt, false);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const uint16_t *w = (const uint16_t *)W->data + (size_t)(r0 + r) * K;
+        for (int t = t_lo; t < t_hi; t++) {
+            float s = hsum8(part[r * nt + t - t_lo]);
+            const float *x = j->x + (size_t)t * K;
+            for (int c = K16; c < K; c++) s += kern_bf16_to_f32(w[c]) * x[c];
+            j->y[(size_t)t * W->rows + r0 + r] = s + (j->bias ? j->bias[r0 + r] : 0.0f);
+        }
+    }
 }
 
 /* ---- f32 and f16: R rows x T tokens, 8 columns per step ---------------- */
@@ -108,13 +158,15 @@ AI __m256 load8(const void *base, size_t i, const bool half) {
     return _mm256_loadu_ps((const float *)base + i);
 }
 
-AI void sb_f32(const sb_job *j, int r0, int t0, const int R, const int T, const bool half) {
+AI void sb_f32(const sb_job *j, int r0, int t0, const int R, const int T, const bool half,
+               bool first) {
     const kern_mat *W = j->W;
     int K = W->cols, K8 = K & ~7;
-    /* First token pass streams the rows from memory: prefetch the next row block
-     * at the same column (other pages, which the hardware prefetcher does not
-     * cross). Later passes hit L1, and prefetch in place. */
-    size_t pf = t0 == 0 ? (size_t)SB_R * K : 0;
+    /* The first token pass over a row block streams the rows from memory:
+     * prefetch the next row block at the same column (other pages, which the
+     * hardware prefetcher does not cross). Later passes hit L1/L2, and
+     * prefetch in place. */
+    size_t pf = first ? (size_t)SB_R * K : 0;
     size_t wrow[SB_R];
     const float *x[4];
     for (int r = 0; r < R; r++) wrow[r] = (size_t)(r0 + r) * K;
@@ -151,13 +203,15 @@ AI void sb_f32(const sb_job *j, int r0, int t0, const int R, const int T, const 
 }
 
 /* ---- int8 (blockable groups): R rows x T tokens, 32 columns per step ---- */
-AI void sb_i8(const sb_job *j, int r0, int t0, const int R, const int T, const bool per_row) {
+AI void sb_i8(const sb_job *j, int r0, int t0, const int R, const int T, const bool per_row,
+              bool first) {
     const kern_mat *W = j->W;
     int K = W->cols, K32 = K & ~31, g = per_row ? K : W->group, ng = K / g;
-    /* First token pass streams the rows from memory: prefetch the next row block
-     * at the same column (other pages, which the hardware prefetcher does not
-     * cross). Later passes hit L1, and prefetch in place. */
-    size_t pf = t0 == 0 ? (size_t)SB_R * K : 0;
+    /* The first token pass over a row block streams the rows from memory:
+     * prefetch the next row block at the same column (other pages, which the
+     * hardware prefetcher does not cross). Later passes hit L1/L2, and
+     * prefetch in place. */
+    size_t pf = first ? (size_t)SB_R * K : 0;
     const int8_t *w[SB_R];
     const float *ws[SB_R];
     for (int r = 0; r < R; r++) {
@@ -224,35 +278,34 @@ AI void sb_i8(const sb_job *j, int r0, int t0, const int R, const int T, const b
         }
 }
 
-/* Runs rows [r0, r0 + R) against every token of the call, T at a time. */
-AI void sb_rows(const sb_job *j, int r0, const int R) {
-    int n = j->n, t = 0;
+/* Runs rows [r0, r0 + R) against tokens [t_lo, n), T at a time. */
+AI void sb_rows(const sb_job *j, int r0, const int R, int t_lo, int n) {
+    int t = t_lo;
     switch (j->W->dtype) {
     case KT_BF16:
-        for (; t + 2 <= n; t += 2) sb_bf16(j, r0, t, R, 2);
-        if (t < n) sb_bf16(j, r0, t, R, 1);
+        sb_rows_bf16(j, r0, R, t_lo, n);
         break;
     case KT_F32:
-        for (; t + 3 <= n; t += 3) sb_f32(j, r0, t, R, 3, false);
+        for (; t + 3 <= n; t += 3) sb_f32(j, r0, t, R, 3, false, t == t_lo);
         if (n - t == 2)
-            sb_f32(j, r0, t, R, 2, false);
+            sb_f32(j, r0, t, R, 2, false, t == t_lo);
         else if (n - t == 1)
-            sb_f32(j, r0, t, R, 1, false);
+            sb_f32(j, r0, t, R, 1, false, t == t_lo);
         break;
     case KT_F16:
-        for (; t + 3 <= n; t += 3) sb_f32(j, r0, t, R, 3, true);
+        for (; t + 3 <= n; t += 3) sb_f32(j, r0, t, R, 3, true, t == t_lo);
         if (n - t == 2)
-            sb_f32(j, r0, t, R, 2, true);
+            sb_f32(j, r0, t, R, 2, true, t == t_lo);
         else if (n - t == 1)
-            sb_f32(j, r0, t, R, 1, true);
+            sb_f32(j, r0, t, R, 1, true, t == t_lo);
         break;
     case KT_I8:
         if (j->W->group <= 0 || j->W->group == j->W->cols) {
-            for (; t + 2 <= n; t += 2) sb_i8(j, r0, t, R, 2, true);
-            if (t < n) sb_i8(j, r0, t, R, 1, true);
+            for (; t + 2 <= n; t += 2) sb_i8(j, r0, t, R, 2, true, t == t_lo);
+            if (t < n) sb_i8(j, r0, t, R, 1, true, t == t_lo);
         } else {
-            for (; t + 2 <= n; t += 2) sb_i8(j, r0, t, R, 2, false);
-            if (t < n) sb_i8(j, r0, t, R, 1, false);
+            for (; t + 2 <= n; t += 2) sb_i8(j, r0, t, R, 2, false, t == t_lo);
+            if (t < n) sb_i8(j, r0, t, R, 1, false, t == t_lo);
         }
         break;
     }
@@ -262,9 +315,12 @@ static void sb_task(void *ctx, int task, int n_tasks) {
     const sb_job *j = ctx;
     int lo, hi;
     kern_split(j->W->rows, SB_R, task, n_tasks, &lo, &hi);
-    int r = lo;
-    for (; r + SB_R <= hi; r += SB_R) sb_rows(j, r, SB_R);
-    for (; r < hi; r++) sb_rows(j, r, 1);
+    for (int t0 = 0; t0 < j->n; t0 += j->tile) {
+        int t1 = t0 + j->tile < j->n ? t0 + j->tile : j->n;
+        int r = lo;
+        for (; r + SB_R <= hi; r += SB_R) sb_rows(j, r, SB_R, t0, t1);
+        for (; r < hi; r++) sb_rows(j, r, 1, t0, t1);
+    }
 }
 
 /* Splits each 16-column block of every token into even then odd columns. */
@@ -300,6 +356,11 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
         j.xq = xq;
         j.xs = xs;
     }
+    size_t tok_bytes = W->dtype == KT_I8 ? (size_t)K + (size_t)j.nb * 4 : (size_t)K * 4;
+    size_t tile = SB_TILE_BYTES / tok_bytes;
+    if (tile > SB_TILE_MAX) tile = SB_TILE_MAX;
+    if (tile >= 12) tile -= tile % 12; /* whole register blocks of 2 and 3 tokens */
+    j.tile = tile < 4 ? 4 : (int)tile;
     /* Several tasks per thread so a late-waking worker does not leave one
      * thread with all the rows; small matrices stay on one thread. */
     int blocks = (W->rows + SB_R - 1) / SB_R;

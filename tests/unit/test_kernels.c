@@ -226,6 +226,44 @@ TEST(kern_matmul_batch_invariant) {
     CHECKF(!bad, "batch-invariant mode: result depends on n (code %d)", bad);
 }
 
+/* Batch-invariant mode over the small-batch kernel's blocking: more columns
+ * than one column chunk (512) with a tail that is not a multiple of 16, rows
+ * not a multiple of 4, and enough tokens for several token tiles (at most 48
+ * tokens each), on 1 and 2 threads. Every token's outputs must equal the
+ * same token computed alone, and the values must match the reference. */
+TEST(kern_matmul_batch_invariant_tiles) {
+    pool *pools[2] = {pool_create(1), pool_create(2)};
+    kern_set_batch_invariant(true);
+    int bad = 0;
+    static const int ns[] = {2, 5, 49, 120};
+    for (int d = 0; d < 5 && !bad; d++) {
+        int rows = 43, cols = d == 4 ? 1120 : 1100, nmax = 130; /* int8: 7 groups of 160 */
+        tmat t = make_mat(d < 4 ? (kern_dtype)d : KT_I8, rows, cols, d == 4 ? 160 : cols);
+        float *x = malloc((size_t)nmax * cols * 4), *y = malloc((size_t)nmax * rows * 4);
+        float *bias = malloc((size_t)rows * 4), *ref = malloc((size_t)nmax * rows * 4);
+        for (int i = 0; i < nmax * cols; i++) x[i] = frand();
+        for (int i = 0; i < rows; i++) bias[i] = frand();
+        for (int tk = 0; tk < nmax; tk++)
+            kern_matmul(pools[0], ref + (size_t)tk * rows, x + (size_t)tk * cols, &t.m, bias, 1);
+        char why[256];
+        if (!check_matmul(&t, x, bias, ref, nmax, why, sizeof why)) {
+            harness_fail(__FILE__, __LINE__, why);
+            bad = -1;
+        }
+        for (int k = 0; k < 8 && bad == 0; k++) {
+            int n = ns[k % 4], off = (k * 7) % (nmax - n + 1);
+            kern_matmul(pools[k / 4], y, x + (size_t)off * cols, &t.m, bias, n);
+            if (memcmp(y, ref + (size_t)off * rows, (size_t)n * rows * 4))
+                bad = 1 + d * 10 + k * 100;
+        }
+        free(x), free(y), free(bias), free(ref);
+        free_mat(&t);
+    }
+    kern_set_batch_invariant(false);
+    for (int i = 0; i < 2; i++) pool_free(pools[i]);
+    CHECKF(!bad, "batch-invariant mode across tiles/chunks: result depends on n (code %d)", bad);
+}
+
 TEST(kern_bf16_exhaustive) {
     for (uint32_t h = 0; h < 65536; h++) {
         float f = kern_bf16_to_f32((uint16_t)h);
