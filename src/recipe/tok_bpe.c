@@ -43,7 +43,8 @@ struct tok_enc {
     tok_buf keys;
     tok_ids vals;
     bool use_cache;
-    tok_wcache *shared;
+    tok_wcache *shared; /* instead of the own cache, written as writer */
+    int writer;
 };
 
 tok_enc *tok_enc_new(const tokenizer *t, size_t text_len) {
@@ -53,9 +54,10 @@ tok_enc *tok_enc_new(const tokenizer *t, size_t text_len) {
     return e;
 }
 
-tok_enc *tok_enc_new_shared(const tokenizer *t, tok_wcache *shared) {
+tok_enc *tok_enc_new_shared(const tokenizer *t, tok_wcache *shared, int writer) {
     tok_enc *e = tok_enc_new(t, 0);
     e->shared = shared;
+    e->writer = writer;
     return e;
 }
 
@@ -263,7 +265,7 @@ static void encode_cached(const tokenizer *t, tok_enc *e, const char *s, size_t 
         }
         size_t before = out->n;
         encode_word(t, e, s, n, out);
-        tok_wcache_put(e->shared, h, s, n, out->v + before, out->n - before);
+        tok_wcache_put(e->shared, e->writer, h, s, n, out->v + before, out->n - before);
         return;
     }
     if (!e->use_cache || n > CACHE_KEYMAX) {

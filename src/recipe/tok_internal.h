@@ -141,6 +141,11 @@ struct tokenizer {
      * known byte-level split regexes), 2 = before "▁" that follows a non-"▁"
      * (SentencePiece without pre-tokenizer), 0 = none (serial). */
     int cut_rule;
+    /* The normalizers commute with those cuts (tok_parallel.c), so each piece
+     * is validated and normalized on its own thread, cut in the raw text;
+     * space_mark: a Replace(" " -> "▁") is among them (rule 2 then also cuts
+     * before a raw space). */
+    bool cut_raw, cut_space_mark;
 
     int bos_id, eos_id;
     int16_t cp_byte[324]; /* byte-level decoding: code point -> byte, -1 if none */
@@ -178,6 +183,10 @@ void tok_pipeline_free(tokenizer *t);
  * err set), or sets *same when the text is unchanged (nothing allocated). */
 char *tok_normalize(const tokenizer *t, const char *text, size_t len, size_t *out_len, bool *same,
                     di_err *err);
+/* The same on a part of a text cut where normalization is local
+ * (tok_parallel.c): Prepend applies only when first (the part starts the text). */
+char *tok_normalize_part(const tokenizer *t, const char *text, size_t len, bool first,
+                         size_t *out_len, bool *same, di_err *err);
 
 /* Pre-tokenization of normalized text: each word (piece after the last
  * pre-tokenizer) goes to emit, in order, pointing into the text or into the
@@ -198,20 +207,22 @@ int tok_pretokenize(const tokenizer *t, tok_pre *st, const char *text, size_t le
                     tok_word_fn emit, void *ctx, di_err *err);
 void tok_pre_free(tok_pre *st);
 
-/* A word cache shared by the threads of one parallel encode (tok_cache.c):
- * lock-free, insert-only; words -> ids. */
+/* The word cache shared by the threads of one parallel encode (tok_cache.c):
+ * lock-free, insert-only; words -> ids. Each writer (thread) puts records
+ * into its own arena, so writer must not be used by two threads at once. */
 typedef struct tok_wcache tok_wcache;
-tok_wcache *tok_wcache_new(size_t text_len);
+tok_wcache *tok_wcache_new(size_t text_len, int n_writers);
 void tok_wcache_free(tok_wcache *c);
 const int *tok_wcache_get(tok_wcache *c, uint64_t h, const char *s, size_t n, size_t *nids);
-void tok_wcache_put(tok_wcache *c, uint64_t h, const char *s, size_t n, const int *ids,
+void tok_wcache_put(tok_wcache *c, int writer, uint64_t h, const char *s, size_t n, const int *ids,
                     size_t nids);
 
-/* BPE over pre-tokenized text with a per-call word cache (tok_bpe.c), or the
- * shared one when given. */
+/* BPE over pre-tokenized text with a word cache (tok_bpe.c): words seen
+ * before in the encoder's life reuse their ids; or, from _shared, the
+ * parallel encode's shared cache. One encoder per thread. */
 typedef struct tok_enc tok_enc;
 tok_enc *tok_enc_new(const tokenizer *t, size_t text_len);
-tok_enc *tok_enc_new_shared(const tokenizer *t, tok_wcache *shared);
+tok_enc *tok_enc_new_shared(const tokenizer *t, tok_wcache *shared, int writer);
 void tok_enc_free(tok_enc *e);
 /* Encodes already-normalized text (pre-tokenizers + BPE) and appends ids. */
 int tok_encode_normalized(const tokenizer *t, tok_enc *e, const char *text, size_t len, bool first,
@@ -222,8 +233,9 @@ int tok_encode_parallel_min(const tokenizer *t, pool *p, const char *text, size_
 /* Whether a Split regex (as tokenizer.json spells it) is one whose safe cuts
  * have been reasoned out (tok_parallel.c). */
 bool tok_regex_cut_safe(const char *pattern);
-/* Decides the tokenizer's cut_rule at load (tok_parallel.c). */
-int tok_choose_cut_rule(const tokenizer *t);
+/* Decides the tokenizer's cut_rule, cut_raw and cut_space_mark at load
+ * (tok_parallel.c). */
+void tok_choose_cuts(tokenizer *t);
 /* The safe cut at or after pos (text already normalized), or len if none. */
 size_t tok_next_cut(const tokenizer *t, const char *s, size_t len, size_t pos);
 

@@ -124,11 +124,17 @@ static char *apply(const tok_norm *nm, const char *cur, size_t n, size_t *out_n,
 
 char *tok_normalize(const tokenizer *t, const char *text, size_t len, size_t *out_len, bool *same,
                     di_err *err) {
+    return tok_normalize_part(t, text, len, true, out_len, same, err);
+}
+
+char *tok_normalize_part(const tokenizer *t, const char *text, size_t len, bool first,
+                         size_t *out_len, bool *same, di_err *err) {
     *same = true;
     *out_len = len;
     char *cur = NULL;
     size_t n = len;
     for (int i = 0; i < t->n_norms; i++) {
+        if (t->norms[i].kind == TN_PREPEND && !first) continue; /* the whole text's start only */
         bool fail = false;
         size_t nn = 0;
         char *r = apply(&t->norms[i], cur ? cur : text, n, &nn, err, &fail);

@@ -164,6 +164,10 @@ size_t tok_utf8_put(uint32_t cp, char *out) {
 size_t tok_utf8_check(const char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
+        /* ASCII runs eight bytes at a time */
+        uint64_t w;
+        while (i + 8 <= n && (memcpy(&w, s + i, 8), !(w & 0x8080808080808080ull))) i += 8;
+        if (i >= n) break;
         if ((uint8_t)s[i] < 0x80) {
             i++;
             continue;

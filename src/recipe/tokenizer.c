@@ -306,7 +306,7 @@ tokenizer *tok_load(const char *path, di_err *err) {
         return NULL;
     }
     /* safe cut rule for parallel encoding, decided once */
-    t->cut_rule = tok_choose_cut_rule(t);
+    tok_choose_cuts(t);
     return t;
 }
 

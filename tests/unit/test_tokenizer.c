@@ -423,6 +423,98 @@ TEST(tok_parallel_equals_serial_sentencepiece) {
     tok_free(t);
 }
 
+/* The tiny byte-level tokenizer with its normalizer replaced by norm_json. */
+static tokenizer *load_tiny_with_normalizer(const char *norm_json) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/dsv3-tiny/tokenizer.json", harness_model_dir());
+    FILE *f = fopen(p, "rb");
+    if (!f) return NULL;
+    tok_buf b = {0};
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) tok_buf_put(&b, buf, n);
+    fclose(f);
+    tok_buf_putc(&b, 0);
+    /* splice "normalizer": X in front of the first key */
+    char *brace = strchr(b.p, '{');
+    tok_buf j = {0};
+    tok_buf_put(&j, b.p, (size_t)(brace - b.p) + 1);
+    tok_buf_put(&j, "\"normalizer\":", 13);
+    tok_buf_put(&j, norm_json, strlen(norm_json));
+    tok_buf_putc(&j, ',');
+    /* drop the original "normalizer": null */
+    char *rest = brace + 1, *old = strstr(rest, "\"normalizer\": null,");
+    if (old) {
+        tok_buf_put(&j, rest, (size_t)(old - rest));
+        rest = old + strlen("\"normalizer\": null,");
+    }
+    tok_buf_put(&j, rest, strlen(rest));
+    tok_buf_putc(&j, 0);
+    char *dir = write_tok(j.p, NULL);
+    free(b.p);
+    free(j.p);
+    di_err err = {{0}};
+    tokenizer *t = tok_load(dir, &err);
+    if (!t) fprintf(stderr, "load_tiny_with_normalizer: %s\n", err.msg);
+    remove_tok(dir);
+    return t;
+}
+
+TEST(tok_parallel_normalizes_pieces_where_it_commutes) {
+    /* Unicode forms commute with the newline-letter cut: pieces are cut in
+     * the raw text and normalized on their own (combining marks after the
+     * cut letter compose inside the piece) */
+    const char *forms[] = {"{\"type\":\"NFC\"}", "{\"type\":\"NFKC\"}", "{\"type\":\"NFD\"}"};
+    for (size_t i = 0; i < sizeof forms / sizeof *forms; i++) {
+        tokenizer *t = load_tiny_with_normalizer(forms[i]);
+        CHECK(t);
+        if (!t) continue;
+        CHECKF(t->cut_rule == 1 && t->cut_raw, "%s: cut_rule %d raw %d", forms[i], t->cut_rule,
+               t->cut_raw);
+        parallel_property(t, 1000, forms[i]);
+        tok_free(t);
+    }
+    /* a Replace does not commute with that cut: normalize first, then cut */
+    tokenizer *t = load_tiny_with_normalizer(
+        "{\"type\":\"Replace\",\"pattern\":{\"String\":\"\\nA\"},\"content\":\"b\"}");
+    CHECK(t && t->cut_rule == 1 && !t->cut_raw);
+    if (t) parallel_property(t, 1000, "replace");
+    tok_free(t);
+    /* SentencePiece: Prepend + Replace(" " -> "▁") commute with the "▁" cut,
+     * cut before a raw space; NFKC among them makes it cut after normalizing */
+    t = load_sp(SP_NORM, "null", SP_DEC, SP_FLAGS);
+    CHECK(t && t->cut_rule == 2 && t->cut_raw && t->cut_space_mark);
+    tok_free(t);
+    t = load_sp("{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFKC\"},{\"type\":"
+                "\"Prepend\",\"prepend\":\"\xE2\x96\x81\"},{\"type\":\"Replace\",\"pattern\":{"
+                "\"String\":\" \"},\"content\":\"\xE2\x96\x81\"}]}",
+                "null", SP_DEC, SP_FLAGS);
+    CHECK(t && t->cut_rule == 2 && !t->cut_raw);
+    if (t) parallel_property(t, 1000, "sp-nfkc");
+    tok_free(t);
+}
+
+TEST(tok_parallel_reports_the_first_invalid_utf8_byte) {
+    tokenizer *t = load_tiny_with_normalizer("{\"type\":\"NFC\"}");
+    CHECK(t);
+    if (!t) return;
+    pool *p = pool_create(2);
+    const char *bad[] = {"ab\ncd\nef\xC3\ngh\nij\xFF\nkl", "a\nb\nc\nd\ne\xE2\x96\nf",
+                         "\xF0\x9F\x98\nx\ny", "x\ny\nz\n\xC3"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tok_ids a = {0}, b = {0};
+        di_err ea = {{0}}, eb = {{0}};
+        size_t n = strlen(bad[i]);
+        CHECK(tok_encode_text(t, bad[i], n, &a, &ea) != 0);
+        CHECK(tok_encode_parallel_min(t, p, bad[i], n, 1, &b, &eb) != 0);
+        CHECKF(!strcmp(ea.msg, eb.msg), "serial '%.200s' vs parallel '%.200s'", ea.msg, eb.msg);
+        tok_ids_free(&a);
+        tok_ids_free(&b);
+    }
+    pool_free(p);
+    tok_free(t);
+}
+
 TEST(tok_parallel_equals_serial_real_tokenizers) {
     const char *names[] = {"deepseek_v3", "llama2", "qwen3", "llama3"};
 #ifdef __SANITIZE_ADDRESS__
