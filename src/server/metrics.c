@@ -201,6 +201,17 @@ char *srv_metrics_render(srv_metrics *m, const engine_stats *st, int pending) {
             st->steps);
         put(&b, "# TYPE deepinfer_preemptions_total counter\ndeepinfer_preemptions_total %lld\n",
             st->preemptions);
+        put(&b,
+            "# HELP deepinfer_engine_compute_idle_ratio Fraction of the time with work in flight "
+            "that the compute threads sat idle between forward passes.\n"
+            "# TYPE deepinfer_engine_compute_idle_ratio gauge\n"
+            "deepinfer_engine_compute_idle_ratio %.6f\n",
+            st->active_s > 0 ? 1 - st->forward_s / st->active_s : 0.0);
+        put(&b,
+            "# HELP deepinfer_engine_steps_planned_ahead_total Steps planned while the previous "
+            "step's forward pass ran.\n# TYPE deepinfer_engine_steps_planned_ahead_total counter\n"
+            "deepinfer_engine_steps_planned_ahead_total %lld\n",
+            st->plans_ahead);
         if (st->has_kv_store) put_kv_store(&b, st);
     }
     return b.p ? b.p : di_strdup("");
