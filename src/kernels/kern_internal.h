@@ -19,6 +19,10 @@ bool kern_i8_blockable(const kern_mat *W);
 /* Quantizes one activation row of `cols` values: q gets cols int8 in
  * [-127, 127], s gets ceil(cols / KQ_BLOCK) scales. */
 void kern_quantize_act(int8_t *q, float *s, const float *x, int cols);
+/* The portable version and the AVX2 one (matmul_avx2.c), which
+ * kern_quantize_act picks between; both give identical bytes and scales. */
+void kern_quantize_act_scalar(int8_t *q, float *s, const float *x, int cols);
+void kern_quantize_act_avx2(int8_t *q, float *s, const float *x, int cols);
 
 /* Scalar reference path for every dtype (matmul.c). Reduction per output
  * element is sequential over columns; independent of n and of threads. */

@@ -156,7 +156,7 @@ bool kern_i8_blockable(const kern_mat *W) {
     return g == W->cols || g % KQ_BLOCK == 0;
 }
 
-void kern_quantize_act(int8_t *q, float *s, const float *x, int cols) {
+void kern_quantize_act_scalar(int8_t *q, float *s, const float *x, int cols) {
     for (int b = 0; b * KQ_BLOCK < cols; b++) {
         int c0 = b * KQ_BLOCK, c1 = c0 + KQ_BLOCK < cols ? c0 + KQ_BLOCK : cols;
         float amax = 0;
@@ -166,6 +166,13 @@ void kern_quantize_act(int8_t *q, float *s, const float *x, int cols) {
         for (int c = c0; c < c1; c++) q[c] = (int8_t)nearbyintf(x[c] * inv);
         s[b] = sc;
     }
+}
+
+void kern_quantize_act(int8_t *q, float *s, const float *x, int cols) {
+    if (kern_use_avx2())
+        kern_quantize_act_avx2(q, s, x, cols);
+    else
+        kern_quantize_act_scalar(q, s, x, cols);
 }
 
 /* ---- vector helpers ---------------------------------------------------- */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "kernels/kern_internal.h"
 #include "kernels/kernels.h"
 
 static uint32_t rng_state = 12345;
@@ -262,6 +263,33 @@ TEST(kern_matmul_batch_invariant_tiles) {
     kern_set_batch_invariant(false);
     for (int i = 0; i < 2; i++) pool_free(pools[i]);
     CHECKF(!bad, "batch-invariant mode across tiles/chunks: result depends on n (code %d)", bad);
+}
+
+/* The AVX2 activation quantizer gives the scalar one's bytes and scales:
+ * whole and partial blocks, an all-zero block, ties at .5 after scaling. */
+TEST(kern_quantize_act_paths_agree) {
+    kern_init();
+    if (!kern_use_avx2()) return; /* no AVX2 on this CPU: nothing to compare */
+    int bad = 0;
+    static const int colss[] = {1, 31, 32, 33, 96, 100, 255, 256, 300, 1100};
+    for (int ci = 0; ci < 10 && !bad; ci++) {
+        int cols = colss[ci], nb = (cols + 31) / 32;
+        float *x = malloc((size_t)cols * 4), *s0 = malloc((size_t)nb * 4),
+              *s1 = malloc((size_t)nb * 4);
+        int8_t *q0 = malloc((size_t)cols), *q1 = malloc((size_t)cols);
+        for (int c = 0; c < cols; c++) x[c] = frand() * (c % 7 == 3 ? 10.0f : 1.0f);
+        if (cols >= 64)
+            for (int c = 32; c < 64; c++) x[c] = 0.0f; /* all-zero block: scale 0 */
+        if (cols >= 96) {                              /* block 2: max 127, so x * inv = x */
+            for (int c = 64; c < 96; c++) x[c] = (float)(c - 80) + 0.5f;
+            x[64] = 127.0f;
+        }
+        kern_quantize_act_scalar(q0, s0, x, cols);
+        kern_quantize_act_avx2(q1, s1, x, cols);
+        if (memcmp(q0, q1, (size_t)cols) || memcmp(s0, s1, (size_t)nb * 4)) bad = cols;
+        free(x), free(s0), free(s1), free(q0), free(q1);
+    }
+    CHECKF(!bad, "quantize_act: AVX2 and scalar differ at cols=%d", bad);
 }
 
 TEST(kern_bf16_exhaustive) {
