@@ -1,8 +1,9 @@
 /* tok_normalize.c — tokenizer.json normalizers: parsing and applying them to
  * the whole input before pre-tokenization. Supported: NFC, NFKC, NFD, NFKD
  * (utf8proc), Sequence, Replace (string pattern), Prepend. Anything else is a
- * load error naming it. ASCII text skips the Unicode forms (it is invariant
- * under all four), which keeps the common case copy-free. */
+ * load error naming it. The Unicode forms run only over the non-ASCII
+ * stretches of the text (ASCII is invariant under all four and a boundary
+ * for each), and all-ASCII text is left as it is, copy-free. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,10 +63,47 @@ int tok_parse_normalizer(tokenizer *t, json_t *j, di_err *err) {
     return 0;
 }
 
-static bool all_ascii(const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] >= 0x80) return false;
-    return true;
+/* A Unicode form, run only over the stretches that hold non-ASCII text:
+ * every ASCII character is a starter that nothing composes onto and that
+ * decomposes to itself, so each of the four forms has a boundary before it
+ * and maps the text stretch by stretch (the ASCII character just before a
+ * stretch goes with it: it may be the base of combining marks that follow).
+ * Mostly-ASCII text then costs a copy, not a per-character table walk. */
+static char *unicode_form(const tok_norm *nm, const char *cur, size_t n, size_t *out_n, di_err *err,
+                          bool *fail) {
+    size_t i = 0;
+    while (i < n && (unsigned char)cur[i] < 0x80) i++;
+    if (i == n) return NULL;
+    int opt = UTF8PROC_STABLE;
+    if (nm->kind == TN_NFC || nm->kind == TN_NFKC)
+        opt |= UTF8PROC_COMPOSE;
+    else
+        opt |= UTF8PROC_DECOMPOSE;
+    if (nm->kind == TN_NFKC || nm->kind == TN_NFKD) opt |= UTF8PROC_COMPAT;
+    tok_buf b = {0};
+    size_t done = 0; /* cur[0, done) is in b */
+    while (i < n) {
+        size_t start = i > done ? i - 1 : i, end = i;
+        while (end < n && (unsigned char)cur[end] >= 0x80) end++;
+        tok_buf_put(&b, cur + done, start - done);
+        utf8proc_uint8_t *dst = NULL;
+        utf8proc_ssize_t r =
+            utf8proc_map((const utf8proc_uint8_t *)cur + start, (utf8proc_ssize_t)(end - start),
+                         &dst, (utf8proc_option_t)opt);
+        if (r < 0) {
+            free(b.p);
+            *fail = true;
+            di_errf(err, "unicode normalization failed: %s", utf8proc_errmsg(r));
+            return NULL;
+        }
+        tok_buf_put(&b, dst, (size_t)r);
+        free(dst);
+        done = i = end;
+        while (i < n && (unsigned char)cur[i] < 0x80) i++;
+    }
+    tok_buf_put(&b, cur + done, n - done);
+    *out_n = b.n;
+    return b.p;
 }
 
 /* One step on (cur, n) -> malloc'd result, or NULL when unchanged. */
@@ -75,25 +113,8 @@ static char *apply(const tok_norm *nm, const char *cur, size_t n, size_t *out_n,
     case TN_NFC:
     case TN_NFKC:
     case TN_NFD:
-    case TN_NFKD: {
-        if (all_ascii(cur, n)) return NULL;
-        int opt = UTF8PROC_STABLE;
-        if (nm->kind == TN_NFC || nm->kind == TN_NFKC)
-            opt |= UTF8PROC_COMPOSE;
-        else
-            opt |= UTF8PROC_DECOMPOSE;
-        if (nm->kind == TN_NFKC || nm->kind == TN_NFKD) opt |= UTF8PROC_COMPAT;
-        utf8proc_uint8_t *dst = NULL;
-        utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)cur, (utf8proc_ssize_t)n, &dst,
-                                          (utf8proc_option_t)opt);
-        if (r < 0) {
-            *fail = true;
-            di_errf(err, "unicode normalization failed: %s", utf8proc_errmsg(r));
-            return NULL;
-        }
-        *out_n = (size_t)r;
-        return (char *)dst;
-    }
+    case TN_NFKD:
+        return unicode_form(nm, cur, n, out_n, err, fail);
     case TN_PREPEND: {
         if (!n) return NULL;
         char *d = di_malloc(n + nm->alen + 1);

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <utf8proc.h>
+
 #include "harness.h"
 #include "recipe/tok_internal.h"
 
@@ -492,6 +494,76 @@ TEST(tok_parallel_normalizes_pieces_where_it_commutes) {
     CHECK(t && t->cut_rule == 2 && !t->cut_raw);
     if (t) parallel_property(t, 1000, "sp-nfkc");
     tok_free(t);
+}
+
+TEST(tok_unicode_forms_by_stretch_equal_whole_text) {
+    /* the normalizers map non-ASCII stretches only; the result must equal
+     * utf8proc over the whole text: bases before marks, marks to reorder,
+     * Hangul jamo, compatibility forms that decompose to ASCII */
+    static const char *const bits[] = {"a",
+                                       "e",
+                                       "A",
+                                       " ",
+                                       "\n",
+                                       "1",
+                                       "\xCC\x81",
+                                       "\xCC\xA3",
+                                       "\xCC\x88",
+                                       "\xCD\x82",
+                                       "\xE1\x84\x80",
+                                       "\xE1\x85\xA1",
+                                       "\xE1\x86\xA8",
+                                       "\xEF\xAC\x81",
+                                       "\xEF\xBC\xA1",
+                                       "\xC3\xA9",
+                                       "\xE0\xA5\x98",
+                                       "\xE2\x84\xAB",
+                                       "\xEA\xB0\x80",
+                                       "\xE3\x8E\x8F",
+                                       "\xC7\x86",
+                                       "\xCE\x90",
+                                       "\xE2\x80\x8D",
+                                       "\xF0\x9F\x98\x80"};
+    const char *forms[] = {"{\"type\":\"NFC\"}", "{\"type\":\"NFKC\"}", "{\"type\":\"NFD\"}",
+                           "{\"type\":\"NFKD\"}"};
+    const int opts[] = {UTF8PROC_STABLE | UTF8PROC_COMPOSE,
+                        UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
+                        UTF8PROC_STABLE | UTF8PROC_DECOMPOSE,
+                        UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT};
+    const int nb = (int)(sizeof bits / sizeof *bits);
+    for (int f = 0; f < 4; f++) {
+        tokenizer *t = load_tiny_with_normalizer(forms[f]);
+        CHECK(t);
+        if (!t) continue;
+        uint64_t seed = 77 + (uint64_t)f;
+        tok_buf b = {0};
+        int bad = 0;
+        for (int it = 0; it < 2000 && bad < 3; it++) {
+            b.n = 0;
+            int len = 1 + (int)(rng_next(&seed) % 24);
+            for (int k = 0; k < len; k++) {
+                const char *pc = bits[rng_next(&seed) % (uint64_t)nb];
+                tok_buf_put(&b, pc, strlen(pc));
+            }
+            utf8proc_uint8_t *want = NULL;
+            utf8proc_ssize_t wn = utf8proc_map((const utf8proc_uint8_t *)b.p, (utf8proc_ssize_t)b.n,
+                                               &want, (utf8proc_option_t)opts[f]);
+            bool same;
+            size_t gn;
+            di_err err = {{0}};
+            char *got = tok_normalize(t, b.p, b.n, &gn, &same, &err);
+            const char *g = got ? got : b.p;
+            if (wn < 0 || (size_t)wn != gn || memcmp(want, g, gn)) {
+                bad++;
+                fprintf(stderr, "%s: stretch-wise != whole for '%.*s'\n", forms[f], (int)b.n, b.p);
+            }
+            free(want);
+            free(got);
+        }
+        CHECKF(bad == 0, "%s: %d inputs differ", forms[f], bad);
+        free(b.p);
+        tok_free(t);
+    }
 }
 
 TEST(tok_parallel_reports_the_first_invalid_utf8_byte) {
