@@ -38,6 +38,14 @@ typedef struct di_buf {
 } di_buf;
 void di_buf_add(di_buf *b, const void *s, size_t n);
 void di_buf_adds(di_buf *b, const char *s);
+static inline void di_buf_putc(di_buf *b, char c) {
+    if (b->n + 2 <= b->cap) {
+        b->p[b->n++] = c;
+        b->p[b->n] = 0;
+    } else {
+        di_buf_add(b, &c, 1);
+    }
+}
 void di_buf_free(di_buf *b);
 
 /* Large, long-lived buffers (model weights): anonymous memory aligned to 2 MiB

@@ -60,33 +60,33 @@ static int guess_from(const char *text, const char *bos, const char *eos, render
 /* tokenizer_config.json: its chat_template (a string, or a list of
  * {"name", "template"}: all of them) and special tokens. */
 static int guess_from_config(json_t *cfg, render_format *out) {
-    rbuf tpl = {0};
+    di_buf tpl = {0};
     json_t *ct = json_object_get(cfg, "chat_template");
-    if (json_is_string(ct)) rbuf_addz(&tpl, json_string_value(ct));
+    if (json_is_string(ct)) di_buf_adds(&tpl, json_string_value(ct));
     size_t i;
     json_t *e;
     if (json_is_array(ct)) json_array_foreach(ct, i, e) {
             const char *s = json_string_value(json_object_get(e, "template"));
-            if (s) rbuf_addz(&tpl, s);
+            if (s) di_buf_adds(&tpl, s);
         }
-    rbuf_addz(&tpl, "");
-    int rc = guess_from(tpl.s, token_field(cfg, "bos_token"), token_field(cfg, "eos_token"), out);
-    rbuf_free(&tpl);
+    di_buf_adds(&tpl, "");
+    int rc = guess_from(tpl.p, token_field(cfg, "bos_token"), token_field(cfg, "eos_token"), out);
+    di_buf_free(&tpl);
     return rc;
 }
 
 /* tokenizer.json: the contents of its added tokens. */
 static int guess_from_tokenizer(json_t *tj, render_format *out) {
-    rbuf toks = {0};
+    di_buf toks = {0};
     size_t i;
     json_t *e;
     json_array_foreach(json_object_get(tj, "added_tokens"), i, e) {
         const char *s = json_string_value(json_object_get(e, "content"));
-        if (s) rbuf_addz(&toks, s);
+        if (s) di_buf_adds(&toks, s);
     }
-    rbuf_addz(&toks, "");
-    int rc = guess_from(toks.s, "", "", out);
-    rbuf_free(&toks);
+    di_buf_adds(&toks, "");
+    int rc = guess_from(toks.p, "", "", out);
+    di_buf_free(&toks);
     return rc;
 }
 
@@ -223,24 +223,24 @@ char *render_to_string(const render_segs *s, size_t *len) {
 /* Text runs are accumulated across soft markers the tokenizer lacks, so
  * they are encoded exactly as the same text in one piece would be. */
 int render_to_ids(const tokenizer *t, const render_segs *s, tok_ids *out, di_err *err) {
-    rbuf run = {0};
+    di_buf run = {0};
     int rc = 0;
     for (size_t i = 0; i < s->n && !rc; i++) {
         const render_seg *g = &s->v[i];
         int id = g->kind == RENDER_CONTROL ? tok_control_id(t, g->s) : -1;
         if (g->kind == RENDER_TEXT || (id < 0 && g->soft)) {
-            rbuf_add(&run, g->s, g->len);
+            di_buf_add(&run, g->s, g->len);
             continue;
         }
         if (id < 0) {
             rc = di_errf(err, "render: the tokenizer has no control token \"%s\"", g->s);
             break;
         }
-        if (run.n) rc = tok_encode_text(t, run.s, run.n, out, err);
+        if (run.n) rc = tok_encode_text(t, run.p, run.n, out, err);
         run.n = 0;
         if (!rc) tok_ids_push(out, id);
     }
-    if (!rc && run.n) rc = tok_encode_text(t, run.s, run.n, out, err);
-    rbuf_free(&run);
+    if (!rc && run.n) rc = tok_encode_text(t, run.p, run.n, out, err);
+    di_buf_free(&run);
     return rc;
 }

@@ -43,18 +43,18 @@ static const char tools_tail[] =
     "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
 
 /* {"type": "function", "function": {...}} as `tool | tojson` prints it. */
-static int tool_json(rbuf *b, const conv_tool *t, di_err *err) {
-    rbuf_addz(b, "{\"type\": \"function\", \"function\": {\"name\": ");
+static int tool_json(di_buf *b, const conv_tool *t, di_err *err) {
+    di_buf_adds(b, "{\"type\": \"function\", \"function\": {\"name\": ");
     rjson_string(b, t->name, strlen(t->name));
     if (t->description) {
-        rbuf_addz(b, ", \"description\": ");
+        di_buf_adds(b, ", \"description\": ");
         rjson_string(b, t->description, strlen(t->description));
     }
     if (t->parameters) {
-        rbuf_addz(b, ", \"parameters\": ");
+        di_buf_adds(b, ", \"parameters\": ");
         if (rjson_dump(b, t->parameters, err)) return -1;
     }
-    rbuf_addz(b, "}}");
+    di_buf_adds(b, "}}");
     return 0;
 }
 
@@ -75,11 +75,11 @@ static int system_block(const conversation *c, render_segs *o, di_err *err) {
     }
     rs_lit(o, markers, tools_head);
     for (size_t i = 0; i < c->n_tools; i++) {
-        rbuf b = {0};
-        rbuf_addz(&b, "\n");
+        di_buf b = {0};
+        di_buf_adds(&b, "\n");
         int rc = tool_json(&b, &c->tools[i], err);
-        if (!rc) rs_text(o, b.s, b.n);
-        rbuf_free(&b);
+        if (!rc) rs_text(o, b.p, b.n);
+        di_buf_free(&b);
         if (rc) return di_errf(err, "tools[%zu].function.parameters: not valid JSON", i);
     }
     rs_lit(o, markers, tools_tail);
@@ -148,10 +148,10 @@ static int assistant(const conversation *c, size_t i, size_t lqi, render_segs *o
         rs_textz(o, tc->name);
         rs_textz(o, "\", \"arguments\": ");
         if (tc->arguments_object) { /* `arguments | tojson` */
-            rbuf b = {0};
+            di_buf b = {0};
             int rc = rjson_dump(&b, tc->arguments, err);
-            if (!rc) rs_text(o, b.s, b.n);
-            rbuf_free(&b);
+            if (!rc) rs_text(o, b.p, b.n);
+            di_buf_free(&b);
             if (rc) return free(text), -1;
         } else {
             rs_textz(o, tc->arguments);

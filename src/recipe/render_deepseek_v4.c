@@ -80,21 +80,21 @@ static int tools_section(const conversation *c, render_segs *o, di_err *err) {
     rs_lit(o, markers, tools_intro);
     for (size_t i = 0; i < c->n_tools; i++) {
         const conv_tool *t = &c->tools[i];
-        rbuf b = {0};
-        rbuf_addz(&b, "\n{\"name\": ");
+        di_buf b = {0};
+        di_buf_adds(&b, "\n{\"name\": ");
         rjson_string(&b, t->name, strlen(t->name));
         if (t->description) {
-            rbuf_addz(&b, ", \"description\": ");
+            di_buf_adds(&b, ", \"description\": ");
             rjson_string(&b, t->description, strlen(t->description));
         }
         int rc = 0;
         if (t->parameters) {
-            rbuf_addz(&b, ", \"parameters\": ");
+            di_buf_adds(&b, ", \"parameters\": ");
             rc = rjson_dump(&b, t->parameters, err);
         }
-        rbuf_addz(&b, "}");
-        if (!rc) rs_text(o, b.s, b.n);
-        rbuf_free(&b);
+        di_buf_adds(&b, "}");
+        if (!rc) rs_text(o, b.p, b.n);
+        di_buf_free(&b);
         if (rc) return di_errf(err, "tools[%zu].function.parameters: not valid JSON", i);
     }
     rs_textz(o, "\n</functions>");
@@ -123,10 +123,10 @@ static int tool_calls(const conv_message *m, size_t idx, render_segs *o, di_err 
             if (json_is_string(v)) {
                 rs_text(o, json_string_value(v), json_string_length(v));
             } else {
-                rbuf b = {0};
+                di_buf b = {0};
                 rjson_value(&b, v);
-                rs_text(o, b.s, b.n);
-                rbuf_free(&b);
+                rs_text(o, b.p, b.n);
+                di_buf_free(&b);
             }
             rs_lit(o, markers, "</" DSML "parameter>\n");
         }

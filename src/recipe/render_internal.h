@@ -27,25 +27,16 @@ void rs_lit(render_segs *o, const render_marker *markers, const char *lit);
 int rs_content(render_segs *o, const conv_message *m, size_t idx, const render_marker *markers,
                const char *image_lit, const char *fmt, di_err *err);
 
-/* Growable byte buffer. */
-typedef struct rbuf {
-    char *s;
-    size_t n, cap;
-} rbuf;
-void rbuf_add(rbuf *b, const char *s, size_t len);
-void rbuf_addz(rbuf *b, const char *s);
-void rbuf_free(rbuf *b);
-
 /* Writes the JSON text `json` re-serialised the way the chat templates'
  * `tojson` does (@huggingface/jinja, = Python json.dumps(ensure_ascii=False)):
  * ", " and ": " separators, key order kept, non-ASCII raw, numbers as
  * JavaScript prints them (1.0 -> 1). */
-int rjson_dump(rbuf *b, const char *json, di_err *err);
+int rjson_dump(di_buf *b, const char *json, di_err *err);
 /* The same for an already parsed jansson value. */
 struct json_t;
-void rjson_value(rbuf *b, struct json_t *v);
+void rjson_value(di_buf *b, struct json_t *v);
 /* One string as a JSON string literal (JSON.stringify). */
-void rjson_string(rbuf *b, const char *s, size_t len);
+void rjson_string(di_buf *b, const char *s, size_t len);
 
 /* [*s, *s+*len) trimmed in place: characters in `chars` (Python
  * str.strip(chars)) at the left and/or right. */

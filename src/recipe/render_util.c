@@ -15,71 +15,51 @@
 #include <stdlib.h>
 #include <string.h>
 
-void rbuf_add(rbuf *b, const char *s, size_t len) {
-    if (b->n + len + 1 > b->cap) {
-        b->cap = (b->n + len + 1) * 2;
-        b->s = di_realloc(b->s, b->cap);
-    }
-    memcpy(b->s + b->n, s, len);
-    b->n += len;
-    b->s[b->n] = 0;
-}
-
-void rbuf_addz(rbuf *b, const char *s) {
-    rbuf_add(b, s, strlen(s));
-}
-
-void rbuf_free(rbuf *b) {
-    free(b->s);
-    b->s = NULL;
-    b->n = b->cap = 0;
-}
-
-void rjson_string(rbuf *b, const char *s, size_t len) {
-    rbuf_add(b, "\"", 1);
+void rjson_string(di_buf *b, const char *s, size_t len) {
+    di_buf_add(b, "\"", 1);
     size_t start = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') continue;
-        rbuf_add(b, s + start, i - start);
+        di_buf_add(b, s + start, i - start);
         start = i + 1;
         char esc[8];
         switch (c) {
         case '"':
-            rbuf_addz(b, "\\\"");
+            di_buf_adds(b, "\\\"");
             break;
         case '\\':
-            rbuf_addz(b, "\\\\");
+            di_buf_adds(b, "\\\\");
             break;
         case '\b':
-            rbuf_addz(b, "\\b");
+            di_buf_adds(b, "\\b");
             break;
         case '\f':
-            rbuf_addz(b, "\\f");
+            di_buf_adds(b, "\\f");
             break;
         case '\n':
-            rbuf_addz(b, "\\n");
+            di_buf_adds(b, "\\n");
             break;
         case '\r':
-            rbuf_addz(b, "\\r");
+            di_buf_adds(b, "\\r");
             break;
         case '\t':
-            rbuf_addz(b, "\\t");
+            di_buf_adds(b, "\\t");
             break;
         default:
             snprintf(esc, sizeof esc, "\\u%04x", c);
-            rbuf_addz(b, esc);
+            di_buf_adds(b, esc);
         }
     }
-    rbuf_add(b, s + start, len - start);
-    rbuf_add(b, "\"", 1);
+    di_buf_add(b, s + start, len - start);
+    di_buf_add(b, "\"", 1);
 }
 
 /* JavaScript Number.prototype.toString for a finite double. */
-static void js_number(rbuf *b, double d) {
+static void js_number(di_buf *b, double d) {
     char buf[64], digits[32];
     if (d == 0) {
-        rbuf_addz(b, "0");
+        di_buf_adds(b, "0");
         return;
     }
     int p;
@@ -89,7 +69,7 @@ static void js_number(rbuf *b, double d) {
     }
     /* buf = [-]D[.DDD]e[+-]XX */
     const char *q = buf;
-    if (*q == '-') rbuf_addz(b, "-"), q++;
+    if (*q == '-') di_buf_adds(b, "-"), q++;
     int k = 0;
     for (; *q && *q != 'e'; q++)
         if (*q != '.') digits[k++] = *q;
@@ -97,75 +77,75 @@ static void js_number(rbuf *b, double d) {
     digits[k] = 0;
     int n = atoi(q + 1) + 1; /* decimal point position */
     if (k <= n && n <= 21) {
-        rbuf_add(b, digits, (size_t)k);
-        for (int i = k; i < n; i++) rbuf_addz(b, "0");
+        di_buf_add(b, digits, (size_t)k);
+        for (int i = k; i < n; i++) di_buf_adds(b, "0");
     } else if (0 < n && n <= 21) {
-        rbuf_add(b, digits, (size_t)n);
-        rbuf_addz(b, ".");
-        rbuf_add(b, digits + n, (size_t)(k - n));
+        di_buf_add(b, digits, (size_t)n);
+        di_buf_adds(b, ".");
+        di_buf_add(b, digits + n, (size_t)(k - n));
     } else if (-6 < n && n <= 0) {
-        rbuf_addz(b, "0.");
-        for (int i = 0; i < -n; i++) rbuf_addz(b, "0");
-        rbuf_add(b, digits, (size_t)k);
+        di_buf_adds(b, "0.");
+        for (int i = 0; i < -n; i++) di_buf_adds(b, "0");
+        di_buf_add(b, digits, (size_t)k);
     } else {
-        rbuf_add(b, digits, 1);
+        di_buf_add(b, digits, 1);
         if (k > 1) {
-            rbuf_addz(b, ".");
-            rbuf_add(b, digits + 1, (size_t)(k - 1));
+            di_buf_adds(b, ".");
+            di_buf_add(b, digits + 1, (size_t)(k - 1));
         }
         snprintf(buf, sizeof buf, "e%c%d", n - 1 >= 0 ? '+' : '-', abs(n - 1));
-        rbuf_addz(b, buf);
+        di_buf_adds(b, buf);
     }
 }
 
-void rjson_value(rbuf *b, json_t *v) {
+void rjson_value(di_buf *b, json_t *v) {
     char buf[32];
     size_t i;
     const char *key;
     json_t *e;
     switch (json_typeof(v)) {
     case JSON_OBJECT:
-        rbuf_addz(b, "{");
+        di_buf_adds(b, "{");
         i = 0;
         json_object_foreach(v, key, e) {
-            if (i++) rbuf_addz(b, ", ");
+            if (i++) di_buf_adds(b, ", ");
             rjson_string(b, key, strlen(key));
-            rbuf_addz(b, ": ");
+            di_buf_adds(b, ": ");
             rjson_value(b, e);
         }
-        rbuf_addz(b, "}");
+        di_buf_adds(b, "}");
         break;
     case JSON_ARRAY:
-        rbuf_addz(b, "[");
+        di_buf_adds(b, "[");
         json_array_foreach(v, i, e) {
-            if (i) rbuf_addz(b, ", ");
+            if (i) di_buf_adds(b, ", ");
             rjson_value(b, e);
         }
-        rbuf_addz(b, "]");
+        di_buf_adds(b, "]");
         break;
     case JSON_STRING:
         rjson_string(b, json_string_value(v), json_string_length(v));
         break;
     case JSON_INTEGER:
         snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        rbuf_addz(b, buf);
+        di_buf_adds(b, buf);
         break;
     case JSON_REAL:
         js_number(b, json_real_value(v));
         break;
     case JSON_TRUE:
-        rbuf_addz(b, "true");
+        di_buf_adds(b, "true");
         break;
     case JSON_FALSE:
-        rbuf_addz(b, "false");
+        di_buf_adds(b, "false");
         break;
     case JSON_NULL:
-        rbuf_addz(b, "null");
+        di_buf_adds(b, "null");
         break;
     }
 }
 
-int rjson_dump(rbuf *b, const char *json, di_err *err) {
+int rjson_dump(di_buf *b, const char *json, di_err *err) {
     json_error_t jerr;
     json_t *v = json_loads(json, JSON_DECODE_ANY, &jerr);
     if (!v) return di_errf(err, "render: invalid JSON (%s): %.60s", jerr.text, json);

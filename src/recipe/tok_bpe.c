@@ -40,7 +40,7 @@ struct tok_enc {
     size_t hn, hcap;
     cent *tab;
     size_t tcap, tn;
-    tok_buf keys;
+    di_buf keys;
     tok_ids vals;
     bool use_cache;
     tok_wcache *shared; /* instead of the own cache, written as writer */
@@ -288,7 +288,7 @@ static void encode_cached(const tokenizer *t, tok_enc *e, const char *s, size_t 
     if (e->tn >= CACHE_MAX) return;
     cent c = {h, (uint32_t)e->keys.n, (uint32_t)n, (uint32_t)e->vals.n,
               (uint32_t)(out->n - before)};
-    tok_buf_put(&e->keys, s, n);
+    di_buf_add(&e->keys, s, n);
     for (size_t i = before; i < out->n; i++) tok_ids_push(&e->vals, out->v[i]);
     e->tab[j] = c;
     if (++e->tn * 2 > e->tcap) cache_grow(e);

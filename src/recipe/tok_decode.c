@@ -88,9 +88,9 @@ int tok_parse_decoder(tokenizer *t, json_t *j, di_err *err) {
 struct tok_stream {
     const tokenizer *t;
     bool skip;
-    tok_buf out;
-    tok_buf scratch[MAX_STAGES];
-    tok_buf pend[MAX_STAGES]; /* ByteLevel: pending bytes; ByteFallback: pending run */
+    di_buf out;
+    di_buf scratch[MAX_STAGES];
+    di_buf pend[MAX_STAGES]; /* ByteLevel: pending bytes; ByteFallback: pending run */
     int runlen[MAX_STAGES];
     long idx[MAX_STAGES];
     int stripped[MAX_STAGES];
@@ -101,14 +101,14 @@ struct tok_stream {
 
 /* Converts b[0, n) with the lossy rule into out; returns bytes consumed. When
  * !final, stops before a tail that could still become a valid character. */
-static size_t utf8_lossy(const uint8_t *b, size_t n, bool final, tok_buf *out) {
+static size_t utf8_lossy(const uint8_t *b, size_t n, bool final, di_buf *out) {
     size_t i = 0;
     while (i < n) {
         uint8_t c = b[i];
         if (c < 0x80) {
             size_t j = i;
             while (j < n && b[j] < 0x80) j++;
-            tok_buf_put(out, b + i, j - i);
+            di_buf_add(out, b + i, j - i);
             i = j;
             continue;
         }
@@ -121,7 +121,7 @@ static size_t utf8_lossy(const uint8_t *b, size_t n, bool final, tok_buf *out) {
         else if (c >= 0xF0 && c <= 0xF4)
             need = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
         else {
-            tok_buf_put(out, REPLACEMENT_CHAR, 3);
+            di_buf_add(out, REPLACEMENT_CHAR, 3);
             i++;
             continue;
         }
@@ -132,12 +132,12 @@ static size_t utf8_lossy(const uint8_t *b, size_t n, bool final, tok_buf *out) {
             k++;
         }
         if (k == need + 1) {
-            tok_buf_put(out, b + i, k);
+            di_buf_add(out, b + i, k);
             i += k;
         } else if (i + k >= n && !final) {
             break; /* incomplete tail: wait for more */
         } else {
-            tok_buf_put(out, REPLACEMENT_CHAR, 3);
+            di_buf_add(out, REPLACEMENT_CHAR, 3);
             i += k;
         }
     }
@@ -148,13 +148,13 @@ static void feed(tok_stream *st, int k, const char *s, size_t n);
 
 static void flush_run(tok_stream *st, int k) {
     if (!st->runlen[k]) return;
-    tok_buf *p = &st->pend[k];
+    di_buf *p = &st->pend[k];
     int cnt = st->runlen[k];
     st->runlen[k] = 0;
     if (tok_utf8_check(p->p, p->n) == p->n) {
-        tok_buf *sc = &st->scratch[k];
+        di_buf *sc = &st->scratch[k];
         sc->n = 0;
-        tok_buf_put(sc, p->p, p->n);
+        di_buf_add(sc, p->p, p->n);
         p->n = 0;
         feed(st, k + 1, sc->p, sc->n);
     } else {
@@ -173,16 +173,16 @@ static int hexval(char c) {
 static void feed(tok_stream *st, int k, const char *s, size_t n) {
     const tokenizer *t = st->t;
     if (k == t->n_decs) {
-        if (!t->has_decoder && st->n_sink++ > 0) tok_buf_putc(&st->out, ' ');
-        tok_buf_put(&st->out, s, n);
+        if (!t->has_decoder && st->n_sink++ > 0) di_buf_putc(&st->out, ' ');
+        di_buf_add(&st->out, s, n);
         return;
     }
     const tok_dec *d = &t->decs[k];
-    tok_buf *sc = &st->scratch[k];
+    di_buf *sc = &st->scratch[k];
     sc->n = 0;
     switch (d->kind) {
     case TD_BYTELEVEL: {
-        tok_buf *p = &st->pend[k];
+        di_buf *p = &st->pend[k];
         size_t i = 0, start = p->n;
         bool ok = true;
         while (i < n && ok) {
@@ -192,9 +192,9 @@ static void feed(tok_stream *st, int k, const char *s, size_t n) {
             if (b < 0)
                 ok = false;
             else
-                tok_buf_putc(p, (char)b), i += l;
+                di_buf_putc(p, (char)b), i += l;
         }
-        if (!ok) p->n = start, tok_buf_put(p, s, n);
+        if (!ok) p->n = start, di_buf_add(p, s, n);
         size_t used = utf8_lossy((const uint8_t *)p->p, p->n, false, sc);
         memmove(p->p, p->p + used, p->n - used);
         p->n -= used;
@@ -205,7 +205,7 @@ static void feed(tok_stream *st, int k, const char *s, size_t n) {
         int h1, h2;
         if (!st->fused[k] && n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' &&
             (h1 = hexval(s[3])) >= 0 && (h2 = hexval(s[4])) >= 0) {
-            tok_buf_putc(&st->pend[k], (char)(h1 * 16 + h2));
+            di_buf_putc(&st->pend[k], (char)(h1 * 16 + h2));
             st->runlen[k]++;
             return;
         }
@@ -221,20 +221,20 @@ static void feed(tok_stream *st, int k, const char *s, size_t n) {
         bool drop = idx == 0 && d->prepend_scheme != TM_NEVER;
         for (size_t i = 0; i < n;) {
             if (n - i >= d->alen && !memcmp(s + i, d->a, d->alen)) {
-                if (!drop) tok_buf_putc(sc, ' ');
+                if (!drop) di_buf_putc(sc, ' ');
                 i += d->alen;
             } else
-                tok_buf_putc(sc, s[i++]);
+                di_buf_putc(sc, s[i++]);
         }
         break;
     }
     case TD_REPLACE:
         for (size_t i = 0; i < n;) {
             if (n - i >= d->alen && !memcmp(s + i, d->a, d->alen)) {
-                tok_buf_put(sc, d->b, d->blen);
+                di_buf_add(sc, d->b, d->blen);
                 i += d->alen;
             } else
-                tok_buf_putc(sc, s[i++]);
+                di_buf_putc(sc, s[i++]);
         }
         break;
     case TD_STRIP: {
@@ -249,11 +249,11 @@ static void feed(tok_stream *st, int k, const char *s, size_t n) {
                 over = true;
         }
         if (fz) st->stripped[k] = done, st->strip_over[k] = over || done >= d->start;
-        tok_buf_put(sc, s + i, n - i);
+        di_buf_add(sc, s + i, n - i);
         break;
     }
     }
-    if (!sc->p) tok_buf_put(sc, "", 0);
+    if (!sc->p) di_buf_add(sc, "", 0);
     feed(st, k + 1, sc->p, sc->n);
 }
 
@@ -270,7 +270,7 @@ tok_stream *tok_stream_new(const tokenizer *t, bool skip_control) {
 }
 
 static const char *result(tok_stream *st, size_t *len) {
-    if (!st->out.p) tok_buf_put(&st->out, "", 0);
+    if (!st->out.p) di_buf_add(&st->out, "", 0);
     if (len) *len = st->out.n;
     return st->out.p;
 }
@@ -289,7 +289,7 @@ const char *tok_stream_flush(tok_stream *st, size_t *len) {
     for (int k = 0; k < t->n_decs; k++) {
         if (t->decs[k].kind == TD_BYTEFALLBACK) flush_run(st, k);
         if (t->decs[k].kind == TD_BYTELEVEL && st->pend[k].n) {
-            tok_buf *p = &st->pend[k], *sc = &st->scratch[k];
+            di_buf *p = &st->pend[k], *sc = &st->scratch[k];
             sc->n = 0;
             utf8_lossy((const uint8_t *)p->p, p->n, true, sc);
             p->n = 0;
@@ -308,14 +308,14 @@ void tok_stream_free(tok_stream *st) {
 
 char *tok_decode(const tokenizer *t, const int *ids, size_t n, bool skip_control, size_t *len) {
     tok_stream *st = tok_stream_new(t, skip_control);
-    tok_buf all = {0};
+    di_buf all = {0};
     size_t l;
     for (size_t i = 0; i < n; i++) {
         const char *s = tok_stream_push(st, ids[i], &l);
-        tok_buf_put(&all, s, l);
+        di_buf_add(&all, s, l);
     }
     const char *s = tok_stream_flush(st, &l);
-    tok_buf_put(&all, s, l);
+    di_buf_add(&all, s, l);
     tok_stream_free(st);
     if (len) *len = all.n;
     return all.p;

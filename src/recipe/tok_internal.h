@@ -161,16 +161,6 @@ size_t tok_utf8_put(uint32_t cp, char *out);
 /* Byte offset of the first invalid UTF-8 sequence, or n when valid. */
 size_t tok_utf8_check(const char *s, size_t n);
 
-/* A growable byte buffer. */
-typedef struct tok_buf {
-    char *p;
-    size_t n, cap;
-} tok_buf;
-void tok_buf_put(tok_buf *b, const void *s, size_t n);
-static inline void tok_buf_putc(tok_buf *b, char c) {
-    tok_buf_put(b, &c, 1);
-}
-
 /* Load-time builders (tok_normalize.c, tok_pretok.c, tok_decode.c): parse one
  * JSON object of the corresponding section, append to t. */
 struct json_t;
@@ -200,7 +190,7 @@ typedef struct tok_spans {
 } tok_spans;
 typedef struct tok_pre {
     tok_spans sp[TOK_MAX_PRETOK];
-    tok_buf rw[TOK_MAX_PRETOK];
+    di_buf rw[TOK_MAX_PRETOK];
     pcre2_match_data *md;
 } tok_pre;
 int tok_pretokenize(const tokenizer *t, tok_pre *st, const char *text, size_t len, bool first,

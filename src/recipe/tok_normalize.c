@@ -126,16 +126,16 @@ static char *apply(const tok_norm *nm, const char *cur, size_t n, size_t *out_n,
     case TN_REPLACE: {
         const char *hit = memmem(cur, n, nm->a, nm->alen);
         if (!hit) return NULL;
-        tok_buf b = {0};
+        di_buf b = {0};
         size_t i = 0;
         while (hit) {
-            tok_buf_put(&b, cur + i, (size_t)(hit - (cur + i)));
-            tok_buf_put(&b, nm->b, nm->blen);
+            di_buf_add(&b, cur + i, (size_t)(hit - (cur + i)));
+            di_buf_add(&b, nm->b, nm->blen);
             i = (size_t)(hit - cur) + nm->alen;
             hit = memmem(cur + i, n - i, nm->a, nm->alen);
         }
-        tok_buf_put(&b, cur + i, n - i);
-        if (!b.p) tok_buf_put(&b, "", 0);
+        di_buf_add(&b, cur + i, n - i);
+        if (!b.p) di_buf_add(&b, "", 0);
         *out_n = b.n;
         return b.p;
     }

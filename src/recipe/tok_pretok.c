@@ -28,7 +28,7 @@ static const char GPT2_PATTERN[] =
 /* Translates an Oniguruma pattern (as HF writes them) to PCRE2: \uHHHH ->
  * \x{HHHH}, \s / \S -> the White_Space set. */
 static char *onig_to_pcre2(const char *p, size_t n, size_t *out_n) {
-    tok_buf b = {0};
+    di_buf b = {0};
     bool in_class = false;
     size_t class_start = 0;
     for (size_t i = 0; i < n; i++) {
@@ -36,21 +36,21 @@ static char *onig_to_pcre2(const char *p, size_t n, size_t *out_n) {
         if (c == '\\' && i + 1 < n) {
             char e = p[i + 1];
             if (e == 'u' && i + 6 <= n) {
-                tok_buf_put(&b, "\\x{", 3);
-                tok_buf_put(&b, p + i + 2, 4);
-                tok_buf_putc(&b, '}');
+                di_buf_add(&b, "\\x{", 3);
+                di_buf_add(&b, p + i + 2, 4);
+                di_buf_putc(&b, '}');
                 i += 5;
             } else if (e == 's') {
                 if (in_class)
-                    tok_buf_put(&b, WS_CLASS_BODY, strlen(WS_CLASS_BODY));
+                    di_buf_add(&b, WS_CLASS_BODY, strlen(WS_CLASS_BODY));
                 else
-                    tok_buf_put(&b, "[" WS_CLASS_BODY "]", strlen(WS_CLASS_BODY) + 2);
+                    di_buf_add(&b, "[" WS_CLASS_BODY "]", strlen(WS_CLASS_BODY) + 2);
                 i++;
             } else if (e == 'S' && !in_class) {
-                tok_buf_put(&b, "[^" WS_CLASS_BODY "]", strlen(WS_CLASS_BODY) + 3);
+                di_buf_add(&b, "[^" WS_CLASS_BODY "]", strlen(WS_CLASS_BODY) + 3);
                 i++;
             } else {
-                tok_buf_put(&b, p + i, 2);
+                di_buf_add(&b, p + i, 2);
                 i++;
             }
             continue;
@@ -61,9 +61,9 @@ static char *onig_to_pcre2(const char *p, size_t n, size_t *out_n) {
             if (i + 1 < n && p[i + 1] == '^') class_start++;
         } else if (in_class && c == ']' && i != class_start)
             in_class = false;
-        tok_buf_putc(&b, c);
+        di_buf_putc(&b, c);
     }
-    if (!b.p) tok_buf_put(&b, "", 0);
+    if (!b.p) di_buf_add(&b, "", 0);
     *out_n = b.n;
     return b.p;
 }
@@ -332,7 +332,7 @@ static int step(run *r, int k, const char *s, size_t n, bool at_start) {
     const tok_pretok *pt = &t->pretoks[k];
     tok_pre *st = r->st;
     tok_spans *l = &st->sp[k];
-    tok_buf *rw = &st->rw[k];
+    di_buf *rw = &st->rw[k];
     l->n = 0;
     switch (pt->kind) {
     case TP_SPLIT:
@@ -352,8 +352,8 @@ static int step(run *r, int k, const char *s, size_t n, bool at_start) {
     case TP_BYTELEVEL:
         if (pt->add_prefix_space && s[0] != ' ') {
             rw->n = 0;
-            tok_buf_putc(rw, ' ');
-            tok_buf_put(rw, s, n);
+            di_buf_putc(rw, ' ');
+            di_buf_add(rw, s, n);
             s = rw->p, n = rw->n;
         }
         if (!pt->re) return step(r, k + 1, s, n, at_start);
@@ -363,12 +363,12 @@ static int step(run *r, int k, const char *s, size_t n, bool at_start) {
         bool starts = s[0] == ' ' || (n >= pt->repl_len && !memcmp(s, pt->repl, pt->repl_len));
         bool allow = pt->prepend_scheme == TM_ALWAYS ||
                      (pt->prepend_scheme == TM_FIRST && r->first && at_start);
-        if (allow && !starts) tok_buf_put(rw, pt->repl, pt->repl_len);
+        if (allow && !starts) di_buf_add(rw, pt->repl, pt->repl_len);
         for (size_t c = 0; c < n; c++)
             if (s[c] == ' ')
-                tok_buf_put(rw, pt->repl, pt->repl_len);
+                di_buf_add(rw, pt->repl, pt->repl_len);
             else
-                tok_buf_putc(rw, s[c]);
+                di_buf_putc(rw, s[c]);
         if (!pt->split) return step(r, k + 1, rw->p, rw->n, at_start);
         literal_spans(pt->repl, pt->repl_len, rw->p, rw->n, l);
         return fold(r, k, rw->p, l, TB_MERGED_NEXT, false, at_start);

@@ -201,16 +201,3 @@ int tok_cp_to_byte(uint32_t cp) {
         if (!byte_is_direct(i) && k-- == 0) return i;
     return -1;
 }
-
-/* ---- buffer ----------------------------------------------------------------- */
-void tok_buf_put(tok_buf *b, const void *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        b->p = di_realloc(b->p, cap);
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}

@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "engine/block_manager.h"
 #include "kvstore/kvstore.h"
 
 static const size_t kvt_off[3] = {0, 1024, 4096};
@@ -58,6 +59,24 @@ static inline int kvt_rm_one(const char *p, const struct stat *sb, int flag, str
 static inline void kvt_rmdir(char *dir) {
     if (dir) nftw(dir, kvt_rm_one, 16, FTW_DEPTH | FTW_PHYS);
     free(dir);
+}
+
+/* A fake paged pool of KVT_NBLK blocks in the layout above, and a block
+ * manager over all of them, for store <-> pool tests without a model. */
+enum { KVT_NBLK = 16, KVT_BYTES = 6144 };
+
+typedef struct {
+    char data[KVT_NBLK][KVT_BYTES];
+} kvt_pool;
+
+static inline void *kvt_block_data(void *ctx, int block) {
+    return ((kvt_pool *)ctx)->data[block];
+}
+
+static inline bm *kvt_make_bm(void) {
+    int ids[KVT_NBLK];
+    for (int i = 0; i < KVT_NBLK; i++) ids[i] = i;
+    return bm_create(ids, KVT_NBLK);
 }
 
 #endif

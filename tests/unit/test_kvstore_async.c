@@ -11,6 +11,7 @@
  * calls the per-layer wait hook once per full-attention layer, in the store
  * layout's order. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,31 +64,17 @@ static bool gate_wait_entered(gate *g, int n) {
 }
 
 /* --- store level, over a fake pool ------------------------------------------ */
-enum { NBLK = 16, BYTES = 6144, NB = 4 };
-
-typedef struct {
-    char data[NBLK][BYTES];
-} fake_pool;
-
-static void *block_data(void *ctx, int block) {
-    return ((fake_pool *)ctx)->data[block];
-}
-
-static bm *make_bm(void) {
-    int ids[NBLK];
-    for (int i = 0; i < NBLK; i++) ids[i] = i;
-    return bm_create(ids, NBLK);
-}
+enum { NBLK = KVT_NBLK, BYTES = KVT_BYTES, NB = 4 };
 
 typedef struct {
     kvs_load *ld;
-    volatile bool done;
+    atomic_bool done; /* polled by the test thread */
 } free_job;
 
 static void *free_main(void *arg) {
     free_job *j = arg;
     kvs_load_free(j->ld);
-    j->done = true;
+    atomic_store(&j->done, true);
     return NULL;
 }
 
@@ -110,9 +97,9 @@ TEST(kvstore_async_admit_cancel_and_truncate) {
               0);
     }
     kvs_flush(s);
-    fake_pool *p = calloc(1, sizeof *p);
-    kvs_pool_io io = {p, block_data};
-    bm *b = make_bm();
+    kvt_pool *p = calloc(1, sizeof *p);
+    kvs_pool_io io = {p, kvt_block_data};
+    bm *b = kvt_make_bm();
 
     /* Admission with every read stalled: returns at once with a load that is
      * not ready, its pool blocks reserved but not in the prefix cache. */
@@ -127,11 +114,12 @@ TEST(kvstore_async_admit_cancel_and_truncate) {
     CHECK(bm_lookup(b, tok, n) == 0);
 
     /* Cancelled while reads are stalled: the free does not wait for them. */
-    free_job j = {ld, false};
+    free_job j = {.ld = ld};
+    atomic_init(&j.done, false);
     pthread_t th;
     pthread_create(&th, NULL, free_main, &j);
-    for (int i = 0; i < 5000 && !j.done; i++) usleep(1000);
-    CHECKF(j.done, "kvs_load_free waited for a stalled read");
+    for (int i = 0; i < 5000 && !atomic_load(&j.done); i++) usleep(1000);
+    CHECKF(atomic_load(&j.done), "kvs_load_free waited for a stalled read");
     gate_set(&g, true);
     pthread_join(th, NULL);
     bm_release(b, &t);
@@ -165,7 +153,7 @@ TEST(kvstore_async_admit_cancel_and_truncate) {
     fseek(fp, KVS_PAYLOAD_OFF + 100, SEEK_SET);
     fputc(c ^ 0x5a, fp);
     fclose(fp);
-    b = make_bm();
+    b = kvt_make_bm();
     int fs = -1;
     CHECK(kvs_attach_prefix(s, b, &t, tok, n, n - 1, &io, &fs) == 256 && fs == 256);
     CHECK(t.n == NB && t.n_hashed == 2); /* blocks 2, 3 stay reserved for the forward pass */
@@ -226,12 +214,13 @@ TEST(kvstore_async_sched_fetching_blocks_given_back) {
         }
     }
     kvs_flush(st);
-    fake_pool *fp = calloc(1, sizeof *fp);
+    kvt_pool *fp = calloc(1, sizeof *fp);
     int ids[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     bm *b = bm_create(ids, 8);
-    sched *s = sched_create(
-        b, &(sched_opts){
-               .token_budget = 64, .max_running = 8, .store = st, .store_io = {fp, block_data}});
+    sched *s = sched_create(b, &(sched_opts){.token_budget = 64,
+                                             .max_running = 8,
+                                             .store = st,
+                                             .store_io = {fp, kvt_block_data}});
 
     /* Both store hits fetching (stalled): the whole pool is theirs. */
     gate_set(&g, false);

@@ -10,21 +10,7 @@
 #include "kvs_test.h"
 #include "kvstore/kvs_engine.h"
 
-enum { NBLK = 16, BYTES = 6144 };
-
-typedef struct {
-    char data[NBLK][BYTES];
-} fake_pool;
-
-static void *block_data(void *ctx, int block) {
-    return ((fake_pool *)ctx)->data[block];
-}
-
-static bm *make_bm(void) {
-    int ids[NBLK];
-    for (int i = 0; i < NBLK; i++) ids[i] = i;
-    return bm_create(ids, NBLK);
-}
+enum { NBLK = KVT_NBLK, BYTES = KVT_BYTES };
 
 TEST(kvstore_engine_restart_attaches_stored_prefix) {
     char *dir = kvt_tmpdir();
@@ -32,14 +18,14 @@ TEST(kvstore_engine_restart_attaches_stored_prefix) {
     di_err err;
     kvs *s = kvs_open(dir, &lay, NULL, &err);
     CHECK(s);
-    fake_pool *p1 = calloc(1, sizeof *p1), *p2 = calloc(1, sizeof *p2);
-    kvs_pool_io io1 = {p1, block_data}, io2 = {p2, block_data};
+    kvt_pool *p1 = calloc(1, sizeof *p1), *p2 = calloc(1, sizeof *p2);
+    kvs_pool_io io1 = {p1, kvt_block_data}, io2 = {p2, kvt_block_data};
     int tok[3 * 128 + 10];
     for (int i = 0; i < (int)(sizeof tok / sizeof *tok); i++) tok[i] = (i * 31 + 7) % 1000;
     int n = (int)(sizeof tok / sizeof *tok);
 
     /* First engine: computes the prompt, commits, persists 3 full blocks. */
-    bm *b1 = make_bm();
+    bm *b1 = kvt_make_bm();
     bm_table t1 = {0};
     bm_cow cow;
     CHECK(kvs_attach_prefix(s, b1, &t1, tok, n, n - 1, &io1, NULL) == 0);
@@ -55,7 +41,7 @@ TEST(kvstore_engine_restart_attaches_stored_prefix) {
      * the store, byte for byte, and is now in the prefix cache too. */
     s = kvs_open(dir, &lay, NULL, &err);
     CHECK(s);
-    bm *b2 = make_bm();
+    bm *b2 = kvt_make_bm();
     bm_table t2 = {0};
     int fs = -1;
     CHECK(kvs_attach_prefix(s, b2, &t2, tok, n, n - 1, &io2, &fs) == 384);
@@ -67,9 +53,9 @@ TEST(kvstore_engine_restart_attaches_stored_prefix) {
     CHECK(bm_lookup(b2, tok, n) == 384);
 
     /* Memory first, then the store: a manager that has block 0 cached. */
-    bm *b3 = make_bm();
-    fake_pool *p3 = calloc(1, sizeof *p3);
-    kvs_pool_io io3 = {p3, block_data};
+    bm *b3 = kvt_make_bm();
+    kvt_pool *p3 = calloc(1, sizeof *p3);
+    kvs_pool_io io3 = {p3, kvt_block_data};
     bm_table t3 = {0}, t4 = {0};
     CHECK(bm_reserve(b3, &t3, 0, 128, &cow) == 0);
     bm_commit(b3, &t3, tok, 128);
@@ -80,12 +66,12 @@ TEST(kvstore_engine_restart_attaches_stored_prefix) {
     int other[3 * 128];
     memcpy(other, tok, sizeof other);
     other[200] ^= 1;
-    bm *b5 = make_bm();
+    bm *b5 = kvt_make_bm();
     bm_table t5 = {0};
     CHECK(kvs_attach_prefix(s, b5, &t5, other, 384, 384, &io3, &fs) == 128);
     CHECK(fs == 128);
     /* max_tokens bounds the attach (n - 1: the last token is always run). */
-    bm *b6 = make_bm();
+    bm *b6 = kvt_make_bm();
     bm_table t6 = {0};
     CHECK(kvs_attach_prefix(s, b6, &t6, tok, 384, 383, &io3, &fs) == 256);
 

@@ -252,10 +252,10 @@ TEST(render_tojson_numbers_like_javascript) {
         {"\"\\u0001\\u001f\\u007f\"", "\"\\u0001\\u001f\x7f\""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        rbuf b = {0};
+        di_buf b = {0};
         CHECK(!rjson_dump(&b, cases[i].in, NULL));
-        CHECKF(!strcmp(b.s, cases[i].out), "%s -> %s, want %s", cases[i].in, b.s, cases[i].out);
-        rbuf_free(&b);
+        CHECKF(!strcmp(b.p, cases[i].out), "%s -> %s, want %s", cases[i].in, b.p, cases[i].out);
+        di_buf_free(&b);
     }
 }
 

@@ -57,7 +57,7 @@ static void remove_tok(char *dir) {
  * pieces. %s slots: normalizer, pre_tokenizer, decoder, model flags. */
 static char *sp_json(const char *normalizer, const char *pretok, const char *decoder,
                      const char *flags) {
-    tok_buf b = {0};
+    di_buf b = {0};
     char tmp[4096];
     snprintf(tmp, sizeof tmp,
              "{\"version\":\"1.0\",\"added_tokens\":["
@@ -68,10 +68,10 @@ static char *sp_json(const char *normalizer, const char *pretok, const char *dec
              "\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\",%s,\"vocab\":{"
              "\"<unk>\":0,\"<s>\":1,\"</s>\":2",
              normalizer, pretok, decoder, flags);
-    tok_buf_put(&b, tmp, strlen(tmp));
+    di_buf_add(&b, tmp, strlen(tmp));
     for (int i = 0; i < 256; i++) {
         snprintf(tmp, sizeof tmp, ",\"<0x%02X>\":%d", i, 3 + i);
-        tok_buf_put(&b, tmp, strlen(tmp));
+        di_buf_add(&b, tmp, strlen(tmp));
     }
     const char *rest =
         ",\"\xE2\x96\x81\":259,\"a\":260,\"b\":261,\"c\":262,\"\xE2\x96\x81"
@@ -81,7 +81,7 @@ static char *sp_json(const char *normalizer, const char *pretok, const char *dec
         "\"merges\":[\"\xE2\x96\x81 a\",[\"a\",\"b\"],\"\xE2\x96\x81"
         "a b\",\"\xE2\x96\x81 \xE2\x96\x81\",\"h e\",\"l l\",\"ll o\",\"he llo\",\"\xE2\x96\x81 "
         "hello\"]}}";
-    tok_buf_put(&b, rest, strlen(rest));
+    di_buf_add(&b, rest, strlen(rest));
     return b.p;
 }
 
@@ -228,11 +228,11 @@ TEST(tok_trusted_added_token_flags) {
                         "\"rstrip\":true,\"normalized\":false},"
                         "{\"id\":277,\"content\":\"ab\",\"special\":false,\"single_word\":true,"
                         "\"normalized\":false},";
-    tok_buf b = {0};
+    di_buf b = {0};
     const char *at = strstr(json, "\"added_tokens\":[");
-    tok_buf_put(&b, json, (size_t)(at - json));
-    tok_buf_put(&b, extra, strlen(extra));
-    tok_buf_put(&b, at + strlen("\"added_tokens\":["), strlen(at) - strlen("\"added_tokens\":["));
+    di_buf_add(&b, json, (size_t)(at - json));
+    di_buf_add(&b, extra, strlen(extra));
+    di_buf_add(&b, at + strlen("\"added_tokens\":["), strlen(at) - strlen("\"added_tokens\":["));
     free(json);
     char *dir = write_tok(b.p, NULL);
     free(b.p);
@@ -376,7 +376,7 @@ static int check_parallel(const tokenizer *t, pool *p, const char *s, size_t n) 
 static void parallel_property(const tokenizer *t, int n_random, const char *what) {
     pool *p = pool_create(2);
     uint64_t seed = 0x9E3779B97F4A7C15ull;
-    tok_buf b = {0};
+    di_buf b = {0};
     const int np = (int)(sizeof PIECES / sizeof *PIECES);
     int bad = 0;
     for (int it = 0; it < n_random && bad < 3; it++) {
@@ -385,7 +385,7 @@ static void parallel_property(const tokenizer *t, int n_random, const char *what
         for (int k = 0; k < len; k++) {
             /* bias towards the cut rules' contexts: newline runs before letters, ▁ */
             const char *pc = PIECES[rng_next(&seed) % (uint64_t)np];
-            tok_buf_put(&b, pc, strlen(pc));
+            di_buf_add(&b, pc, strlen(pc));
         }
         if (!check_parallel(t, p, b.p, b.n)) {
             bad++;
@@ -396,11 +396,11 @@ static void parallel_property(const tokenizer *t, int n_random, const char *what
     for (int i = 0; i < np && !bad; i++)
         for (int j = 0; j < np && !bad; j++) {
             b.n = 0;
-            tok_buf_put(&b, PIECES[i], strlen(PIECES[i]));
-            tok_buf_put(&b, "\nA", 2);
-            tok_buf_put(&b, PIECES[j], strlen(PIECES[j]));
-            tok_buf_put(&b, "\xE2\x96\x81z", 4);
-            tok_buf_put(&b, PIECES[i], strlen(PIECES[i]));
+            di_buf_add(&b, PIECES[i], strlen(PIECES[i]));
+            di_buf_add(&b, "\nA", 2);
+            di_buf_add(&b, PIECES[j], strlen(PIECES[j]));
+            di_buf_add(&b, "\xE2\x96\x81z", 4);
+            di_buf_add(&b, PIECES[i], strlen(PIECES[i]));
             if (!check_parallel(t, p, b.p, b.n)) {
                 bad++;
                 fprintf(stderr, "%s: parallel != serial for '%s'\n", what, b.p);
@@ -431,27 +431,27 @@ static tokenizer *load_tiny_with_normalizer(const char *norm_json) {
     snprintf(p, sizeof p, "%s/dsv3-tiny/tokenizer.json", harness_model_dir());
     FILE *f = fopen(p, "rb");
     if (!f) return NULL;
-    tok_buf b = {0};
+    di_buf b = {0};
     char buf[65536];
     size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) tok_buf_put(&b, buf, n);
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) di_buf_add(&b, buf, n);
     fclose(f);
-    tok_buf_putc(&b, 0);
+    di_buf_putc(&b, 0);
     /* splice "normalizer": X in front of the first key */
     char *brace = strchr(b.p, '{');
-    tok_buf j = {0};
-    tok_buf_put(&j, b.p, (size_t)(brace - b.p) + 1);
-    tok_buf_put(&j, "\"normalizer\":", 13);
-    tok_buf_put(&j, norm_json, strlen(norm_json));
-    tok_buf_putc(&j, ',');
+    di_buf j = {0};
+    di_buf_add(&j, b.p, (size_t)(brace - b.p) + 1);
+    di_buf_add(&j, "\"normalizer\":", 13);
+    di_buf_add(&j, norm_json, strlen(norm_json));
+    di_buf_putc(&j, ',');
     /* drop the original "normalizer": null */
     char *rest = brace + 1, *old = strstr(rest, "\"normalizer\": null,");
     if (old) {
-        tok_buf_put(&j, rest, (size_t)(old - rest));
+        di_buf_add(&j, rest, (size_t)(old - rest));
         rest = old + strlen("\"normalizer\": null,");
     }
-    tok_buf_put(&j, rest, strlen(rest));
-    tok_buf_putc(&j, 0);
+    di_buf_add(&j, rest, strlen(rest));
+    di_buf_putc(&j, 0);
     char *dir = write_tok(j.p, NULL);
     free(b.p);
     free(j.p);
@@ -613,7 +613,7 @@ TEST(tok_parallel_equals_serial_real_tokenizers) {
 
 static void stream_property(const tokenizer *t, const char *what) {
     uint64_t seed = 12345;
-    tok_buf all = {0};
+    di_buf all = {0};
     int *ids = di_malloc(64 * sizeof *ids);
     for (int it = 0; it < 400; it++) {
         int n = 1 + (int)(rng_next(&seed) % 64);
@@ -625,10 +625,10 @@ static void stream_property(const tokenizer *t, const char *what) {
             for (int i = 0; i < n; i++) {
                 const char *s = tok_stream_push(st, ids[i], &l);
                 CHECKF(tok_utf8_check(s, l) == l, "%s: stream emitted invalid UTF-8", what);
-                tok_buf_put(&all, s, l);
+                di_buf_add(&all, s, l);
             }
             const char *s = tok_stream_flush(st, &l);
-            tok_buf_put(&all, s, l);
+            di_buf_add(&all, s, l);
             tok_stream_free(st);
             size_t dl;
             char *d = tok_decode(t, ids, (size_t)n, skip, &dl);
