@@ -80,12 +80,12 @@ static char *unicode_form(const tok_norm *nm, const char *cur, size_t n, size_t 
     else
         opt |= UTF8PROC_DECOMPOSE;
     if (nm->kind == TN_NFKC || nm->kind == TN_NFKD) opt |= UTF8PROC_COMPAT;
-    tok_buf b = {0};
+    di_buf b = {0};
     size_t done = 0; /* cur[0, done) is in b */
     while (i < n) {
         size_t start = i > done ? i - 1 : i, end = i;
         while (end < n && (unsigned char)cur[end] >= 0x80) end++;
-        tok_buf_put(&b, cur + done, start - done);
+        di_buf_add(&b, cur + done, start - done);
         utf8proc_uint8_t *dst = NULL;
         utf8proc_ssize_t r =
             utf8proc_map((const utf8proc_uint8_t *)cur + start, (utf8proc_ssize_t)(end - start),
@@ -96,12 +96,12 @@ static char *unicode_form(const tok_norm *nm, const char *cur, size_t n, size_t 
             di_errf(err, "unicode normalization failed: %s", utf8proc_errmsg(r));
             return NULL;
         }
-        tok_buf_put(&b, dst, (size_t)r);
+        di_buf_add(&b, dst, (size_t)r);
         free(dst);
         done = i = end;
         while (i < n && (unsigned char)cur[i] < 0x80) i++;
     }
-    tok_buf_put(&b, cur + done, n - done);
+    di_buf_add(&b, cur + done, n - done);
     *out_n = b.n;
     return b.p;
 }

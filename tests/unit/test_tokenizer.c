@@ -536,14 +536,14 @@ TEST(tok_unicode_forms_by_stretch_equal_whole_text) {
         CHECK(t);
         if (!t) continue;
         uint64_t seed = 77 + (uint64_t)f;
-        tok_buf b = {0};
+        di_buf b = {0};
         int bad = 0;
         for (int it = 0; it < 2000 && bad < 3; it++) {
             b.n = 0;
             int len = 1 + (int)(rng_next(&seed) % 24);
             for (int k = 0; k < len; k++) {
                 const char *pc = bits[rng_next(&seed) % (uint64_t)nb];
-                tok_buf_put(&b, pc, strlen(pc));
+                di_buf_add(&b, pc, strlen(pc));
             }
             utf8proc_uint8_t *want = NULL;
             utf8proc_ssize_t wn = utf8proc_map((const utf8proc_uint8_t *)b.p, (utf8proc_ssize_t)b.n,
