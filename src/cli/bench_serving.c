@@ -73,9 +73,13 @@ static breq *make_workload(int n, uint64_t seed, int vocab, int max_ctx, int max
                            double scale) {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
     int sys_len[N_SYS], *sys[N_SYS];
+    /* System prompts stay at least two KV blocks long whatever the scale:
+     * shorter ones hold no whole block, and the prefix cache shares blocks. */
+    int sys_min = (int)(160 * scale) + 1, sys_max = (int)(1024 * scale) + 1;
+    if (sys_min < 2 * MODEL_KV_BLOCK) sys_min = 2 * MODEL_KV_BLOCK;
+    if (sys_max < sys_min) sys_max = sys_min;
     for (int k = 0; k < N_SYS; k++) {
-        sys_len[k] =
-            lognormal(&s, 384 * scale, 0.4, (int)(160 * scale) + 1, (int)(1024 * scale) + 1);
+        sys_len[k] = lognormal(&s, 384 * scale, 0.4, sys_min, sys_max);
         sys[k] = malloc(sizeof(int) * (size_t)sys_len[k]);
         random_tokens(&s, sys[k], sys_len[k], vocab);
     }
