@@ -48,6 +48,18 @@ function loadOracle(name) {
   return { json, plain, added, tok: TokenizerLoader.fromPreTrained({ tokenizerJSON: plain, tokenizerConfig: cfg }) };
 }
 
+// HF's Rust tokenizers (native binding) for a tokenizer.json object, or null
+// where the binding is unavailable on this platform: nothing to compare against.
+async function rustTokenizer(json) {
+  let Tokenizer;
+  try {
+    ({ Tokenizer } = await import('@anush008/tokenizers'));
+  } catch {
+    return null;
+  }
+  return Tokenizer.fromString(JSON.stringify(json));
+}
+
 const show = (s) => JSON.stringify(s.length > 160 ? s.slice(0, 160) + '…' : s);
 
 function compare(recs, got, expect, label) {
@@ -119,13 +131,8 @@ for (const name of NAMES) {
   });
 
   test(`${name}: whitespace the JS oracle gets wrong matches HF's Rust tokenizers`, async () => {
-    let Tokenizer;
-    try {
-      ({ Tokenizer } = await import('@anush008/tokenizers'));
-    } catch {
-      return; // native binding unavailable on this platform: nothing to compare against
-    }
-    const rs = Tokenizer.fromString(JSON.stringify(plain));
+    const rs = await rustTokenizer(plain);
+    if (!rs) return;
     const recs = [];
     for (const cp of [0x85, 0xa0, 0x180e, 0x200b, 0xfeff, 0x2028, 0x2029, 0x3000, 0x1680, 0x202f, 0x205f, 0x2000, 0x200a, 0xb, 0xc, 0x1c, 0x1f]) {
       const c = String.fromCodePoint(cp);
@@ -137,14 +144,9 @@ for (const name of NAMES) {
   });
 
   test(`${name}: trusted text (--trusted) splits added tokens exactly as HF`, async () => {
-    let Tokenizer;
-    try {
-      ({ Tokenizer } = await import('@anush008/tokenizers'));
-    } catch {
-      return;
-    }
     const { json } = loadOracle(name);
-    const rs = Tokenizer.fromString(JSON.stringify(json));
+    const rs = await rustTokenizer(json);
+    if (!rs) return;
     const recs = [];
     for (const a of added.slice(0, 40)) {
       const c = a.content;
@@ -157,14 +159,9 @@ for (const name of NAMES) {
   });
 
   test(`${name}: decode of random id sequences (added tokens, stray bytes) matches HF's Rust decode`, async () => {
-    let Tokenizer;
-    try {
-      ({ Tokenizer } = await import('@anush008/tokenizers'));
-    } catch {
-      return;
-    }
     const { json } = loadOracle(name);
-    const rs = Tokenizer.fromString(JSON.stringify(json));
+    const rs = await rustTokenizer(json);
+    if (!rs) return;
     const r = rng(7);
     const nv = Object.keys(json.model.vocab).length;
     const addedIds = added.map((a) => a.id);
@@ -206,20 +203,15 @@ for (const name of NAMES) {
 // without split, and "always" with split), against HF's Rust tokenizers.
 for (const [scheme, split] of [['first', false], ['always', true]]) {
   test(`llama2 vocabulary with Metaspace (prepend_scheme ${scheme}, split ${split}): encode and decode match HF's Rust tokenizers`, async () => {
-    let Tokenizer;
-    try {
-      ({ Tokenizer } = await import('@anush008/tokenizers'));
-    } catch {
-      return;
-    }
     const base = JSON.parse(fs.readFileSync(path.join(dirOf('llama2'), 'tokenizer.json'), 'utf8'));
     const ms = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: scheme, split };
     const j = { ...base, normalizer: null, pre_tokenizer: ms,
       decoder: { type: 'Sequence', decoders: [ms, { type: 'ByteFallback' }, { type: 'Fuse' }] } };
+    const rs = await rustTokenizer({ ...j, added_tokens: [] });
+    if (!rs) return;
     const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'di-ms-'));
     try {
       fs.writeFileSync(path.join(tmp, 'tokenizer.json'), JSON.stringify(j));
-      const rs = Tokenizer.fromString(JSON.stringify({ ...j, added_tokens: [] }));
       const recs = corpus.slice(0, 3000);
       const got = encodeAll(tmp, recs);
       const encs = await rs.encodeBatch(recs, { addSpecialTokens: false });
