@@ -360,6 +360,13 @@ static bool usable_in_place(const st_tensor *t, kern_dtype dt) {
            (dt == KT_F32 && t->dtype == ST_F32 && addr % 4 == 0);
 }
 
+/* The matrix is the mapping itself (usable_in_place said so). */
+static void mat_in_place(model_loader *ld, kern_mat *out, const mat_src *src, size_t R, size_t C,
+                         kern_dtype dt) {
+    *out = (kern_mat){.dtype = dt, .rows = (int)R, .cols = (int)C, .data = src->t->data};
+    ld->weight_bytes += R * C * (dt == KT_F32 ? 4 : 2);
+}
+
 /* Allocates rows x cols of dtype dt (and int8 scales) in the loader's memory. */
 static void mat_alloc(model_loader *ld, kern_mat *out, size_t R, size_t C, kern_dtype dt) {
     memset(out, 0, sizeof *out);
@@ -415,8 +422,7 @@ int model_get_mat(model_loader *ld, const char *name, int rows, int cols, unsign
     size_t R = (size_t)rows, C = cols ? (size_t)cols : 1;
     kern_dtype dt = target_dtype(ld, flags);
     if (usable_in_place(src.t, dt)) {
-        *out = (kern_mat){.dtype = dt, .rows = (int)R, .cols = (int)C, .data = src.t->data};
-        ld->weight_bytes += R * C * (dt == KT_F32 ? 4 : 2);
+        mat_in_place(ld, out, &src, R, C, dt);
         return 0;
     }
     mat_alloc(ld, out, R, C, dt);
@@ -441,7 +447,7 @@ int model_get_mats_fused(model_loader *ld, const char *const *names, const int *
     }
     if (in_place) { /* stacked only if the file already stores them back to back */
         for (int i = 0; i < n; i++)
-            if (model_get_mat(ld, names[i], rows[i], cols, 0, &parts[i], err)) return -1;
+            mat_in_place(ld, &parts[i], &src[i], (size_t)rows[i], (size_t)cols, dt);
         if (adjacent)
             *fused =
                 (kern_mat){.dtype = dt, .rows = (int)total, .cols = cols, .data = parts[0].data};

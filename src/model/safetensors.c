@@ -160,7 +160,8 @@ int st_open(st_file *f, const char *path, di_err *err) {
     f->path = di_strdup(path);
     f->size = (size_t)sb.st_size;
     if (f->size > 0) {
-        void *p = filemap_open(fd, f->size, &f->huge);
+        bool huge = false;
+        void *p = filemap_open(fd, f->size, &huge);
         if (p == MAP_FAILED) {
             close(fd);
             int rc = di_errf(err, "%s: mmap failed: %s", path, strerror(errno));
@@ -168,6 +169,8 @@ int st_open(st_file *f, const char *path, di_err *err) {
             return rc;
         }
         f->map = p;
+        if (f->size >= FILEMAP_HUGE_MIN)
+            di_log(DI_LOG_INFO, "%s: mapped in %s pages", path, huge ? "2 MiB" : "4 KiB");
     }
     close(fd);
     if (parse_header(f, err)) {

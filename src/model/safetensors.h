@@ -37,7 +37,6 @@ typedef struct st_file {
     char *path;
     void *map;
     size_t size;
-    bool huge; /* mapped in 2 MiB pages (filemap.c) */
     st_tensor *tensors;
     int n_tensors;
     char *names; /* one buffer holding every tensor name */
