@@ -21,7 +21,6 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -40,7 +39,7 @@ static long pmd_mapped_kb(const void *p) {
     long kb = 0;
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ' ') < strchr(line, '\n')) {
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) { /* a mapping's header line */
             if (in) break;
             in = lo == (uintptr_t)p;
         } else if (in && sscanf(line, "FilePmdMapped: %ld kB", &kb) == 1) {
