@@ -56,6 +56,7 @@ tok_enc *tok_enc_new(const tokenizer *t, size_t text_len) {
 
 tok_enc *tok_enc_new_shared(const tokenizer *t, tok_wcache *shared, int writer) {
     tok_enc *e = tok_enc_new(t, 0);
+    e->use_cache = true;
     e->shared = shared;
     e->writer = writer;
     return e;
@@ -254,20 +255,12 @@ static void cache_grow(tok_enc *e) {
     e->tcap = cap;
 }
 
+/* A word's ids, from the caches when they have it. The own table is looked
+ * up first (it stays small and hot, as in a serial encode); a parallel
+ * encode's shared table is asked only on a miss there, so each word's BPE is
+ * done about once over all threads but the shared table is not touched per
+ * word. */
 static void encode_cached(const tokenizer *t, tok_enc *e, const char *s, size_t n, tok_ids *out) {
-    if (e->shared && n <= CACHE_KEYMAX) {
-        uint64_t h = XXH3_64bits(s, n);
-        size_t k;
-        const int *v = tok_wcache_get(e->shared, h, s, n, &k);
-        if (v) {
-            for (size_t i = 0; i < k; i++) tok_ids_push(out, v[i]);
-            return;
-        }
-        size_t before = out->n;
-        encode_word(t, e, s, n, out);
-        tok_wcache_put(e->shared, e->writer, h, s, n, out->v + before, out->n - before);
-        return;
-    }
     if (!e->use_cache || n > CACHE_KEYMAX) {
         encode_word(t, e, s, n, out);
         return;
@@ -283,8 +276,14 @@ static void encode_cached(const tokenizer *t, tok_enc *e, const char *s, size_t 
         }
         j = (j + 1) & (e->tcap - 1);
     }
-    size_t before = out->n;
-    encode_word(t, e, s, n, out);
+    size_t before = out->n, k;
+    const int *v = e->shared ? tok_wcache_get(e->shared, h, s, n, &k) : NULL;
+    if (v) {
+        for (size_t i = 0; i < k; i++) tok_ids_push(out, v[i]);
+    } else {
+        encode_word(t, e, s, n, out);
+        if (e->shared) tok_wcache_put(e->shared, e->writer, h, s, n, out->v + before, out->n - before);
+    }
     if (e->tn >= CACHE_MAX) return;
     cent c = {h, (uint32_t)e->keys.n, (uint32_t)n, (uint32_t)e->vals.n,
               (uint32_t)(out->n - before)};

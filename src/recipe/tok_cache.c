@@ -3,7 +3,11 @@
  * Each thread with a cache of its own would repeat the BPE of every word the
  * other threads already did, and a word's first BPE is the cache-missing part
  * of encoding (merge lookups all over an 8 MB table): per-thread caches cost
- * ~30 % more CPU on 2 threads than one shared cache. Insert-only and
+ * ~30 % more CPU on 2 threads than one shared cache. But a table that both
+ * threads probe for every word runs from cache misses (it was the largest
+ * item of a parallel DeepSeek V3 encode), so each thread keeps its own small
+ * table in front (tok_bpe.c) and asks this one only on a miss there: for the
+ * first sight of a word in that thread. Insert-only and
  * lock-free: a slot holds a pointer to an immutable record, published with a
  * release CAS and read with an acquire load; two threads that miss on the
  * same word both compute it and one record wins (the ids are the same either
