@@ -9,8 +9,16 @@
  *
  * Reduction order per output element: sequential over k inside each KC block,
  * blocks added to y in order, starting from the bias. It depends on K only,
- * never on the thread count (it does depend on using this kernel at all,
- * which is why batch-invariant mode does not). */
+ * never on n, the thread count or where a token sits in the batch.
+ *
+ * Small n (decode) takes a second path in exactly that order, so that
+ * batch-invariant mode can run every n through this file: packing a panel
+ * for one or two tokens costs more than the FMAs it feeds. Lanes still run
+ * across 8 rows and k stays sequential, but each 8-row x 8-column tile is
+ * widened and transposed in registers (bf16 by 16-bit unpacks, the widening
+ * falling out of the last unpack against zero) and multiplied at once; two
+ * row groups and up to four tokens are in flight so the per-element FMA
+ * chains overlap. Above GEMV_MAX_N tokens packing pays for itself. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -19,10 +27,15 @@
 
 #include "base/base.h"
 
-#define GEMM_MR  6   /* tokens per register tile */
-#define GEMM_NR  16  /* weight rows per panel / register tile */
-#define GEMM_KC  256 /* columns per K block */
-#define GEMM_NCP 8   /* panels per L2-resident group (128 rows) */
+#define GEMM_MR    6   /* tokens per register tile */
+#define GEMM_NR    16  /* weight rows per panel / register tile */
+#define GEMM_KC    256 /* columns per K block */
+#define GEMM_NCP   8   /* panels per L2-resident group (128 rows) */
+#define GEMV_G     2   /* small n: 8-row groups in flight (16 rows per block) */
+#define GEMV_T     4   /* small n: tokens per pass over a block */
+#define GEMV_MAX_N 8   /* small-n path up to this many tokens */
+#define GEMV_PF    512 /* small n, bf16: columns prefetched ahead */
+#define GEMV_KS    32  /* small n: columns per step (a row's cache line of bf16) */
 
 #define AI static inline __attribute__((always_inline))
 
@@ -241,10 +254,218 @@ static void gemm_task(void *ctx, int task, int n_tasks) {
     free(pack);
 }
 
+/* ---- small n: the same order without packing ----------------------------- */
+
+/* Rows [rb, rb+8) x columns [k, k+8) of a bf16 matrix as f32, transposed:
+ * v[i] holds column k+i of the 8 rows. Rows i and i+4 share a vector (low and
+ * high 128-bit lanes), so the 16-bit unpacks within lanes gather each
+ * column's rows in order, and unpacking against zero puts each bf16 in the
+ * top half of a 32-bit lane: its f32 value. */
+AI void tile_bf16(const uint16_t *w, size_t K, __m256 v[8]) {
+    __m256i a[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        a[i] = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(w + (size_t)i * K))),
+            _mm_loadu_si128((const __m128i *)(w + (size_t)(i + 4) * K)), 1);
+    __m256i b0 = _mm256_unpacklo_epi16(a[0], a[1]), b1 = _mm256_unpackhi_epi16(a[0], a[1]);
+    __m256i b2 = _mm256_unpacklo_epi16(a[2], a[3]), b3 = _mm256_unpackhi_epi16(a[2], a[3]);
+    __m256i c[4] = {_mm256_unpacklo_epi32(b0, b2), _mm256_unpackhi_epi32(b0, b2),
+                    _mm256_unpacklo_epi32(b1, b3), _mm256_unpackhi_epi32(b1, b3)};
+    const __m256i z = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        v[2 * i] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, c[i]));
+        v[2 * i + 1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, c[i]));
+    }
+}
+
+/* The same tile for any dtype and any rows: v[i] lane q is the f32 weight of
+ * row rb+q (0 past the matrix) at column k+i, as pack_panel computes it. */
+AI void tile_any(const kern_mat *W, int rb, int k, int nk, __m256 v[8], const kern_dtype dt) {
+    size_t K = (size_t)W->cols;
+    if (rb + 8 <= W->rows && nk == 8) {
+        if (dt == KT_BF16) {
+            tile_bf16((const uint16_t *)W->data + (size_t)rb * K + k, K, v);
+            return;
+        }
+        __m256 sc = _mm256_setzero_ps();
+        int g = W->group > 0 ? W->group : W->cols;
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            size_t at = (size_t)(rb + i) * K + (size_t)k;
+            if (dt == KT_F32) {
+                v[i] = _mm256_loadu_ps((const float *)W->data + at);
+            } else if (dt == KT_F16) {
+                v[i] = _mm256_cvtph_ps(
+                    _mm_loadu_si128((const __m128i *)((const uint16_t *)W->data + at)));
+            } else {
+                sc = _mm256_set1_ps(W->scales[(size_t)(rb + i) * (W->cols / g) + k / g]);
+                __m128i b = _mm_loadl_epi64((const __m128i *)((const int8_t *)W->data + at));
+                v[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), sc);
+            }
+        }
+        transpose8(v);
+        return;
+    }
+    for (int i = 0; i < 8; i++) {
+        float f[8];
+        for (int q = 0; q < 8; q++)
+            f[q] = i < nk && rb + q < W->rows ? w_load1(W, rb + q, k + i) : 0.0f;
+        v[i] = _mm256_loadu_ps(f);
+    }
+}
+
+/* Rows [r0, r0 + 8*G) (the last group may be partial) against tokens
+ * [t0, t0+T) over columns [k0, k0+kc): each token's sums for the block, added
+ * onto y in the GEMM's order. Per step of GEMV_KS columns, every tile is
+ * widened and transposed into v (L1) first, then the FMAs are issued with the
+ * groups' chains interleaved (chain after chain, dependent FMAs fill the
+ * scheduler and run one at a time). A row's GEMV_KS columns are one cache
+ * line, used up at once: rows K apart share L1 sets, and rows revisited over
+ * several steps would evict each other (more groups in flight measured
+ * slower for the same reason). The common case (all GEMV_G
+ * groups whole, kc a multiple of GEMV_KS) is compiled apart from the edges. */
+AI void gemv_block(const gemm_job *j, int r0, const int G, int t0, const int T, int k0, int kc,
+                   const kern_dtype dt, const bool whole) {
+    const kern_mat *W = j->W;
+    int K = W->cols, M = W->rows;
+    const float *x = j->x + (size_t)t0 * K;
+    __m256 acc[GEMV_G][GEMV_T];
+    __m256 v[GEMV_G][GEMV_KS];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[g][t] = _mm256_setzero_ps();
+    for (int k = k0; k < k0 + kc; k += GEMV_KS) {
+        int nk = whole ? GEMV_KS : (k0 + kc - k < GEMV_KS ? k0 + kc - k : GEMV_KS);
+        if (whole && dt == KT_BF16) {
+            /* 16 rows stream at once, more than the hardware prefetcher
+             * follows: fetch each row GEMV_PF columns ahead, and past the
+             * row's end the next block's rows */
+            const uint16_t *w0 = (const uint16_t *)W->data;
+            size_t ahead = (size_t)k + GEMV_PF, rb = (size_t)r0;
+            if (ahead >= (size_t)K) ahead -= (size_t)K, rb += 8 * GEMV_G;
+            if (rb + 8 * GEMV_G <= (size_t)M)
+                for (int r = 0; r < 8 * GEMV_G; r++)
+                    _mm_prefetch((const char *)(w0 + (rb + r) * K + ahead), _MM_HINT_T0);
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int q = 0; q < GEMV_KS; q += 8) {
+                if (!whole && q >= nk) break;
+                if (whole && dt == KT_BF16)
+                    tile_bf16((const uint16_t *)W->data + (size_t)(r0 + 8 * g) * K + k + q,
+                              (size_t)K, v[g] + q);
+                else
+                    tile_any(W, r0 + 8 * g, k + q, nk - q < 8 ? nk - q : 8, v[g] + q, dt);
+            }
+#pragma GCC unroll 8
+        for (int i = 0; i < nk; i++) {
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                __m256 b = _mm256_broadcast_ss(x + (size_t)t * K + k + i);
+#pragma GCC unroll 4
+                for (int g = 0; g < G; g++) acc[g][t] = _mm256_fmadd_ps(v[g][i], b, acc[g][t]);
+            }
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int t = 0; t < T; t++) {
+            float *c = j->y + (size_t)(t0 + t) * M + r0 + 8 * g;
+            int vr = M - (r0 + 8 * g);
+            if (vr >= 8) {
+                _mm256_storeu_ps(c, _mm256_add_ps(_mm256_loadu_ps(c), acc[g][t]));
+                continue;
+            }
+            float a[8];
+            _mm256_storeu_ps(a, acc[g][t]);
+            for (int q = 0; q < vr; q++) c[q] += a[q];
+        }
+}
+
+static void gemv_block_edge(const gemm_job *j, int r0, int G, int t0, int T, int k0, int kc) {
+    for (int g = 0; g < G; g++)
+        for (int t = 0; t < T; t++) switch (j->W->dtype) {
+            case KT_BF16:
+                gemv_block(j, r0 + 8 * g, 1, t0 + t, 1, k0, kc, KT_BF16, false);
+                break;
+            case KT_F32:
+                gemv_block(j, r0 + 8 * g, 1, t0 + t, 1, k0, kc, KT_F32, false);
+                break;
+            case KT_F16:
+                gemv_block(j, r0 + 8 * g, 1, t0 + t, 1, k0, kc, KT_F16, false);
+                break;
+            case KT_I8:
+                gemv_block(j, r0 + 8 * g, 1, t0 + t, 1, k0, kc, KT_I8, false);
+                break;
+            }
+}
+
+static void gemv_block_whole(const gemm_job *j, int r0, int t0, int T, int k0, int kc) {
+#define GEMV_DT(dt)                                                                                \
+    (T == 4   ? gemv_block(j, r0, GEMV_G, t0, 4, k0, kc, dt, true)                                 \
+     : T == 3 ? gemv_block(j, r0, GEMV_G, t0, 3, k0, kc, dt, true)                                 \
+     : T == 2 ? gemv_block(j, r0, GEMV_G, t0, 2, k0, kc, dt, true)                                 \
+              : gemv_block(j, r0, GEMV_G, t0, 1, k0, kc, dt, true))
+    switch (j->W->dtype) {
+    case KT_BF16:
+        GEMV_DT(KT_BF16);
+        break;
+    case KT_F32:
+        GEMV_DT(KT_F32);
+        break;
+    case KT_F16:
+        GEMV_DT(KT_F16);
+        break;
+    case KT_I8:
+        GEMV_DT(KT_I8);
+        break;
+    }
+#undef GEMV_DT
+}
+
+static void gemv_task(void *ctx, int task, int n_tasks) {
+    const gemm_job *j = ctx;
+    int M = j->W->rows, K = j->W->cols, rows = 8 * GEMV_G;
+    int lo, hi;
+    kern_split(M, rows, task, n_tasks, &lo, &hi);
+    for (int t = 0; t < j->n; t++) {
+        float *yt = j->y + (size_t)t * M;
+        if (j->bias)
+            memcpy(yt + lo, j->bias + lo, (size_t)(hi - lo) * sizeof(float));
+        else
+            memset(yt + lo, 0, (size_t)(hi - lo) * sizeof(float));
+    }
+    for (int r0 = lo; r0 < hi; r0 += rows) {
+        int G = (hi - r0 + 7) / 8 < GEMV_G ? (hi - r0 + 7) / 8 : GEMV_G;
+        for (int k0 = 0; k0 < K; k0 += GEMM_KC) {
+            int kc = K - k0 < GEMM_KC ? K - k0 : GEMM_KC;
+            bool whole = G == GEMV_G && r0 + 8 * GEMV_G <= M && kc % GEMV_KS == 0;
+            for (int t0 = 0; t0 < j->n; t0 += GEMV_T) {
+                int T = j->n - t0 < GEMV_T ? j->n - t0 : GEMV_T;
+                if (whole)
+                    gemv_block_whole(j, r0, t0, T, k0, kc);
+                else
+                    gemv_block_edge(j, r0, G, t0, T, k0, kc);
+            }
+        }
+    }
+}
+
 void kern_gemm_avx2(pool *p, float *y, const float *x, const kern_mat *W, const float *bias,
                     int n) {
     gemm_job j = {.W = W, .y = y, .x = x, .bias = bias, .n = n};
     j.n_panels = (W->rows + GEMM_NR - 1) / GEMM_NR;
+    if (n <= GEMV_MAX_N) {
+        /* several tasks per thread, so a late-waking worker does not leave
+         * one thread with all the rows; small matrices stay on one thread */
+        int blocks = (W->rows + 8 * GEMV_G - 1) / (8 * GEMV_G);
+        int tasks = (double)W->rows * W->cols * n < 65536 ? 1 : pool_threads(p) * 4;
+        pool_run(p, gemv_task, &j, tasks < blocks ? tasks : blocks);
+        return;
+    }
     int tasks = pool_threads(p) * 4;
     if (tasks > j.n_panels) tasks = j.n_panels;
     pool_run(p, gemm_task, &j, tasks);

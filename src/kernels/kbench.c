@@ -113,6 +113,15 @@ void kern_bench_report(pool *p) {
             bw = fmax(bw, kern_measure_read_bandwidth(p, (size_t)1 << 30));
             printf("gemv %-4s %6dx%-5d n=1   %8.1f GB/s    %5.1f %% of bandwidth (%.1f)\n",
                    dt_name(dts[d]), W[0].rows, W[0].cols, gbs, 100 * gbs / bw, bw);
+            if (d == 0) { /* what batch-invariant mode costs in decode */
+                kern_set_batch_invariant(true);
+                double ti = time_matmul(p, W, nw, 1, s == 2 ? 6 : 24);
+                kern_set_batch_invariant(false);
+                double gi = (double)mat_bytes(&W[0]) / ti / 1e9;
+                printf("gemv %-4s %6dx%-5d n=1   %8.1f GB/s    %5.1f %% of bandwidth "
+                       "(batch-invariant)\n",
+                       dt_name(dts[d]), W[0].rows, W[0].cols, gi, 100 * gi / bw);
+            }
             for (int i = 0; i < nw; i++) free_mat(&W[i]);
         }
     }
@@ -127,9 +136,9 @@ void kern_bench_report(pool *p) {
             peak = fmax(peak, kern_measure_fma_peak(p));
             printf("gemm %-4s %6dx%-5d n=%-3d %8.1f GFLOP/s %5.1f %% of peak (%.1f)\n",
                    dt_name(dts[d]), W.rows, W.cols, n, gf, 100 * gf / peak, peak);
-            if (d == 0 && n > 64) { /* what batch-invariant mode costs in prefill */
+            if (d == 0) { /* what batch-invariant mode costs in batches and prefill */
                 kern_set_batch_invariant(true);
-                double ti = time_matmul(p, &W, 1, n, 3);
+                double ti = time_matmul(p, &W, 1, n, n > 64 ? 3 : 10);
                 kern_set_batch_invariant(false);
                 double gi = 2.0 * n * W.rows * W.cols / ti / 1e9;
                 printf(

@@ -15,8 +15,9 @@
  * accumulator, summed horizontally at the end in a fixed order and then the
  * column tail is added sequentially. That per-element order depends on
  * nothing but the matrix shape, not on n, T, the thread count or where the
- * token sits in the batch, which is what batch-invariant mode relies on: in
- * that mode every n goes through this kernel.
+ * token sits in the batch, which batch-invariant mode relies on for int8: in
+ * that mode every int8 n goes through this kernel (other dtypes take the
+ * GEMM's order at every n, which runs prefill far closer to the FMA peak).
  *
  * bf16 weights are widened two ways per 16 columns: a 32-bit lane holding
  * (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask, so the
@@ -450,6 +451,13 @@ bool kern_matmul_avx2(pool *p, float *y, const float *x, const kern_mat *W, cons
                       int n, bool batch_inv) {
     if (W->dtype == KT_I8 && !kern_i8_blockable(W)) return false;
     if (W->cols <= 0) return false;
+    /* Batch-invariant mode needs one order for every n: the GEMM's (it has a
+     * small-n path of its own), except for int8, whose integer dot products
+     * only this kernel has. */
+    if (batch_inv && W->dtype != KT_I8) {
+        kern_gemm_avx2(p, y, x, W, bias, n);
+        return true;
+    }
     if (batch_inv || n <= KERN_GEMM_MIN_N || W->cols < 64) {
         sb_matmul(p, y, x, W, bias, n);
         return true;

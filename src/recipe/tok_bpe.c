@@ -282,7 +282,8 @@ static void encode_cached(const tokenizer *t, tok_enc *e, const char *s, size_t 
         for (size_t i = 0; i < k; i++) tok_ids_push(out, v[i]);
     } else {
         encode_word(t, e, s, n, out);
-        if (e->shared) tok_wcache_put(e->shared, e->writer, h, s, n, out->v + before, out->n - before);
+        if (e->shared)
+            tok_wcache_put(e->shared, e->writer, h, s, n, out->v + before, out->n - before);
     }
     if (e->tn >= CACHE_MAX) return;
     cent c = {h, (uint32_t)e->keys.n, (uint32_t)n, (uint32_t)e->vals.n,
