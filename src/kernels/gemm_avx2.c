@@ -32,7 +32,7 @@
 #define GEMM_KC    256 /* columns per K block */
 #define GEMM_NCP   8   /* panels per L2-resident group (128 rows) */
 #define GEMV_G     2   /* small n: 8-row groups in flight (16 rows per block) */
-#define GEMV_T     4   /* small n: tokens per pass over a block */
+#define GEMV_T     8   /* small n: tokens per pass over a block (bf16; else 4) */
 #define GEMV_MAX_N 8   /* small-n path up to this many tokens */
 #define GEMV_PF    512 /* small n, bf16: columns prefetched ahead */
 #define GEMV_KS    32  /* small n: columns per step (a row's cache line of bf16) */
@@ -335,7 +335,7 @@ AI void gemv_block(const gemm_job *j, int r0, const int G, int t0, const int T, 
     __m256 v[GEMV_G][GEMV_KS];
 #pragma GCC unroll 4
     for (int g = 0; g < G; g++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < T; t++) acc[g][t] = _mm256_setzero_ps();
     for (int k = k0; k < k0 + kc; k += GEMV_KS) {
         int nk = whole ? GEMV_KS : (k0 + kc - k < GEMV_KS ? k0 + kc - k : GEMV_KS);
@@ -363,7 +363,7 @@ AI void gemv_block(const gemm_job *j, int r0, const int G, int t0, const int T, 
             }
 #pragma GCC unroll 8
         for (int i = 0; i < nk; i++) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 __m256 b = _mm256_broadcast_ss(x + (size_t)t * K + k + i);
 #pragma GCC unroll 4
@@ -403,7 +403,30 @@ static void gemv_block_edge(const gemm_job *j, int r0, int G, int t0, int T, int
             }
 }
 
+/* Whole blocks: up to 4 tokens with both row groups in flight; bf16 with more
+ * tokens runs each group on its own with all of them (enough chains, and the
+ * tiles are transposed once for every token). */
 static void gemv_block_whole(const gemm_job *j, int r0, int t0, int T, int k0, int kc) {
+    if (j->W->dtype == KT_BF16 && T > 4) {
+        for (int g = 0; g < GEMV_G; g++) {
+            int r = r0 + 8 * g;
+            switch (T) {
+            case 5:
+                gemv_block(j, r, 1, t0, 5, k0, kc, KT_BF16, true);
+                break;
+            case 6:
+                gemv_block(j, r, 1, t0, 6, k0, kc, KT_BF16, true);
+                break;
+            case 7:
+                gemv_block(j, r, 1, t0, 7, k0, kc, KT_BF16, true);
+                break;
+            default:
+                gemv_block(j, r, 1, t0, 8, k0, kc, KT_BF16, true);
+                break;
+            }
+        }
+        return;
+    }
 #define GEMV_DT(dt)                                                                                \
     (T == 4   ? gemv_block(j, r0, GEMV_G, t0, 4, k0, kc, dt, true)                                 \
      : T == 3 ? gemv_block(j, r0, GEMV_G, t0, 3, k0, kc, dt, true)                                 \
@@ -443,8 +466,9 @@ static void gemv_task(void *ctx, int task, int n_tasks) {
         for (int k0 = 0; k0 < K; k0 += GEMM_KC) {
             int kc = K - k0 < GEMM_KC ? K - k0 : GEMM_KC;
             bool whole = G == GEMV_G && r0 + 8 * GEMV_G <= M && kc % GEMV_KS == 0;
-            for (int t0 = 0; t0 < j->n; t0 += GEMV_T) {
-                int T = j->n - t0 < GEMV_T ? j->n - t0 : GEMV_T;
+            int step = whole && j->W->dtype == KT_BF16 ? GEMV_T : 4;
+            for (int t0 = 0; t0 < j->n; t0 += step) {
+                int T = j->n - t0 < step ? j->n - t0 : step;
                 if (whole)
                     gemv_block_whole(j, r0, t0, T, k0, kc);
                 else

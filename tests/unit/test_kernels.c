@@ -229,14 +229,14 @@ TEST(kern_matmul_batch_invariant) {
 
 /* Batch-invariant mode over the small-batch kernel's blocking: more columns
  * than one column chunk (512) with a tail that is not a multiple of 16, rows
- * not a multiple of 4, and enough tokens for several token tiles (at most 48
- * tokens each), on 1 and 2 threads. Every token's outputs must equal the
- * same token computed alone, and the values must match the reference. */
+ * not a multiple of 4, enough tokens for several token tiles (at most 48
+ * tokens each), and each small-n path of the GEMM, on 1 and 2 threads. Every token's outputs must
+ * equal the same token computed alone, and the values must match the reference. */
 TEST(kern_matmul_batch_invariant_tiles) {
     pool *pools[2] = {pool_create(1), pool_create(2)};
     kern_set_batch_invariant(true);
     int bad = 0;
-    static const int ns[] = {2, 5, 49, 120};
+    static const int ns[] = {2, 5, 7, 8, 49, 120};
     for (int d = 0; d < 5 && !bad; d++) {
         int rows = 43, cols = d == 4 ? 1120 : 1100, nmax = 130; /* int8: 7 groups of 160 */
         tmat t = make_mat(d < 4 ? (kern_dtype)d : KT_I8, rows, cols, d == 4 ? 160 : cols);
@@ -251,9 +251,9 @@ TEST(kern_matmul_batch_invariant_tiles) {
             harness_fail(__FILE__, __LINE__, why);
             bad = -1;
         }
-        for (int k = 0; k < 8 && bad == 0; k++) {
-            int n = ns[k % 4], off = (k * 7) % (nmax - n + 1);
-            kern_matmul(pools[k / 4], y, x + (size_t)off * cols, &t.m, bias, n);
+        for (int k = 0; k < 12 && bad == 0; k++) {
+            int n = ns[k % 6], off = (k * 7) % (nmax - n + 1);
+            kern_matmul(pools[k / 6], y, x + (size_t)off * cols, &t.m, bias, n);
             if (memcmp(y, ref + (size_t)off * rows, (size_t)n * rows * 4))
                 bad = 1 + d * 10 + k * 100;
         }
