@@ -184,6 +184,22 @@ float kern_dot(const float *a, const float *b, int n) {
     return s;
 }
 
+void kern_dot_rows(float *out, const float *a, const float *b, size_t stride, int m, int n) {
+    if (kern_use_avx2()) {
+        kern_dot_rows_avx2(out, a, b, stride, m, n);
+        return;
+    }
+    for (int i = 0; i < m; i++) out[i] = kern_dot(a, b + (size_t)i * stride, n);
+}
+
+void kern_axpy_rows(float *y, const float *a, const float *x, size_t stride, int m, int n) {
+    if (kern_use_avx2()) {
+        kern_axpy_rows_avx2(y, a, x, stride, m, n);
+        return;
+    }
+    for (int i = 0; i < m; i++) kern_axpy(y, a[i], x + (size_t)i * stride, n);
+}
+
 void kern_axpy(float *y, float a, const float *x, int n) {
     if (kern_use_avx2()) {
         kern_axpy_avx2(y, a, x, n);

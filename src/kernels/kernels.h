@@ -66,6 +66,11 @@ float kern_dot(const float *a, const float *b, int n);
 void kern_axpy(float *y, float a, const float *x, int n); /* y += a*x */
 void kern_scale(float *y, float a, int n);                /* y *= a */
 void kern_add(float *y, const float *x, int n);           /* y += x */
+/* Attention over a run of cache rows, each bit for bit the per-row helper:
+ * out[i] = kern_dot(a, b + i*stride, n), and y += a[i] * (x + i*stride) by
+ * kern_axpy for i = 0, 1, ... m-1 in turn. */
+void kern_dot_rows(float *out, const float *a, const float *b, size_t stride, int m, int n);
+void kern_axpy_rows(float *y, const float *a, const float *x, size_t stride, int m, int n);
 
 /* out = x / rms(x) * w (w may be NULL: no weight). out may alias x. */
 void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps);

@@ -65,6 +65,66 @@ void kern_axpy_avx2(float *y, float a, const float *x, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* Four rows at a time: the same two accumulators per row as kern_dot_avx2,
+ * and its horizontal sum (low + high half, then (0+2) + (1+3)) done for the
+ * four rows together. n not a multiple of 16 goes row by row. */
+void kern_dot_rows_avx2(float *out, const float *a, const float *b, size_t stride, int m, int n) {
+    int i = 0;
+    for (; n % 16 == 0 && i + 4 <= m; i += 4) {
+        const float *r[4];
+        __m256 s0[4], s1[4];
+        for (int q = 0; q < 4; q++) {
+            r[q] = b + (size_t)(i + q) * stride;
+            s0[q] = s1[q] = _mm256_setzero_ps();
+        }
+        for (int k = 0; k < n; k += 16) {
+            __m256 a0 = _mm256_loadu_ps(a + k), a1 = _mm256_loadu_ps(a + k + 8);
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                s0[q] = _mm256_fmadd_ps(a0, _mm256_loadu_ps(r[q] + k), s0[q]);
+                s1[q] = _mm256_fmadd_ps(a1, _mm256_loadu_ps(r[q] + k + 8), s1[q]);
+            }
+        }
+        __m256 v[4];
+        for (int q = 0; q < 4; q++) v[q] = _mm256_add_ps(s0[q], s1[q]);
+        /* [lo + hi of rows 0 | of row 1], [rows 2 | 3] */
+        __m256 x01 = _mm256_add_ps(_mm256_permute2f128_ps(v[0], v[1], 0x20),
+                                   _mm256_permute2f128_ps(v[0], v[1], 0x31));
+        __m256 x23 = _mm256_add_ps(_mm256_permute2f128_ps(v[2], v[3], 0x20),
+                                   _mm256_permute2f128_ps(v[2], v[3], 0x31));
+        /* per 128-bit lane: (e0 + e2, e1 + e3) of each of its two rows */
+        __m256 h = _mm256_add_ps(_mm256_shuffle_ps(x01, x23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(x01, x23, _MM_SHUFFLE(3, 2, 3, 2)));
+        /* lanes 0, 1, 4, 5: rows 0, 2, 1, 3 */
+        __m256 f = _mm256_add_ps(_mm256_shuffle_ps(h, h, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(h, h, _MM_SHUFFLE(3, 1, 3, 1)));
+        float t[8];
+        _mm256_storeu_ps(t, f);
+        out[i] = t[0], out[i + 1] = t[4], out[i + 2] = t[1], out[i + 3] = t[5];
+    }
+    for (; i < m; i++) out[i] = kern_dot_avx2(a, b + (size_t)i * stride, n);
+}
+
+/* y stays in registers, 64 floats at a time, while the rows go by: the same
+ * FMA per element and row, in row order, as one kern_axpy_avx2 per row. */
+void kern_axpy_rows_avx2(float *y, const float *a, const float *x, size_t stride, int m, int n) {
+    int c = 0;
+    for (; n % 8 == 0 && c + 64 <= n; c += 64) {
+        __m256 acc[8];
+        for (int v = 0; v < 8; v++) acc[v] = _mm256_loadu_ps(y + c + 8 * v);
+        for (int i = 0; i < m; i++) {
+            __m256 va = _mm256_set1_ps(a[i]);
+            const float *r = x + (size_t)i * stride + c;
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++)
+                acc[v] = _mm256_fmadd_ps(va, _mm256_loadu_ps(r + 8 * v), acc[v]);
+        }
+        for (int v = 0; v < 8; v++) _mm256_storeu_ps(y + c + 8 * v, acc[v]);
+    }
+    if (c < n)
+        for (int i = 0; i < m; i++) kern_axpy_avx2(y + c, a[i], x + (size_t)i * stride + c, n - c);
+}
+
 void kern_scale_avx2(float *y, float a, int n) {
     __m256 va = _mm256_set1_ps(a);
     int i = 0;

@@ -101,18 +101,20 @@ static void attn_task(void *ctx, int task, int n_tasks) {
         const float *q0 = j->q + (size_t)t * qd + (size_t)kh * group * hd;
         for (int i = 0, run; i < len; i += run) {
             const float *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, len - i, &run);
-            for (int r = 0; r < run; r++, e += E)
-                for (int g = g0; g < g1; g++)
-                    sc[g * ml + i + r] = kern_dot(q0 + g * hd, e + (size_t)kh * hd, hd) * scale;
+            for (int g = g0; g < g1; g++) {
+                float *s = sc + g * ml + i;
+                kern_dot_rows(s, q0 + g * hd, e + (size_t)kh * hd, E, run, hd);
+                for (int r = 0; r < run; r++) s[r] *= scale;
+            }
         }
         for (int g = g0; g < g1; g++) kern_softmax(sc + g * ml, len);
         float *o0 = j->att + (size_t)t * qd + (size_t)kh * group * hd;
         memset(o0 + (size_t)g0 * hd, 0, (size_t)(g1 - g0) * hd * sizeof(float));
         for (int i = 0, run; i < len; i += run) {
             const float *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, len - i, &run);
-            for (int r = 0; r < run; r++, e += E)
-                for (int g = g0; g < g1; g++)
-                    kern_axpy(o0 + g * hd, sc[g * ml + i + r], e + kv_dim + (size_t)kh * hd, hd);
+            for (int g = g0; g < g1; g++)
+                kern_axpy_rows(o0 + g * hd, sc + g * ml + i, e + kv_dim + (size_t)kh * hd, E, run,
+                               hd);
         }
     }
 }
