@@ -17,7 +17,8 @@
  * spent while a pass ran). Then the targets' figures: output tok/s at 16 (or the highest
  * level) over 1; TTFT of a 2,048-token prompt whose first 1,920 tokens are
  * cached vs. the same uncached; and the batch-invariant mode's throughput
- * overhead at the highest level. */
+ * overhead at the highest level (or --invariant-concurrency), plain and
+ * invariant runs alternating, best of INV_ROUNDS each. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -29,6 +30,8 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+
+#define INV_ROUNDS 2 /* plain and batch-invariant runs, alternating, for the overhead */
 
 typedef struct breq {
     int *prompt, n_prompt, max_out;
@@ -386,32 +389,36 @@ int cmd_bench_serving(int argc, char **argv) {
     }
     engine_free(e);
     if (!rc && !no_inv && !inv) {
-        engine_opts io = eo;
-        io.batch_invariant = true;
+        /* Plain and invariant runs alternate and the best of each counts: a
+         * run is tens of seconds and other tenants of a shared machine come
+         * and go on that scale, which one pair of runs cannot tell from the
+         * mode's cost (the level's own plain run is the first plain one). */
         int c = inv_conc > 0 ? inv_conc : lv[max_lv];
         int n = requests > 0 ? requests : (c > 8 ? c : 8);
-        breq *w = make_workload(n, seed, V, info->max_context, max_out, scale);
-        level_result ri;
-        rc = run_level(m, &io, w, n, c, &ri);
-        for (int k = 0; k < n; k++) free(w[k].prompt);
-        free(w);
-        double base = 0;
+        double base = 0, best_inv = 0;
+        level_result ri = {0};
         for (int i = 0; i < n_lv; i++)
             if (lv[i] == c) base = res[i].tok_s;
-        if (!rc && base == 0) { /* no plain run at that level yet */
-            engine_opts po = eo;
-            w = make_workload(n, seed, V, info->max_context, max_out, scale);
-            level_result rp;
-            rc = run_level(m, &po, w, n, c, &rp);
-            for (int k = 0; k < n; k++) free(w[k].prompt);
-            free(w);
-            base = rp.tok_s;
+        for (int round = 0; !rc && round < INV_ROUNDS; round++) {
+            for (int mode = 0; !rc && mode < 2; mode++) {
+                if (mode == 0 && round == 0 && base > 0) continue;
+                engine_opts o = eo;
+                o.batch_invariant = mode == 1;
+                level_result r;
+                breq *w = make_workload(n, seed, V, info->max_context, max_out, scale);
+                rc = run_level(m, &o, w, n, c, &r);
+                for (int k = 0; k < n; k++) free(w[k].prompt);
+                free(w);
+                if (rc) break;
+                if (mode == 0 && r.tok_s > base) base = r.tok_s;
+                if (mode == 1 && r.tok_s > best_inv) best_inv = r.tok_s, ri = r;
+            }
         }
         if (!rc) {
             print_level(&ri);
             printf("target: batch-invariant overhead at %d concurrent: %.1f %% (%.2f vs %.2f "
-                   "tok/s; target <= 15 %%)\n",
-                   c, 100 * (1 - ri.tok_s / base), ri.tok_s, base);
+                   "tok/s, best of %d runs each; target <= 15 %%)\n",
+                   c, 100 * (1 - best_inv / base), best_inv, base, INV_ROUNDS);
         }
     }
     model_free(m);
