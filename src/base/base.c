@@ -3,6 +3,7 @@
 #include "base/base.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,11 @@ int di_errf(di_err *err, const char *fmt, ...) {
 static void oom(size_t n) {
     fprintf(stderr, "deepinfer: out of memory allocating %zu bytes\n", n);
     abort();
+}
+
+void di_malloc_policy(void) {
+    mallopt(M_MMAP_THRESHOLD, (int)DI_MALLOC_MMAP_MIN);
+    mallopt(M_TRIM_THRESHOLD, (int)DI_MALLOC_KEEP);
 }
 
 void *di_malloc(size_t n) {

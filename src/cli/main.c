@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "cli/cli.h"
 
 static void usage(FILE *f) {
@@ -18,6 +19,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    di_malloc_policy();
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
