@@ -31,10 +31,10 @@ char *di_strdup(const char *s);
  * threads: freed memory up to DI_MALLOC_KEEP stays with the process instead
  * of going back to the kernel, and blocks below DI_MALLOC_MMAP_MIN come from
  * the heap. Returning memory and faulting it back in is cheap for one
- * thread, but on the paravirtualized machines this project runs on (PVM)
- * page-table changes of a many-threaded process slow its other threads too:
- * two threads encoding text with their own tokenizers ran 1.5-1.8x slower
- * each than one alone, about 1.15x with the memory kept. */
+ * thread, but on the paravirtualized machines this project runs on (PVM) it
+ * was seen to slow a process's other threads too: two threads encoding text
+ * with their own tokenizers ran 1.3-1.8x slower each than one alone (two
+ * processes did not), about 1.15x with the memory kept. */
 #define DI_MALLOC_KEEP     ((size_t)256 << 20)
 #define DI_MALLOC_MMAP_MIN ((size_t)64 << 20)
 void di_malloc_policy(void);
