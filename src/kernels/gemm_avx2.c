@@ -17,8 +17,9 @@
  * across 8 rows and k stays sequential, but each 8-row x 8-column tile is
  * widened and transposed in registers (bf16 by 16-bit unpacks, the widening
  * falling out of the last unpack against zero) and multiplied at once; two
- * row groups and up to four tokens are in flight so the per-element FMA
- * chains overlap. Above GEMV_MAX_N tokens packing pays for itself. */
+ * row groups and up to four tokens (bf16: one group, up to eight tokens) are
+ * in flight so the per-element FMA chains overlap. Above GEMV_MAX_N tokens
+ * packing pays for itself. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>

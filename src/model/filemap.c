@@ -11,11 +11,12 @@
  * fault in a huge-page VMA reads ahead whole 2 MiB folios (filesystems with
  * large folios; others fall back to 4 KiB pages, which still work). A file
  * already cached in small folios, wholly or in part (written by another
- * process, read by one without the advice), keeps mapping small there: when
- * the populated mapping is not nearly all 2 MiB pages, the clean cached
- * pages are dropped (POSIX_FADV_DONTNEED; pages other processes map stay)
- * and read again, a one-time cost of one read of the file at load. A file
- * found half small decoded llama-1b about 15 % slower.
+ * process, read by one without the advice), keeps mapping small there. So
+ * when a probe of the first 2 MiB maps small, or the populated mapping maps
+ * huge but not nearly all of it, the clean cached pages are dropped
+ * (POSIX_FADV_DONTNEED; pages other processes map stay) and read again, a
+ * one-time cost of one read of the file at load. A file found half small
+ * decoded llama-1b about 15 % slower.
  *
  * No state: the probe reads /proc/self/smaps. */
 #include "model/filemap.h"
@@ -69,6 +70,13 @@ static void *map_aligned(int fd, size_t size) {
     return p;
 }
 
+/* Drops the file's clean cached pages and maps it afresh, to be read again. */
+static void *remap_uncached(int fd, void *p, size_t size) {
+    munmap(p, size);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    return map_aligned(fd, size);
+}
+
 void *filemap_open(int fd, size_t size, bool *huge) {
     *huge = false;
     if (size < FILEMAP_HUGE_MIN) {
@@ -77,17 +85,21 @@ void *filemap_open(int fd, size_t size, bool *huge) {
         return p;
     }
     void *p = map_aligned(fd, size);
-    for (int pass = 0; p != MAP_FAILED; pass++) {
+    if (p == MAP_FAILED) return p;
+    volatile uint8_t probe = *(const uint8_t *)p; /* faults the first 2 MiB in */
+    (void)probe;
+    if (pmd_mapped_kb(p) == 0 && (p = remap_uncached(fd, p, size)) == MAP_FAILED)
+        return p; /* cached small */
+    for (int pass = 0;; pass++) {
         /* Read faults, not readahead (MADV_WILLNEED reads ahead in small folios). */
         if (madvise(p, size, MADV_POPULATE_READ) != 0) madvise(p, size, MADV_WILLNEED);
         size_t pmd = (size_t)pmd_mapped_kb(p) << 10;
         *huge = pmd > 0;
-        /* all but the file's last partial 2 MiB and a little slack */
-        if (pass == 1 || pmd + HUGE_2M + size / 32 >= size) break;
-        /* cached (wholly or partly) in small folios: drop and read again, once */
-        munmap(p, size);
-        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-        p = map_aligned(fd, size);
+        /* Done: all but the file's last partial 2 MiB (and a little slack)
+         * maps huge, or nothing does (no large folios here: reading again
+         * would not help), or this was the second read. */
+        if (pass == 1 || pmd == 0 || pmd + HUGE_2M + size / 32 >= size) return p;
+        /* huge pages work, but part of the file was cached small */
+        if ((p = remap_uncached(fd, p, size)) == MAP_FAILED) return p;
     }
-    return p;
 }
