@@ -44,6 +44,8 @@ void kern_gemm_avx2(pool *p, float *y, const float *x, const kern_mat *W, const 
 float kern_dot_avx2(const float *a, const float *b, int n);
 void kern_axpy_avx2(float *y, float a, const float *x, int n);
 void kern_dot_rows_avx2(float *out, const float *a, const float *b, size_t stride, int m, int n);
+void kern_dot_heads_avx2(float *out, size_t ld, const float *a, int n_a, const float *b,
+                         size_t stride, int m, int n);
 void kern_axpy_rows_avx2(float *y, const float *a, const float *x, size_t stride, int m, int n);
 void kern_scale_avx2(float *y, float a, int n);
 void kern_add_avx2(float *y, const float *x, int n);

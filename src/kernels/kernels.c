@@ -192,6 +192,16 @@ void kern_dot_rows(float *out, const float *a, const float *b, size_t stride, in
     for (int i = 0; i < m; i++) out[i] = kern_dot(a, b + (size_t)i * stride, n);
 }
 
+void kern_dot_heads(float *out, size_t ld, const float *a, int n_a, const float *b, size_t stride,
+                    int m, int n) {
+    if (kern_use_avx2()) {
+        kern_dot_heads_avx2(out, ld, a, n_a, b, stride, m, n);
+        return;
+    }
+    for (int h = 0; h < n_a; h++)
+        kern_dot_rows(out + (size_t)h * ld, a + (size_t)h * n, b, stride, m, n);
+}
+
 void kern_axpy_rows(float *y, const float *a, const float *x, size_t stride, int m, int n) {
     if (kern_use_avx2()) {
         kern_axpy_rows_avx2(y, a, x, stride, m, n);

@@ -70,6 +70,10 @@ void kern_add(float *y, const float *x, int n);           /* y += x */
  * out[i] = kern_dot(a, b + i*stride, n), and y += a[i] * (x + i*stride) by
  * kern_axpy for i = 0, 1, ... m-1 in turn. */
 void kern_dot_rows(float *out, const float *a, const float *b, size_t stride, int m, int n);
+/* The same for n_a query vectors a + h*n at once (each row read once for
+ * all): out[h*ld + i] = kern_dot(a + h*n, b + i*stride, n). */
+void kern_dot_heads(float *out, size_t ld, const float *a, int n_a, const float *b, size_t stride,
+                    int m, int n);
 void kern_axpy_rows(float *y, const float *a, const float *x, size_t stride, int m, int n);
 
 /* out = x / rms(x) * w (w may be NULL: no weight). out may alias x. */

@@ -65,6 +65,56 @@ void kern_axpy_avx2(float *y, float a, const float *x, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* The two-accumulator sums of four dot products, s0[q] + s1[q], reduced as
+ * kern_dot_avx2's hsum8 reduces each (low + high half, then (0+2) + (1+3)):
+ * out[0..3] in the order of v. */
+static inline void hsum8x4(const __m256 s0[4], const __m256 s1[4], float out[4]) {
+    __m256 v[4];
+    for (int q = 0; q < 4; q++) v[q] = _mm256_add_ps(s0[q], s1[q]);
+    /* [lo + hi of 0 | of 1], [of 2 | of 3] */
+    __m256 x01 = _mm256_add_ps(_mm256_permute2f128_ps(v[0], v[1], 0x20),
+                               _mm256_permute2f128_ps(v[0], v[1], 0x31));
+    __m256 x23 = _mm256_add_ps(_mm256_permute2f128_ps(v[2], v[3], 0x20),
+                               _mm256_permute2f128_ps(v[2], v[3], 0x31));
+    /* per 128-bit lane: (e0 + e2, e1 + e3) of each of its two vectors */
+    __m256 h = _mm256_add_ps(_mm256_shuffle_ps(x01, x23, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(x01, x23, _MM_SHUFFLE(3, 2, 3, 2)));
+    /* lanes 0, 1, 4, 5: vectors 0, 2, 1, 3 */
+    __m256 f = _mm256_add_ps(_mm256_shuffle_ps(h, h, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(h, h, _MM_SHUFFLE(3, 1, 3, 1)));
+    float t[8];
+    _mm256_storeu_ps(t, f);
+    out[0] = t[0], out[1] = t[4], out[2] = t[1], out[3] = t[5];
+}
+
+/* Four query vectors a[q*n] at a time against each row: the row is read once
+ * for the four of them. */
+void kern_dot_heads_avx2(float *out, size_t ld, const float *a, int n_a, const float *b,
+                         size_t stride, int m, int n) {
+    int h = 0;
+    for (; n % 16 == 0 && h + 4 <= n_a; h += 4) {
+        const float *aq = a + (size_t)h * n;
+        for (int i = 0; i < m; i++) {
+            const float *r = b + (size_t)i * stride;
+            __m256 s0[4], s1[4];
+            for (int q = 0; q < 4; q++) s0[q] = s1[q] = _mm256_setzero_ps();
+            for (int k = 0; k < n; k += 16) {
+                __m256 b0 = _mm256_loadu_ps(r + k), b1 = _mm256_loadu_ps(r + k + 8);
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    s0[q] = _mm256_fmadd_ps(_mm256_loadu_ps(aq + (size_t)q * n + k), b0, s0[q]);
+                    s1[q] = _mm256_fmadd_ps(_mm256_loadu_ps(aq + (size_t)q * n + k + 8), b1, s1[q]);
+                }
+            }
+            float o[4];
+            hsum8x4(s0, s1, o);
+            for (int q = 0; q < 4; q++) out[(size_t)(h + q) * ld + i] = o[q];
+        }
+    }
+    for (; h < n_a; h++)
+        kern_dot_rows_avx2(out + (size_t)h * ld, a + (size_t)h * n, b, stride, m, n);
+}
+
 /* Four rows at a time: the same two accumulators per row as kern_dot_avx2,
  * and its horizontal sum (low + high half, then (0+2) + (1+3)) done for the
  * four rows together. n not a multiple of 16 goes row by row. */
@@ -85,22 +135,7 @@ void kern_dot_rows_avx2(float *out, const float *a, const float *b, size_t strid
                 s1[q] = _mm256_fmadd_ps(a1, _mm256_loadu_ps(r[q] + k + 8), s1[q]);
             }
         }
-        __m256 v[4];
-        for (int q = 0; q < 4; q++) v[q] = _mm256_add_ps(s0[q], s1[q]);
-        /* [lo + hi of rows 0 | of row 1], [rows 2 | 3] */
-        __m256 x01 = _mm256_add_ps(_mm256_permute2f128_ps(v[0], v[1], 0x20),
-                                   _mm256_permute2f128_ps(v[0], v[1], 0x31));
-        __m256 x23 = _mm256_add_ps(_mm256_permute2f128_ps(v[2], v[3], 0x20),
-                                   _mm256_permute2f128_ps(v[2], v[3], 0x31));
-        /* per 128-bit lane: (e0 + e2, e1 + e3) of each of its two rows */
-        __m256 h = _mm256_add_ps(_mm256_shuffle_ps(x01, x23, _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm256_shuffle_ps(x01, x23, _MM_SHUFFLE(3, 2, 3, 2)));
-        /* lanes 0, 1, 4, 5: rows 0, 2, 1, 3 */
-        __m256 f = _mm256_add_ps(_mm256_shuffle_ps(h, h, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm256_shuffle_ps(h, h, _MM_SHUFFLE(3, 1, 3, 1)));
-        float t[8];
-        _mm256_storeu_ps(t, f);
-        out[i] = t[0], out[i + 1] = t[4], out[i + 2] = t[1], out[i + 3] = t[5];
+        hsum8x4(s0, s1, out + i);
     }
     for (; i < m; i++) out[i] = kern_dot_avx2(a, b + (size_t)i * stride, n);
 }

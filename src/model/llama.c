@@ -101,11 +101,10 @@ static void attn_task(void *ctx, int task, int n_tasks) {
         const float *q0 = j->q + (size_t)t * qd + (size_t)kh * group * hd;
         for (int i = 0, run; i < len; i += run) {
             const float *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, len - i, &run);
-            for (int g = g0; g < g1; g++) {
-                float *s = sc + g * ml + i;
-                kern_dot_rows(s, q0 + g * hd, e + (size_t)kh * hd, E, run, hd);
-                for (int r = 0; r < run; r++) s[r] *= scale;
-            }
+            kern_dot_heads(sc + g0 * ml + i, ml, q0 + g0 * hd, g1 - g0, e + (size_t)kh * hd, E, run,
+                           hd);
+            for (int g = g0; g < g1; g++)
+                for (int r = 0; r < run; r++) sc[g * ml + i + r] *= scale;
         }
         for (int g = g0; g < g1; g++) kern_softmax(sc + g * ml, len);
         float *o0 = j->att + (size_t)t * qd + (size_t)kh * group * hd;

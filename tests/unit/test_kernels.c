@@ -399,6 +399,19 @@ TEST(kern_rows_helpers_equal_per_row) {
                 for (int i = 0; i < m; i++) kern_axpy(y2, a[i], b + (size_t)i * stride, n);
                 if (memcmp(o1, o2, (size_t)m * 4) || memcmp(y1, y2, (size_t)n * 4))
                     bad = 1 + m + 100 * n + 100000 * sc;
+                for (int na = 1; na <= 6 && !bad; na++) { /* query heads at once */
+                    float *q = malloc((size_t)na * n * 4), *h1 = malloc((size_t)na * 12 * 4);
+                    for (int i = 0; i < na * n; i++) q[i] = frand();
+                    kern_dot_heads(h1, 12, q, na, b, (size_t)stride, m, n);
+                    for (int h = 0; h < na && !bad; h++)
+                        for (int i = 0; i < m && !bad; i++)
+                            if (memcmp(&h1[h * 12 + i],
+                                       &(float){
+                                           kern_dot(q + (size_t)h * n, b + (size_t)i * stride, n)},
+                                       4))
+                                bad = 2 + m + 100 * n + 1000 * na + 100000 * sc;
+                    free(q), free(h1);
+                }
                 free(a), free(b), free(o1), free(o2), free(y1), free(y2);
             }
         }
