@@ -386,22 +386,22 @@ AI void gemv_block(const gemm_job *j, int r0, const int G, int t0, const int T, 
         }
 }
 
+/* Edge blocks (a partial row group, or kc not a multiple of GEMV_KS). */
 static void gemv_block_edge(const gemm_job *j, int r0, int G, int t0, int T, int k0, int kc) {
-    for (int g = 0; g < G; g++)
-        for (int t = 0; t < T; t++) switch (j->W->dtype) {
-            case KT_BF16:
-                gemv_block(j, r0 + 8 * g, 1, t0 + t, 1, k0, kc, KT_BF16, false);
-                break;
-            case KT_F32:
-                gemv_block(j, r0 + 8 * g, 1, t0 + t, 1, k0, kc, KT_F32, false);
-                break;
-            case KT_F16:
-                gemv_block(j, r0 + 8 * g, 1, t0 + t, 1, k0, kc, KT_F16, false);
-                break;
-            case KT_I8:
-                gemv_block(j, r0 + 8 * g, 1, t0 + t, 1, k0, kc, KT_I8, false);
-                break;
-            }
+    switch (j->W->dtype) {
+    case KT_BF16:
+        gemv_block(j, r0, G, t0, T, k0, kc, KT_BF16, false);
+        break;
+    case KT_F32:
+        gemv_block(j, r0, G, t0, T, k0, kc, KT_F32, false);
+        break;
+    case KT_F16:
+        gemv_block(j, r0, G, t0, T, k0, kc, KT_F16, false);
+        break;
+    case KT_I8:
+        gemv_block(j, r0, G, t0, T, k0, kc, KT_I8, false);
+        break;
+    }
 }
 
 /* Whole blocks: up to 4 tokens with both row groups in flight; bf16 with more

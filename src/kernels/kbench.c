@@ -85,6 +85,14 @@ static double time_matmul(pool *p, const kern_mat *W, int nw, int n, int reps) {
     return best;
 }
 
+/* time_matmul with batch-invariant mode on. */
+static double time_matmul_invariant(pool *p, const kern_mat *W, int nw, int n, int reps) {
+    kern_set_batch_invariant(true);
+    double t = time_matmul(p, W, nw, n, reps);
+    kern_set_batch_invariant(false);
+    return t;
+}
+
 static const char *dt_name(kern_dtype dt) {
     return dt == KT_F32 ? "f32" : dt == KT_BF16 ? "bf16" : dt == KT_F16 ? "f16" : "i8";
 }
@@ -114,9 +122,7 @@ void kern_bench_report(pool *p) {
             printf("gemv %-4s %6dx%-5d n=1   %8.1f GB/s    %5.1f %% of bandwidth (%.1f)\n",
                    dt_name(dts[d]), W[0].rows, W[0].cols, gbs, 100 * gbs / bw, bw);
             if (d == 0) { /* what batch-invariant mode costs in decode */
-                kern_set_batch_invariant(true);
-                double ti = time_matmul(p, W, nw, 1, s == 2 ? 6 : 24);
-                kern_set_batch_invariant(false);
+                double ti = time_matmul_invariant(p, W, nw, 1, s == 2 ? 6 : 24);
                 double gi = (double)mat_bytes(&W[0]) / ti / 1e9;
                 printf("gemv %-4s %6dx%-5d n=1   %8.1f GB/s    %5.1f %% of bandwidth "
                        "(batch-invariant)\n",
@@ -137,9 +143,7 @@ void kern_bench_report(pool *p) {
             printf("gemm %-4s %6dx%-5d n=%-3d %8.1f GFLOP/s %5.1f %% of peak (%.1f)\n",
                    dt_name(dts[d]), W.rows, W.cols, n, gf, 100 * gf / peak, peak);
             if (d == 0) { /* what batch-invariant mode costs in batches and prefill */
-                kern_set_batch_invariant(true);
-                double ti = time_matmul(p, &W, 1, n, n > 64 ? 3 : 10);
-                kern_set_batch_invariant(false);
+                double ti = time_matmul_invariant(p, &W, 1, n, n > 64 ? 3 : 10);
                 double gi = 2.0 * n * W.rows * W.cols / ti / 1e9;
                 printf(
                     "gemm %-4s %6dx%-5d n=%-3d %8.1f GFLOP/s %5.1f %% of peak (batch-invariant)\n",

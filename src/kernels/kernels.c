@@ -184,14 +184,6 @@ float kern_dot(const float *a, const float *b, int n) {
     return s;
 }
 
-void kern_dot_rows(float *out, const float *a, const float *b, size_t stride, int m, int n) {
-    if (kern_use_avx2()) {
-        kern_dot_rows_avx2(out, a, b, stride, m, n);
-        return;
-    }
-    for (int i = 0; i < m; i++) out[i] = kern_dot(a, b + (size_t)i * stride, n);
-}
-
 void kern_dot_heads(float *out, size_t ld, const float *a, int n_a, const float *b, size_t stride,
                     int m, int n) {
     if (kern_use_avx2()) {
@@ -199,7 +191,8 @@ void kern_dot_heads(float *out, size_t ld, const float *a, int n_a, const float 
         return;
     }
     for (int h = 0; h < n_a; h++)
-        kern_dot_rows(out + (size_t)h * ld, a + (size_t)h * n, b, stride, m, n);
+        for (int i = 0; i < m; i++)
+            out[(size_t)h * ld + i] = kern_dot(a + (size_t)h * n, b + (size_t)i * stride, n);
 }
 
 void kern_axpy_rows(float *y, const float *a, const float *x, size_t stride, int m, int n) {

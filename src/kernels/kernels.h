@@ -66,12 +66,10 @@ float kern_dot(const float *a, const float *b, int n);
 void kern_axpy(float *y, float a, const float *x, int n); /* y += a*x */
 void kern_scale(float *y, float a, int n);                /* y *= a */
 void kern_add(float *y, const float *x, int n);           /* y += x */
-/* Attention over a run of cache rows, each bit for bit the per-row helper:
- * out[i] = kern_dot(a, b + i*stride, n), and y += a[i] * (x + i*stride) by
- * kern_axpy for i = 0, 1, ... m-1 in turn. */
-void kern_dot_rows(float *out, const float *a, const float *b, size_t stride, int m, int n);
-/* The same for n_a query vectors a + h*n at once (each row read once for
- * all): out[h*ld + i] = kern_dot(a + h*n, b + i*stride, n). */
+/* Attention over a run of m cache rows, each bit for bit the per-row helper:
+ * for n_a query vectors a + h*n at once (each row read once for all of them)
+ * out[h*ld + i] = kern_dot(a + h*n, b + i*stride, n); and y += a[i] *
+ * (x + i*stride) by kern_axpy for i = 0, 1, ... m-1 in turn. */
 void kern_dot_heads(float *out, size_t ld, const float *a, int n_a, const float *b, size_t stride,
                     int m, int n);
 void kern_axpy_rows(float *y, const float *a, const float *x, size_t stride, int m, int n);
