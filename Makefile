@@ -3,8 +3,9 @@
 #   make test       every test: unit tests under ASan+UBSan, reference and conformance suites
 #   make bench      benchmarks (figures and their fraction of the machine's limits)
 #   make run        build, make the default model if missing, and generate from it
-# Files named *_avx2.c are compiled with AVX2/FMA/F16C enabled and are only
-# entered through runtime CPU-feature dispatch; everything else is portable x86-64.
+# Files named *_avx2.c are compiled with AVX2/FMA/F16C enabled, *_avx512.c with
+# AVX-512 (F, BW, VL) too; both are only entered through runtime
+# CPU-feature dispatch; everything else is portable x86-64.
 
 CC      ?= cc
 BUILD   ?= build
@@ -16,13 +17,14 @@ OPT     ?= -O2 -g
 SANFL   := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LIBS    := -ljansson -lpcre2-8 -lxxhash -lutf8proc -lmicrohttpd -lm
 AVX2FL  := -mavx2 -mfma -mf16c
+AVX512FL := $(AVX2FL) -mavx512f -mavx512bw -mavx512vl
 
 LIB_SRC  := $(sort $(shell find src -name '*.c' ! -path 'src/cli/*'))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/*.c))
 
 obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
-ISA = $(if $(findstring _avx2,$(1)),$(AVX2FL))
+ISA = $(if $(findstring _avx512,$(1)),$(AVX512FL),$(if $(findstring _avx2,$(1)),$(AVX2FL)))
 
 DEPS_OK := $(BUILD)/.deps-ok
 

@@ -5,7 +5,8 @@
  * and transposed once ([k][16], so one k is two vector loads), a group of
  * GEMM_NCP panels stays in L2 while every token of the call streams past it,
  * and a 6-token x 16-row register tile (12 accumulators, 6 broadcasts and 2
- * loads per k) does the FMAs. Threads split the output rows in whole panels.
+ * loads per k) does the FMAs (on AVX-512 CPUs gemm_avx512.c's 12-token x
+ * 32-row tile, same arithmetic). Threads split the output rows in whole panels.
  *
  * Reduction order per output element: sequential over k inside each KC block,
  * blocks added to y in order, starting from the bias. It depends on K only,
@@ -223,29 +224,41 @@ static void gemm_task(void *ctx, int task, int n_tasks) {
     }
     float *pack = aligned_alloc(64, (size_t)GEMM_NCP * GEMM_KC * GEMM_NR * sizeof(float));
     if (!pack) abort();
-    float tmp[GEMM_MR * GEMM_NR];
+    bool wide = kern_use_avx512(); /* AVX-512 tiles: up to 12 tokens x 2 panels */
+    int mr_max = wide ? KERN_GEMM512_MR : GEMM_MR;
+    size_t pstride = (size_t)GEMM_KC * GEMM_NR;
+    float tmp[KERN_GEMM512_MR * GEMM_NR];
     for (int g0 = p_lo; g0 < p_hi; g0 += GEMM_NCP) {
         int np = p_hi - g0 < GEMM_NCP ? p_hi - g0 : GEMM_NCP;
         for (int k0 = 0; k0 < K; k0 += GEMM_KC) {
             int kc = K - k0 < GEMM_KC ? K - k0 : GEMM_KC;
             for (int pi = 0; pi < np; pi++)
-                pack_panel(pack + (size_t)pi * GEMM_KC * GEMM_NR, W, (g0 + pi) * GEMM_NR, k0, kc);
-            for (int t0 = 0; t0 < n; t0 += GEMM_MR) {
-                int mr = n - t0 < GEMM_MR ? n - t0 : GEMM_MR;
+                pack_panel(pack + (size_t)pi * pstride, W, (g0 + pi) * GEMM_NR, k0, kc);
+            for (int t0 = 0; t0 < n; t0 += mr_max) {
+                int mr = n - t0 < mr_max ? n - t0 : mr_max;
                 const float *xt = j->x + (size_t)t0 * K + k0;
                 for (int pi = 0; pi < np; pi++) {
-                    const float *pw = pack + (size_t)pi * GEMM_KC * GEMM_NR;
+                    const float *pw = pack + (size_t)pi * pstride;
                     int r0 = (g0 + pi) * GEMM_NR;
                     float *c = j->y + (size_t)t0 * M + r0;
                     if (r0 + GEMM_NR <= M) {
-                        micro_any(pw, xt, (size_t)K, kc, c, (size_t)M, mr);
+                        int two = wide && pi + 1 < np && r0 + 2 * GEMM_NR <= M;
+                        if (wide)
+                            kern_gemm_tile_avx512(pw, pstride, 1 + two, xt, (size_t)K, kc, c,
+                                                  (size_t)M, mr);
+                        else
+                            micro_any(pw, xt, (size_t)K, kc, c, (size_t)M, mr);
+                        pi += two;
                         continue;
                     }
                     int vr = M - r0; /* last, partial panel: go through a 16-wide copy */
                     for (int i = 0; i < mr; i++)
                         for (int q = 0; q < GEMM_NR; q++)
                             tmp[i * GEMM_NR + q] = q < vr ? c[(size_t)i * M + q] : 0.0f;
-                    micro_any(pw, xt, (size_t)K, kc, tmp, GEMM_NR, mr);
+                    if (wide)
+                        kern_gemm_tile_avx512(pw, pstride, 1, xt, (size_t)K, kc, tmp, GEMM_NR, mr);
+                    else
+                        micro_any(pw, xt, (size_t)K, kc, tmp, GEMM_NR, mr);
                     for (int i = 0; i < mr; i++)
                         for (int q = 0; q < vr; q++) c[(size_t)i * M + q] = tmp[i * GEMM_NR + q];
                 }

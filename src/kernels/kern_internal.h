@@ -6,8 +6,10 @@
 
 #include "kernels/kernels.h"
 
-/* Dispatch state (kernels.c): is the AVX2 path active, is batch-invariant on. */
+/* Dispatch state (kernels.c): is the AVX2 path active, may it use AVX-512,
+ * is batch-invariant on. */
 bool kern_use_avx2(void);
+bool kern_use_avx512(void); /* AVX-512 F, BW, VL */
 bool kern_batch_inv(void);
 
 /* Int8 matmul: activations are quantized on the fly to int8 in blocks of
@@ -39,6 +41,14 @@ bool kern_matmul_avx2(pool *p, float *y, const float *x, const kern_mat *W, cons
  * measured faster). Any dtype; int8 needs blockable groups. */
 #define KERN_GEMM_MIN_N 32
 void kern_gemm_avx2(pool *p, float *y, const float *x, const kern_mat *W, const float *bias, int n);
+
+/* The AVX-512 register tile of the blocked GEMM (gemm_avx512.c): tokens
+ * [0, mr) (mr <= KERN_GEMM512_MR) of x times np (1 or 2) packed panels
+ * ([k][16] f32, pstride floats apart), added onto c. Same arithmetic as the
+ * AVX2 tile, so the same bits. */
+#define KERN_GEMM512_MR 12
+void kern_gemm_tile_avx512(const float *pw, size_t pstride, int np, const float *x, size_t ldx,
+                           int kc, float *c, size_t ldc, int mr);
 
 /* AVX2 vector helpers (ops_avx2.c), same contracts as kernels.h. */
 float kern_dot_avx2(const float *a, const float *b, int n);

@@ -2,7 +2,8 @@
  * lookup, and the portable scalar vector helpers.
  *
  * Every public kernel checks one switch (use_avx2) and either runs the AVX2
- * version (ops_avx2.c, matmul_avx2.c) or the portable one here. The scalar
+ * version (ops_avx2.c, matmul_avx2.c) or the portable one here. On CPUs with
+ * AVX-512 the GEMM's register tile is gemm_avx512.c's. The scalar
  * versions are the reference the tests compare against, so they are written
  * plainly, in the order the math is defined.
  *
@@ -15,7 +16,9 @@
 #include <string.h>
 
 static atomic_bool have_avx2;    /* CPU supports AVX2+FMA+F16C */
+static atomic_bool have_avx512;  /* ... and AVX-512 F/BW/VL */
 static atomic_bool force_scalar; /* tests: use the scalar path */
+static atomic_bool force_avx2;   /* tests: AVX2 even where AVX-512 is there */
 static atomic_bool batch_inv;    /* batch-invariant reduction order */
 static atomic_bool inited;
 
@@ -25,6 +28,9 @@ void kern_init(void) {
     bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
               __builtin_cpu_supports("f16c");
     atomic_store(&have_avx2, ok);
+    bool avx512 = ok && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl");
+    atomic_store(&have_avx512, avx512);
     atomic_store(&inited, true);
 }
 
@@ -38,8 +44,17 @@ bool kern_use_avx2(void) {
            !atomic_load_explicit(&force_scalar, memory_order_relaxed);
 }
 
+void kern_force_avx2(bool on) {
+    atomic_store(&force_avx2, on);
+}
+
+bool kern_use_avx512(void) {
+    return kern_use_avx2() && atomic_load_explicit(&have_avx512, memory_order_relaxed) &&
+           !atomic_load_explicit(&force_avx2, memory_order_relaxed);
+}
+
 const char *kern_isa(void) {
-    return kern_use_avx2() ? "avx2" : "scalar";
+    return kern_use_avx512() ? "avx2+avx512" : kern_use_avx2() ? "avx2" : "scalar";
 }
 
 void kern_set_batch_invariant(bool on) {

@@ -4,7 +4,9 @@
  * Linear's weight (rows = output features, cols = input features). Activations
  * are f32, row-major, one row per token. Each kernel has a portable scalar
  * path and an AVX2/FMA path picked at run time (kern_init); tests force the
- * scalar path with kern_force_scalar to check both.
+ * scalar path with kern_force_scalar to check both. On CPUs with AVX-512 the
+ * prefill GEMM runs 512-bit FMAs in the same order (the same bits);
+ * kern_force_avx2 keeps it on 256-bit ones.
  *
  * Determinism: every output element is reduced in a fixed order that does not
  * depend on the thread count. With kern_set_batch_invariant(true) it does not
@@ -38,7 +40,9 @@ typedef struct kern_mat {
 void kern_init(void);
 /* For tests: use the scalar path (true) or the best one (false). */
 void kern_force_scalar(bool on);
-/* Name of the active path ("avx2", "scalar"). */
+/* For tests: the AVX2 paths even where AVX-512 is present. */
+void kern_force_avx2(bool on);
+/* Name of the active path ("avx2+avx512", "avx2", "scalar"). */
 const char *kern_isa(void);
 void kern_set_batch_invariant(bool on);
 

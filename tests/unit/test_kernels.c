@@ -99,6 +99,7 @@ static int check_matmul(const tmat *t, const float *x, const float *bias, const 
             }
             double tol = 2e-6 * (mag + 1) * sqrt((double)cols + 1) + 1e-6;
             if (t->m.dtype == KT_I8) tol += qerr * 1.01;
+
             double got = y[(size_t)tk * rows + r];
             if (!(fabs(got - ref) <= tol)) {
                 snprintf(why, why_len, "t=%d r=%d got %.7g want %.7g (tol %.3g)", tk, r, got, ref,
@@ -120,9 +121,10 @@ static const shape shapes[] = {
     {50, 128, 64}, {3, 1000, 9}, {64, 64, 100}, {37, 160, 130},
 };
 
-static void run_matmul_suite(bool scalar) {
+static void run_matmul_suite(bool scalar, bool avx2) {
     pool *p = pool_create(2);
     kern_force_scalar(scalar);
+    kern_force_avx2(avx2);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         shape sh = shapes[s];
         for (int d = 0; d < 6; d++) {
@@ -155,14 +157,54 @@ static void run_matmul_suite(bool scalar) {
         }
     }
     kern_force_scalar(false);
+    kern_force_avx2(false);
     pool_free(p);
 }
 
 TEST(kern_matmul_scalar_vs_reference) {
-    run_matmul_suite(true);
+    run_matmul_suite(true, false);
+}
+TEST(kern_matmul_avx2_vs_reference) {
+    run_matmul_suite(false, true);
 }
 TEST(kern_matmul_best_vs_reference) {
-    run_matmul_suite(false);
+    run_matmul_suite(false, false);
+}
+
+/* Where the CPU has AVX-512, the GEMM's wide register tile gives the bits
+ * of the AVX2 one: every dtype, token counts that leave partial tiles of 12
+ * and 6, row counts that leave a single panel or a partial one, in normal and
+ * batch-invariant mode. */
+TEST(kern_gemm_avx512_equals_avx2) {
+    kern_force_avx2(false);
+    if (!kern_use_avx512()) {
+        printf("    (skipped: no AVX-512 on this CPU)\n");
+        return;
+    }
+    pool *p = pool_create(2);
+    static const shape sh[] = {{16, 64, 40}, {48, 300, 37}, {77, 130, 65}, {40, 257, 150}};
+    int bad = 0;
+    for (int inv = 0; inv < 2 && !bad; inv++) {
+        kern_set_batch_invariant(inv);
+        for (int s = 0; s < 4 && !bad; s++) {
+            for (int d = 0; d < 4 && !bad; d++) {
+                tmat t = make_mat((kern_dtype)d, sh[s].rows, sh[s].cols, sh[s].cols);
+                size_t nx = (size_t)sh[s].n * sh[s].cols, ny = (size_t)sh[s].n * sh[s].rows;
+                float *x = malloc(nx * 4), *y0 = malloc(ny * 4), *y1 = malloc(ny * 4);
+                for (size_t i = 0; i < nx; i++) x[i] = frand();
+                kern_matmul(p, y0, x, &t.m, NULL, sh[s].n);
+                kern_force_avx2(true);
+                kern_matmul(p, y1, x, &t.m, NULL, sh[s].n);
+                kern_force_avx2(false);
+                if (memcmp(y0, y1, ny * 4)) bad = 1 + s * 10 + d * 100 + inv * 1000;
+                free(x), free(y0), free(y1);
+                free_mat(&t);
+            }
+        }
+    }
+    kern_set_batch_invariant(false);
+    pool_free(p);
+    CHECKF(!bad, "AVX-512 and AVX2 GEMM differ (code %d)", bad);
 }
 
 /* The same call on pools of 1, 2 and 3 threads gives bit-identical output. */
@@ -494,7 +536,11 @@ TEST(kern_rope_pair_orders) {
 
 TEST(kern_row_and_isa) {
     kern_init();
+    CHECK(strcmp(kern_isa(), "avx2+avx512") == 0 || strcmp(kern_isa(), "avx2") == 0 ||
+          strcmp(kern_isa(), "scalar") == 0);
+    kern_force_avx2(true);
     CHECK(strcmp(kern_isa(), "avx2") == 0 || strcmp(kern_isa(), "scalar") == 0);
+    kern_force_avx2(false);
     kern_force_scalar(true);
     CHECK(strcmp(kern_isa(), "scalar") == 0);
     kern_force_scalar(false);
