@@ -41,6 +41,24 @@
 
 #define AI static inline __attribute__((always_inline))
 
+/* Runs CALL(dt) with dt the matrix dtype as a constant, so each always-inline
+ * loop is compiled once per dtype. */
+#define BY_DTYPE(dtype, CALL)                                                                      \
+    switch (dtype) {                                                                               \
+    case KT_F32:                                                                                   \
+        CALL(KT_F32);                                                                              \
+        break;                                                                                     \
+    case KT_BF16:                                                                                  \
+        CALL(KT_BF16);                                                                             \
+        break;                                                                                     \
+    case KT_F16:                                                                                   \
+        CALL(KT_F16);                                                                              \
+        break;                                                                                     \
+    case KT_I8:                                                                                    \
+        CALL(KT_I8);                                                                               \
+        break;                                                                                     \
+    }
+
 typedef struct gemm_job {
     const kern_mat *W;
     float *y;
@@ -134,20 +152,9 @@ static void pack_panel(float *dst, const kern_mat *W, int r0, int k0, int kc) {
         int valid = W->rows - rb;
         if (valid > 8) valid = 8;
         if (valid == 8) {
-            switch (W->dtype) {
-            case KT_F32:
-                pack8_rows(dst, W, rb, k0, kc8, h, KT_F32);
-                break;
-            case KT_BF16:
-                pack8_rows(dst, W, rb, k0, kc8, h, KT_BF16);
-                break;
-            case KT_F16:
-                pack8_rows(dst, W, rb, k0, kc8, h, KT_F16);
-                break;
-            case KT_I8:
-                pack8_rows(dst, W, rb, k0, kc8, h, KT_I8);
-                break;
-            }
+#define PACK(dt) pack8_rows(dst, W, rb, k0, kc8, h, dt)
+            BY_DTYPE(W->dtype, PACK);
+#undef PACK
         } else {
             for (int k = 0; k < kc8; k++)
                 for (int i = 0; i < 8; i++)
@@ -401,20 +408,9 @@ AI void gemv_block(const gemm_job *j, int r0, const int G, int t0, const int T, 
 
 /* Edge blocks (a partial row group, or kc not a multiple of GEMV_KS). */
 static void gemv_block_edge(const gemm_job *j, int r0, int G, int t0, int T, int k0, int kc) {
-    switch (j->W->dtype) {
-    case KT_BF16:
-        gemv_block(j, r0, G, t0, T, k0, kc, KT_BF16, false);
-        break;
-    case KT_F32:
-        gemv_block(j, r0, G, t0, T, k0, kc, KT_F32, false);
-        break;
-    case KT_F16:
-        gemv_block(j, r0, G, t0, T, k0, kc, KT_F16, false);
-        break;
-    case KT_I8:
-        gemv_block(j, r0, G, t0, T, k0, kc, KT_I8, false);
-        break;
-    }
+#define EDGE(dt) gemv_block(j, r0, G, t0, T, k0, kc, dt, false)
+    BY_DTYPE(j->W->dtype, EDGE);
+#undef EDGE
 }
 
 /* Whole blocks: up to 4 tokens with both row groups in flight; bf16 with more
@@ -446,20 +442,7 @@ static void gemv_block_whole(const gemm_job *j, int r0, int t0, int T, int k0, i
      : T == 3 ? gemv_block(j, r0, GEMV_G, t0, 3, k0, kc, dt, true)                                 \
      : T == 2 ? gemv_block(j, r0, GEMV_G, t0, 2, k0, kc, dt, true)                                 \
               : gemv_block(j, r0, GEMV_G, t0, 1, k0, kc, dt, true))
-    switch (j->W->dtype) {
-    case KT_BF16:
-        GEMV_DT(KT_BF16);
-        break;
-    case KT_F32:
-        GEMV_DT(KT_F32);
-        break;
-    case KT_F16:
-        GEMV_DT(KT_F16);
-        break;
-    case KT_I8:
-        GEMV_DT(KT_I8);
-        break;
-    }
+    BY_DTYPE(j->W->dtype, GEMV_DT);
 #undef GEMV_DT
 }
 

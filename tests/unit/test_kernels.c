@@ -171,6 +171,24 @@ TEST(kern_matmul_best_vs_reference) {
     run_matmul_suite(false, false);
 }
 
+/* A random matrix (dtype d, shape sh, int8 group) times sh.n random tokens,
+ * on pool pa, then on pool pb (with the AVX-512 paths off if avx2_b): are the
+ * two outputs the same bits? */
+static bool matmul_same_bits(kern_dtype d, shape sh, int group, pool *pa, pool *pb, bool avx2_b) {
+    tmat t = make_mat(d, sh.rows, sh.cols, group);
+    size_t nx = (size_t)sh.n * sh.cols, ny = (size_t)sh.n * sh.rows;
+    float *x = malloc(nx * 4), *y0 = malloc(ny * 4), *y1 = malloc(ny * 4);
+    for (size_t i = 0; i < nx; i++) x[i] = frand();
+    kern_matmul(pa, y0, x, &t.m, NULL, sh.n);
+    kern_force_avx2(avx2_b);
+    kern_matmul(pb, y1, x, &t.m, NULL, sh.n);
+    kern_force_avx2(false);
+    bool same = !memcmp(y0, y1, ny * 4);
+    free(x), free(y0), free(y1);
+    free_mat(&t);
+    return same;
+}
+
 /* Where the CPU has AVX-512, the GEMM's wide register tile gives the bits
  * of the AVX2 one: every dtype, token counts that leave partial tiles of 12
  * and 6, row counts that leave a single panel or a partial one, in normal and
@@ -187,19 +205,9 @@ TEST(kern_gemm_avx512_equals_avx2) {
     for (int inv = 0; inv < 2 && !bad; inv++) {
         kern_set_batch_invariant(inv);
         for (int s = 0; s < 4 && !bad; s++) {
-            for (int d = 0; d < 4 && !bad; d++) {
-                tmat t = make_mat((kern_dtype)d, sh[s].rows, sh[s].cols, sh[s].cols);
-                size_t nx = (size_t)sh[s].n * sh[s].cols, ny = (size_t)sh[s].n * sh[s].rows;
-                float *x = malloc(nx * 4), *y0 = malloc(ny * 4), *y1 = malloc(ny * 4);
-                for (size_t i = 0; i < nx; i++) x[i] = frand();
-                kern_matmul(p, y0, x, &t.m, NULL, sh[s].n);
-                kern_force_avx2(true);
-                kern_matmul(p, y1, x, &t.m, NULL, sh[s].n);
-                kern_force_avx2(false);
-                if (memcmp(y0, y1, ny * 4)) bad = 1 + s * 10 + d * 100 + inv * 1000;
-                free(x), free(y0), free(y1);
-                free_mat(&t);
-            }
+            for (int d = 0; d < 4 && !bad; d++)
+                if (!matmul_same_bits((kern_dtype)d, sh[s], sh[s].cols, p, p, true))
+                    bad = 1 + s * 10 + d * 100 + inv * 1000;
         }
     }
     kern_set_batch_invariant(false);
@@ -215,19 +223,10 @@ TEST(kern_matmul_thread_independent) {
     for (int sc = 0; sc < 2 && !bad; sc++) {
         kern_force_scalar(sc);
         for (int s = 0; s < 4 && !bad; s++) {
-            for (int d = 0; d < 4 && !bad; d++) {
-                tmat t = make_mat((kern_dtype)d, sh[s].rows, sh[s].cols, 32);
-                size_t nx = (size_t)sh[s].n * sh[s].cols, ny = (size_t)sh[s].n * sh[s].rows;
-                float *x = malloc(nx * 4), *y0 = malloc(ny * 4), *y1 = malloc(ny * 4);
-                for (size_t i = 0; i < nx; i++) x[i] = frand();
-                kern_matmul(pools[0], y0, x, &t.m, NULL, sh[s].n);
-                for (int pi = 1; pi < 3 && !bad; pi++) {
-                    kern_matmul(pools[pi], y1, x, &t.m, NULL, sh[s].n);
-                    if (memcmp(y0, y1, ny * 4)) bad = 1 + s * 10 + d * 100 + pi * 1000 + sc * 10000;
-                }
-                free(x), free(y0), free(y1);
-                free_mat(&t);
-            }
+            for (int d = 0; d < 4 && !bad; d++)
+                for (int pi = 1; pi < 3 && !bad; pi++)
+                    if (!matmul_same_bits((kern_dtype)d, sh[s], 32, pools[0], pools[pi], false))
+                        bad = 1 + s * 10 + d * 100 + pi * 1000 + sc * 10000;
         }
     }
     kern_force_scalar(false);
