@@ -9,7 +9,8 @@
 /* Dispatch state (kernels.c): is the AVX2 path active, may it use AVX-512,
  * is batch-invariant on. */
 bool kern_use_avx2(void);
-bool kern_use_avx512(void); /* AVX-512 F, BW, VL */
+bool kern_use_avx512(void);      /* AVX-512 F, BW, VL */
+bool kern_use_avx512_vnni(void); /* ... and VNNI */
 bool kern_batch_inv(void);
 
 /* Int8 matmul: activations are quantized on the fly to int8 in blocks of
@@ -35,6 +36,22 @@ void kern_matmul_scalar(pool *p, float *y, const float *x, const kern_mat *W, co
  * case (the caller falls back to the scalar path). */
 bool kern_matmul_avx2(pool *p, float *y, const float *x, const kern_mat *W, const float *bias,
                       int n, bool batch_inv);
+
+/* Tokens per token tile of the small-n matmul, at most (its partial sums
+ * live on the stack). */
+#define KERN_SB_TILE_MAX 48
+
+/* The bf16 row block of the small-n matmul with AVX-512 (matmul_avx512.c):
+ * y rows [r0, r0 + R) for tokens [t_lo, t_hi) (at most KERN_SB_TILE_MAX) of
+ * x (n x cols), plus bias; xp holds x with each 32-column block split into
+ * even then odd columns (kern_split_even_odd32_avx512), ldx floats a row. */
+void kern_sb_rows_bf16_avx512(const kern_mat *W, float *y, const float *x, const float *xp,
+                              size_t ldx, const float *bias, int r0, int R, int t_lo, int t_hi);
+void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, int K);
+/* The same for int8 weights with AVX-512 VNNI, on the activations quantized
+ * by kern_quantize_act (xq n x cols, xs n x nb block scales). */
+void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const float *xs, int nb,
+                            const float *bias, int r0, int R, int t_lo, int t_hi);
 
 /* Blocked AVX2 GEMM for prefill (gemm_avx2.c); used above KERN_GEMM_MIN_N
  * tokens outside batch-invariant mode (below it the weight-streaming kernel

@@ -17,6 +17,7 @@
 
 static atomic_bool have_avx2;    /* CPU supports AVX2+FMA+F16C */
 static atomic_bool have_avx512;  /* ... and AVX-512 F/BW/VL */
+static atomic_bool have_vnni;    /* ... and AVX-512 VNNI */
 static atomic_bool force_scalar; /* tests: use the scalar path */
 static atomic_bool force_avx2;   /* tests: AVX2 even where AVX-512 is there */
 static atomic_bool batch_inv;    /* batch-invariant reduction order */
@@ -31,6 +32,7 @@ void kern_init(void) {
     bool avx512 = ok && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                   __builtin_cpu_supports("avx512vl");
     atomic_store(&have_avx512, avx512);
+    atomic_store(&have_vnni, avx512 && __builtin_cpu_supports("avx512vnni"));
     atomic_store(&inited, true);
 }
 
@@ -51,6 +53,10 @@ void kern_force_avx2(bool on) {
 bool kern_use_avx512(void) {
     return kern_use_avx2() && atomic_load_explicit(&have_avx512, memory_order_relaxed) &&
            !atomic_load_explicit(&force_avx2, memory_order_relaxed);
+}
+
+bool kern_use_avx512_vnni(void) {
+    return kern_use_avx512() && atomic_load_explicit(&have_vnni, memory_order_relaxed);
 }
 
 const char *kern_isa(void) {

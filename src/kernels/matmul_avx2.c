@@ -18,6 +18,9 @@
  * token sits in the batch, which batch-invariant mode relies on for int8: in
  * that mode every int8 n goes through this kernel (other dtypes take the
  * GEMM's order at every n, which runs prefill far closer to the FMA peak).
+ * On AVX-512 CPUs, bf16 and (with VNNI) int8 at n >= 2 run their row
+ * blocks at twice the width (matmul_avx512.c), in a fixed order of their own;
+ * batch-invariant int8 takes those at every n.
  *
  * bf16 weights are widened two ways per 16 columns: a 32-bit lane holding
  * (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask, so the
@@ -44,7 +47,6 @@
 /* Activations of one token tile stay in L2 while the task's rows pass over
  * them, so a large n does not re-read them from memory per row block. */
 #define SB_TILE_BYTES (256 << 10)
-#define SB_TILE_MAX   48 /* tokens per tile, at most (partial sums on the stack) */
 /* bf16: columns per chunk. All token passes over a row block run chunk by
  * chunk, the partial sums parked in memory in between, so the weights stream
  * in evenly while the later passes compute from L1. */
@@ -54,7 +56,9 @@ typedef struct sb_job {
     const kern_mat *W;
     float *y;
     const float *x;  /* n x cols activations (natural order) */
-    const float *xp; /* bf16: activations with each 16-block split even/odd */
+    const float *xp; /* bf16: activations with each 16-block (AVX-512: 32-block) split even/odd */
+    size_t ldxp;     /* floats from one token's row of xp to the next */
+    bool avx512;     /* blocks through kern_sb_rows_{bf16,i8}_avx512 */
     const float *bias;
     int n;
     const int8_t *xq; /* int8: quantized activations, n x cols */
@@ -87,7 +91,7 @@ AI void sb_bf16(const sb_job *j, int r0, int t0, const int R, const int T, int k
     const uint16_t *w[SB_R];
     const float *xp[2];
     for (int r = 0; r < R; r++) w[r] = (const uint16_t *)W->data + (size_t)(r0 + r) * K;
-    for (int t = 0; t < T; t++) xp[t] = j->xp + (size_t)(t0 + t) * K;
+    for (int t = 0; t < T; t++) xp[t] = j->xp + (size_t)(t0 + t) * j->ldxp;
     __m256 acc[SB_R][2];
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
 #pragma GCC unroll 4
@@ -122,13 +126,13 @@ AI void sb_bf16(const sb_job *j, int r0, int t0, const int R, const int T, int k
         for (int t = 0; t < T; t++) part[r * ld + t] = acc[r][t];
 }
 
-/* Runs rows [r0, r0 + R) against tokens [t_lo, t_hi) (at most SB_TILE_MAX),
+/* Runs rows [r0, r0 + R) against tokens [t_lo, t_hi) (at most KERN_SB_TILE_MAX),
  * two at a time, chunk by chunk; then the horizontal sums in a fixed order,
  * the column tail in sequence, and the bias. */
 AI void sb_rows_bf16(const sb_job *j, int r0, const int R, int t_lo, int t_hi) {
     const kern_mat *W = j->W;
     int K = W->cols, K16 = K & ~15, nt = t_hi - t_lo;
-    __m256 part[SB_R * SB_TILE_MAX];
+    __m256 part[SB_R * KERN_SB_TILE_MAX];
     for (int i = 0; i < R * nt; i++) part[i] = _mm256_setzero_ps();
     for (int k0 = 0; k0 < K16; k0 += SB_KC) {
         int k1 = k0 + SB_KC < K16 ? k0 + SB_KC : K16;
@@ -289,7 +293,10 @@ AI void sb_rows(const sb_job *j, int r0, const int R, int t_lo, int n) {
     int t = t_lo;
     switch (j->W->dtype) {
     case KT_BF16:
-        sb_rows_bf16(j, r0, R, t_lo, n);
+        if (j->avx512)
+            kern_sb_rows_bf16_avx512(j->W, j->y, j->x, j->xp, j->ldxp, j->bias, r0, R, t_lo, n);
+        else
+            sb_rows_bf16(j, r0, R, t_lo, n);
         break;
     case KT_F32:
         for (; t + 3 <= n; t += 3) sb_f32(j, r0, t, R, 3, false, t == t_lo);
@@ -306,6 +313,10 @@ AI void sb_rows(const sb_job *j, int r0, const int R, int t_lo, int n) {
             sb_f32(j, r0, t, R, 1, true, t == t_lo);
         break;
     case KT_I8:
+        if (j->avx512) {
+            kern_sb_rows_i8_avx512(j->W, j->y, j->xq, j->xs, j->nb, j->bias, r0, R, t_lo, n);
+            break;
+        }
         if (j->W->group <= 0 || j->W->group == j->W->cols) {
             for (; t + 2 <= n; t += 2) sb_i8(j, r0, t, R, 2, true, t == t_lo);
             if (t < n) sb_i8(j, r0, t, R, 1, true, t == t_lo);
@@ -418,10 +429,24 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
     void *scratch = NULL, *scratch2 = NULL;
     int K = W->cols;
     if (W->dtype == KT_BF16) {
-        scratch = di_malloc((size_t)n * K * sizeof(float));
-        split_even_odd(scratch, x, n, K);
+        /* At one token the AVX2 block streamed the weights faster (one
+         * stream-bound pass either way, and its narrower loads kept more
+         * of the memory stream); from two tokens on, the FMAs dominate. */
+        j.avx512 = kern_use_avx512() && n >= 2;
+        /* AVX-512: rows padded by 128 bytes, so that the tokens' activations
+         * at one column do not all fall in one L1 set (with the weight rows,
+         * 4 KiB apart at 2048 columns) when K is a multiple of 1024. */
+        j.ldxp = j.avx512 ? (size_t)K + 32 : (size_t)K;
+        scratch = di_malloc((size_t)n * j.ldxp * sizeof(float));
+        if (j.avx512)
+            kern_split_even_odd32_avx512(scratch, j.ldxp, x, n, K);
+        else
+            split_even_odd(scratch, x, n, K);
         j.xp = scratch;
     } else if (W->dtype == KT_I8) {
+        /* As bf16, n >= 2; batch-invariant mode needs one order for every
+         * n, and takes the one that serves batches. */
+        j.avx512 = kern_use_avx512_vnni() && (n >= 2 || kern_batch_inv());
         j.nb = (K + KQ_BLOCK - 1) / KQ_BLOCK;
         int8_t *xq = scratch = di_malloc((size_t)n * K + 32);
         float *xs = scratch2 = di_malloc((size_t)n * j.nb * sizeof(float) + 4);
@@ -432,7 +457,7 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
     }
     size_t tok_bytes = W->dtype == KT_I8 ? (size_t)K + (size_t)j.nb * 4 : (size_t)K * 4;
     size_t tile = SB_TILE_BYTES / tok_bytes;
-    if (tile > SB_TILE_MAX) tile = SB_TILE_MAX;
+    if (tile > KERN_SB_TILE_MAX) tile = KERN_SB_TILE_MAX;
     if (tile >= 12) tile -= tile % 12; /* whole register blocks of 2 and 3 tokens */
     j.tile = tile < 4 ? 4 : (int)tile;
     /* Several tasks per thread so a late-waking worker does not leave one
