@@ -31,8 +31,8 @@
 
 #define GEMM_MR    6   /* tokens per register tile */
 #define GEMM_NR    16  /* weight rows per panel / register tile */
-#define GEMM_KC    256 /* columns per K block */
-#define GEMM_NCP   8   /* panels per L2-resident group (128 rows) */
+#define GEMM_KC    512 /* columns per K block */
+#define GEMM_NCP   4   /* panels per L2-resident group (64 rows) */
 #define GEMV_G     2   /* small n: 8-row groups in flight (16 rows per block) */
 #define GEMV_T     8   /* small n: tokens per pass over a block (bf16; else 4) */
 #define GEMV_MAX_N 8   /* small-n path up to this many tokens */
