@@ -3,9 +3,10 @@
  *
  * Every public kernel checks one switch (use_avx2) and either runs the AVX2
  * version (ops_avx2.c, matmul_avx2.c) or the portable one here. On CPUs with
- * AVX-512 the GEMM's register tile is gemm_avx512.c's. The scalar
- * versions are the reference the tests compare against, so they are written
- * plainly, in the order the math is defined.
+ * AVX-512 the GEMM's register tile (gemm_avx512.c), the batched-decode row
+ * blocks (matmul_avx512.c) and the attention helpers (ops_avx512.c) are
+ * 512-bit. The scalar versions are the reference the tests compare against,
+ * so they are written plainly, in the order the math is defined.
  *
  * Global state: the dispatch switches below (set by kern_init,
  * kern_force_scalar, kern_set_batch_invariant; read by every kernel). */
@@ -207,6 +208,10 @@ float kern_dot(const float *a, const float *b, int n) {
 
 void kern_dot_heads(float *out, size_t ld, const float *a, int n_a, const float *b, size_t stride,
                     int m, int n) {
+    if (kern_use_avx512()) {
+        kern_dot_heads_avx512(out, ld, a, n_a, b, stride, m, n);
+        return;
+    }
     if (kern_use_avx2()) {
         kern_dot_heads_avx2(out, ld, a, n_a, b, stride, m, n);
         return;
@@ -222,6 +227,15 @@ void kern_axpy_rows(float *y, const float *a, const float *x, size_t stride, int
         return;
     }
     for (int i = 0; i < m; i++) kern_axpy(y, a[i], x + (size_t)i * stride, n);
+}
+
+void kern_axpy_heads(float *y, size_t ldy, const float *a, size_t lda, int n_a, const float *x,
+                     size_t stride, int m, int n) {
+    if (kern_use_avx512()) {
+        kern_axpy_heads_avx512(y, ldy, a, lda, n_a, x, stride, m, n);
+        return;
+    }
+    for (int h = 0; h < n_a; h++) kern_axpy_rows(y + h * ldy, a + h * lda, x, stride, m, n);
 }
 
 void kern_axpy(float *y, float a, const float *x, int n) {

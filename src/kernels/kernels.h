@@ -77,6 +77,10 @@ void kern_add(float *y, const float *x, int n);           /* y += x */
 void kern_dot_heads(float *out, size_t ld, const float *a, int n_a, const float *b, size_t stride,
                     int m, int n);
 void kern_axpy_rows(float *y, const float *a, const float *x, size_t stride, int m, int n);
+/* kern_axpy_rows for n_a heads at once (each V row read once for all):
+ * y + h*ldy gets the rows weighted by a + h*lda, for h < n_a, bit for bit. */
+void kern_axpy_heads(float *y, size_t ldy, const float *a, size_t lda, int n_a, const float *x,
+                     size_t stride, int m, int n);
 
 /* out = x / rms(x) * w (w may be NULL: no weight). out may alias x. */
 void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps);

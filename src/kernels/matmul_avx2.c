@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "kernels/hsum_avx2.h"
 
 #define SB_R 4 /* rows per block */
 /* Activations of one token tile stay in L2 while the task's rows pass over
@@ -67,13 +68,6 @@ typedef struct sb_job {
     int tile; /* tokens per token tile */
     int n_tasks;
 } sb_job;
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 #define AI static inline __attribute__((always_inline))
 

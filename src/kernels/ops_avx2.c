@@ -7,12 +7,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "kernels/hsum_avx2.h"
 
 static inline float hmax8(__m256 v) {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -65,28 +60,6 @@ void kern_axpy_avx2(float *y, float a, const float *x, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
-/* The two-accumulator sums of four dot products, s0[q] + s1[q], reduced as
- * kern_dot_avx2's hsum8 reduces each (low + high half, then (0+2) + (1+3)):
- * out[0..3] in the order of v. */
-static inline void hsum8x4(const __m256 s0[4], const __m256 s1[4], float out[4]) {
-    __m256 v[4];
-    for (int q = 0; q < 4; q++) v[q] = _mm256_add_ps(s0[q], s1[q]);
-    /* [lo + hi of 0 | of 1], [of 2 | of 3] */
-    __m256 x01 = _mm256_add_ps(_mm256_permute2f128_ps(v[0], v[1], 0x20),
-                               _mm256_permute2f128_ps(v[0], v[1], 0x31));
-    __m256 x23 = _mm256_add_ps(_mm256_permute2f128_ps(v[2], v[3], 0x20),
-                               _mm256_permute2f128_ps(v[2], v[3], 0x31));
-    /* per 128-bit lane: (e0 + e2, e1 + e3) of each of its two vectors */
-    __m256 h = _mm256_add_ps(_mm256_shuffle_ps(x01, x23, _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm256_shuffle_ps(x01, x23, _MM_SHUFFLE(3, 2, 3, 2)));
-    /* lanes 0, 1, 4, 5: vectors 0, 2, 1, 3 */
-    __m256 f = _mm256_add_ps(_mm256_shuffle_ps(h, h, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm256_shuffle_ps(h, h, _MM_SHUFFLE(3, 1, 3, 1)));
-    float t[8];
-    _mm256_storeu_ps(t, f);
-    out[0] = t[0], out[1] = t[4], out[2] = t[1], out[3] = t[5];
-}
-
 /* Four query vectors a[q*n] at a time against each row: the row is read once
  * for the four of them. */
 void kern_dot_heads_avx2(float *out, size_t ld, const float *a, int n_a, const float *b,
@@ -107,7 +80,8 @@ void kern_dot_heads_avx2(float *out, size_t ld, const float *a, int n_a, const f
                 }
             }
             float o[4];
-            hsum8x4(s0, s1, o);
+            for (int q = 0; q < 4; q++) s0[q] = _mm256_add_ps(s0[q], s1[q]);
+            hsum8x4(s0, o);
             for (int q = 0; q < 4; q++) out[(size_t)(h + q) * ld + i] = o[q];
         }
     }
@@ -135,7 +109,8 @@ void kern_dot_rows_avx2(float *out, const float *a, const float *b, size_t strid
                 s1[q] = _mm256_fmadd_ps(a1, _mm256_loadu_ps(r[q] + k + 8), s1[q]);
             }
         }
-        hsum8x4(s0, s1, out + i);
+        for (int q = 0; q < 4; q++) s0[q] = _mm256_add_ps(s0[q], s1[q]);
+        hsum8x4(s0, out + i);
     }
     for (; i < m; i++) out[i] = kern_dot_avx2(a, b + (size_t)i * stride, n);
 }

@@ -111,9 +111,8 @@ static void attn_task(void *ctx, int task, int n_tasks) {
         memset(o0 + (size_t)g0 * hd, 0, (size_t)(g1 - g0) * hd * sizeof(float));
         for (int i = 0, run; i < len; i += run) {
             const float *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, len - i, &run);
-            for (int g = g0; g < g1; g++)
-                kern_axpy_rows(o0 + g * hd, sc + g * ml + i, e + kv_dim + (size_t)kh * hd, E, run,
-                               hd);
+            kern_axpy_heads(o0 + g0 * hd, (size_t)hd, sc + g0 * ml + i, ml, g1 - g0,
+                            e + kv_dim + (size_t)kh * hd, E, run, hd);
         }
     }
 }

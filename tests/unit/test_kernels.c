@@ -417,13 +417,15 @@ static double rel_err(double got, double want) {
     return fabs(got - want) / (fabs(want) + 1e-6);
 }
 
-/* The row-run attention helpers equal the per-row ones bit for bit, on both
- * paths, for head sizes the fast paths take and ones they hand back. */
+/* The row-run attention helpers equal the per-row ones bit for bit, on every
+ * path (AVX-512 where present, AVX2, scalar), for head sizes the fast paths
+ * take and ones they hand back. */
 TEST(kern_rows_helpers_equal_per_row) {
     static const int ns[] = {16, 24, 64, 72, 128, 136};
     int bad = 0;
-    for (int sc = 0; sc < 2 && !bad; sc++) {
-        kern_force_scalar(sc);
+    for (int path = 0; path < 3 && !bad; path++) {
+        kern_force_avx2(path == 1);
+        kern_force_scalar(path == 2);
         for (int ni = 0; ni < 6 && !bad; ni++) {
             int n = ns[ni], stride = n * 3 + 5;
             for (int m = 0; m <= 11 && !bad; m++) {
@@ -435,10 +437,11 @@ TEST(kern_rows_helpers_equal_per_row) {
                 for (int i = 0; i < n; i++) y1[i] = y2[i] = frand();
                 kern_axpy_rows(y1, a, b, (size_t)stride, m, n);
                 for (int i = 0; i < m; i++) kern_axpy(y2, a[i], b + (size_t)i * stride, n);
-                if (memcmp(y1, y2, (size_t)n * 4)) bad = 1 + m + 100 * n + 100000 * sc;
+                if (memcmp(y1, y2, (size_t)n * 4)) bad = 1 + m + 100 * n + 100000 * path;
                 for (int na = 1; na <= 6 && !bad; na++) { /* one query head, or several */
                     float *q = malloc((size_t)na * n * 4), *h1 = malloc((size_t)na * 12 * 4);
-                    for (int i = 0; i < na * n; i++) q[i] = frand();
+                    float *o1 = malloc((size_t)na * n * 4), *o2 = malloc((size_t)na * n * 4);
+                    for (int i = 0; i < na * n; i++) q[i] = frand(), o1[i] = o2[i] = frand();
                     kern_dot_heads(h1, 12, q, na, b, (size_t)stride, m, n);
                     for (int h = 0; h < na && !bad; h++)
                         for (int i = 0; i < m && !bad; i++)
@@ -446,13 +449,21 @@ TEST(kern_rows_helpers_equal_per_row) {
                                        &(float){
                                            kern_dot(q + (size_t)h * n, b + (size_t)i * stride, n)},
                                        4))
-                                bad = 2 + m + 100 * n + 1000 * na + 100000 * sc;
-                    free(q), free(h1);
+                                bad = 2 + m + 100 * n + 1000 * na + 100000 * path;
+                    /* weights: head h's m weights at q + 12 h (q has na * n >= 12 na) */
+                    kern_axpy_heads(o1, (size_t)n, q, 12, na, b, (size_t)stride, m, n);
+                    for (int h = 0; h < na; h++)
+                        for (int i = 0; i < m; i++)
+                            kern_axpy(o2 + (size_t)h * n, q[h * 12 + i], b + (size_t)i * stride, n);
+                    if (!bad && memcmp(o1, o2, (size_t)na * n * 4))
+                        bad = 3 + m + 100 * n + 1000 * na + 100000 * path;
+                    free(q), free(h1), free(o1), free(o2);
                 }
                 free(a), free(b), free(y1), free(y2);
             }
         }
     }
+    kern_force_avx2(false);
     kern_force_scalar(false);
     CHECKF(!bad, "row helpers differ from per-row calls (code %d)", bad);
 }

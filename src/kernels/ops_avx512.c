@@ -1,0 +1,120 @@
+/* ops_avx512.c — the attention helpers with 512-bit vectors (AVX-512 CPUs):
+ * query heads against a run of cached K rows, and the weighted sum of V rows
+ * for several heads. Prefill attention spends most of its time in these.
+ *
+ * Both give the AVX2 helpers' bits exactly. kern_dot keeps two 8-lane sums,
+ * over columns [16j, 16j + 8) and [16j + 8, 16j + 16); one 16-lane FMA over
+ * columns [16j, 16j + 16) is those two FMAs lane for lane, and its halves
+ * add and reduce as hsum8 does. The weighted sums are one FMA per element and
+ * row, in row order, at any vector width. What the wider vectors buy is
+ * fewer loads: four heads' partial dot products share each K load (the AVX2
+ * helper reloads every query per row), and four heads' outputs stay in
+ * registers while each V row is loaded once for all of them (the AVX2 path
+ * reloads it per head). */
+#include "kernels/kern_internal.h"
+
+#include <immintrin.h>
+
+#include "kernels/hsum_avx2.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* low + high 256-bit halves: kern_dot's s0 + s1 */
+AI __m256 halves(__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+/* Heads a[h0 .. h0+4) against rows [i, i + R) (R = 1 or 2). */
+AI void dot4(float *out, size_t ld, const float *a, int h0, const float *b, size_t stride, int i,
+             const int R, int n) {
+    __m512 acc[2][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) acc[r][q] = _mm512_setzero_ps();
+    const float *aq = a + (size_t)h0 * n;
+    for (int k = 0; k < n; k += 16) {
+        __m512 bk[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) bk[r] = _mm512_loadu_ps(b + (size_t)(i + r) * stride + k);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            __m512 av = _mm512_loadu_ps(aq + (size_t)q * n + k);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) acc[r][q] = _mm512_fmadd_ps(av, bk[r], acc[r][q]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++) {
+        __m256 v[4];
+        float o[4];
+        for (int q = 0; q < 4; q++) v[q] = halves(acc[r][q]);
+        hsum8x4(v, o);
+        for (int q = 0; q < 4; q++) out[(size_t)(h0 + q) * ld + i + r] = o[q];
+    }
+}
+
+void kern_dot_heads_avx512(float *out, size_t ld, const float *a, int n_a, const float *b,
+                           size_t stride, int m, int n) {
+    int h = 0;
+    for (; n % 16 == 0 && h + 4 <= n_a; h += 4) {
+        int i = 0;
+        for (; i + 2 <= m; i += 2) dot4(out, ld, a, h, b, stride, i, 2, n);
+        if (i < m) dot4(out, ld, a, h, b, stride, i, 1, n);
+    }
+    if (h < n_a) /* fewer than four heads left (or n not whole 16s) */
+        kern_dot_heads_avx2(out + (size_t)h * ld, ld, a + (size_t)h * n, n_a - h, b, stride, m, n);
+}
+
+/* Heads [h0, h0 + H) (H <= 4), columns [c, c + 64). */
+AI void axpy64(float *y, size_t ldy, const float *a, size_t lda, int h0, const int H,
+               const float *x, size_t stride, int m, int c) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int h = 0; h < H; h++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) acc[h][v] = _mm512_loadu_ps(y + (h0 + h) * ldy + c + 16 * v);
+    for (int i = 0; i < m; i++) {
+        const float *r = x + (size_t)i * stride + c;
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) xv[v] = _mm512_loadu_ps(r + 16 * v);
+#pragma GCC unroll 4
+        for (int h = 0; h < H; h++) {
+            __m512 va = _mm512_set1_ps(a[(h0 + h) * lda + i]);
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) acc[h][v] = _mm512_fmadd_ps(va, xv[v], acc[h][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < H; h++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) _mm512_storeu_ps(y + (h0 + h) * ldy + c + 16 * v, acc[h][v]);
+}
+
+void kern_axpy_heads_avx512(float *y, size_t ldy, const float *a, size_t lda, int n_a,
+                            const float *x, size_t stride, int m, int n) {
+    int c = 0;
+    for (; n % 8 == 0 && c + 64 <= n; c += 64) {
+        int h = 0;
+        for (; h + 4 <= n_a; h += 4) axpy64(y, ldy, a, lda, h, 4, x, stride, m, c);
+        switch (n_a - h) {
+        case 3:
+            axpy64(y, ldy, a, lda, h, 3, x, stride, m, c);
+            break;
+        case 2:
+            axpy64(y, ldy, a, lda, h, 2, x, stride, m, c);
+            break;
+        case 1:
+            axpy64(y, ldy, a, lda, h, 1, x, stride, m, c);
+            break;
+        default:
+            break;
+        }
+    }
+    if (c < n) /* the columns past whole 64s, as the AVX2 path does them */
+        for (int h = 0; h < n_a; h++)
+            for (int i = 0; i < m; i++)
+                kern_axpy_avx2(y + h * ldy + c, a[h * lda + i], x + (size_t)i * stride + c, n - c);
+}
