@@ -20,7 +20,7 @@
  * falling out of the last unpack against zero) and multiplied at once; two
  * row groups and up to four tokens (bf16: one group, up to eight tokens) are
  * in flight so the per-element FMA chains overlap. Above GEMV_MAX_N tokens
- * packing pays for itself. */
+ * (GEMV_MAX_N_AVX512 with the AVX-512 tile) packing pays for itself. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -36,8 +36,12 @@
 #define GEMV_G     2   /* small n: 8-row groups in flight (16 rows per block) */
 #define GEMV_T     8   /* small n: tokens per pass over a block (bf16; else 4) */
 #define GEMV_MAX_N 8   /* small-n path up to this many tokens */
-#define GEMV_PF    512 /* small n, bf16: columns prefetched ahead */
-#define GEMV_KS    32  /* small n: columns per step (a row's cache line of bf16) */
+/* ... with the AVX-512 tile, which packs and multiplies so much faster that
+ * from 5 tokens on the packed GEMM streamed the weights faster: at 8 tokens,
+ * 1.5x (batch-invariant decode of the llama-1b matrices, from memory) */
+#define GEMV_MAX_N_AVX512 4
+#define GEMV_PF           512 /* small n, bf16: columns prefetched ahead */
+#define GEMV_KS           32  /* small n: columns per step (a row's cache line of bf16) */
 
 #define AI static inline __attribute__((always_inline))
 
@@ -479,7 +483,7 @@ void kern_gemm_avx2(pool *p, float *y, const float *x, const kern_mat *W, const 
                     int n) {
     gemm_job j = {.W = W, .y = y, .x = x, .bias = bias, .n = n};
     j.n_panels = (W->rows + GEMM_NR - 1) / GEMM_NR;
-    if (n <= GEMV_MAX_N) {
+    if (n <= (kern_use_avx512() ? GEMV_MAX_N_AVX512 : GEMV_MAX_N)) {
         /* several tasks per thread, so a late-waking worker does not leave
          * one thread with all the rows; small matrices stay on one thread */
         int blocks = (W->rows + 8 * GEMV_G - 1) / (8 * GEMV_G);
