@@ -77,28 +77,35 @@ AI void sb512(const kern_mat *W, const float *xp, size_t ldx, int r0, int t0, co
         for (int t = 0; t < T; t++) part[r * ld + t] = acc[r][t];
 }
 
-/* One chunk of every token pass: T at a time, the remainder with its own
- * register count. */
+/* Runs PASS(t, T) for the token passes over [t_lo, t_hi): SB512_T tokens at a
+ * time, then the remainder with its own constant count, so that each pass's
+ * accumulators stay in registers. */
+#define TOKEN_PASSES(t_lo, t_hi, PASS)                                                             \
+    do {                                                                                           \
+        int t_ = (t_lo);                                                                           \
+        for (; t_ + SB512_T <= (t_hi); t_ += SB512_T) PASS(t_, SB512_T);                           \
+        switch ((t_hi)-t_) {                                                                       \
+        case 3:                                                                                    \
+            PASS(t_, 3);                                                                           \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            PASS(t_, 2);                                                                           \
+            break;                                                                                 \
+        case 1:                                                                                    \
+            PASS(t_, 1);                                                                           \
+            break;                                                                                 \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    } while (0)
+
+/* One chunk of every token pass; the first one streams. */
 AI void sb512_chunk(const kern_mat *W, const float *xp, size_t ldx, int r0, const int R, int t_lo,
                     int t_hi, int k0, int k1, __m512 *part) {
-    int nt = t_hi - t_lo, t = t_lo;
-    for (; t + SB512_T <= t_hi; t += SB512_T)
-        sb512(W, xp, ldx, r0, t, R, SB512_T, k0, k1, part + (t - t_lo), nt, t == t_lo);
-    __m512 *pt = part + (t - t_lo);
-    bool first = t == t_lo;
-    switch (t_hi - t) {
-    case 3:
-        sb512(W, xp, ldx, r0, t, R, 3, k0, k1, pt, nt, first);
-        break;
-    case 2:
-        sb512(W, xp, ldx, r0, t, R, 2, k0, k1, pt, nt, first);
-        break;
-    case 1:
-        sb512(W, xp, ldx, r0, t, R, 1, k0, k1, pt, nt, first);
-        break;
-    default:
-        break;
-    }
+    int nt = t_hi - t_lo;
+#define PASS(t, T) sb512(W, xp, ldx, r0, t, R, T, k0, k1, part + (t - t_lo), nt, t == t_lo)
+    TOKEN_PASSES(t_lo, t_hi, PASS);
+#undef PASS
 }
 
 AI void rows_bf16(const kern_mat *W, float *y, const float *x, const float *xp, size_t ldx,
@@ -224,25 +231,11 @@ AI void sb512_i8(const kern_mat *W, const int8_t *xq, const float *xs, int nb, i
 AI void sb512_i8_chunk(const kern_mat *W, const int8_t *xq, const float *xs, int nb, int r0,
                        const int R, int t_lo, int t_hi, int k0, int k1, __m512 *part,
                        const bool per_row, const bool tail) {
-    int nt = t_hi - t_lo, t = t_lo;
-    for (; t + SB512_T <= t_hi; t += SB512_T)
-        sb512_i8(W, xq, xs, nb, r0, t, R, SB512_T, k0, k1, part + (t - t_lo), nt, t == t_lo,
-                 per_row, tail);
-    __m512 *pt = part + (t - t_lo);
-    bool first = t == t_lo;
-    switch (t_hi - t) {
-    case 3:
-        sb512_i8(W, xq, xs, nb, r0, t, R, 3, k0, k1, pt, nt, first, per_row, tail);
-        break;
-    case 2:
-        sb512_i8(W, xq, xs, nb, r0, t, R, 2, k0, k1, pt, nt, first, per_row, tail);
-        break;
-    case 1:
-        sb512_i8(W, xq, xs, nb, r0, t, R, 1, k0, k1, pt, nt, first, per_row, tail);
-        break;
-    default:
-        break;
-    }
+    int nt = t_hi - t_lo;
+#define PASS(t, T)                                                                                 \
+    sb512_i8(W, xq, xs, nb, r0, t, R, T, k0, k1, part + (t - t_lo), nt, t == t_lo, per_row, tail)
+    TOKEN_PASSES(t_lo, t_hi, PASS);
+#undef PASS
 }
 
 AI void rows_i8(const kern_mat *W, float *y, const int8_t *xq, const float *xs, int nb,
