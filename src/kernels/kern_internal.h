@@ -11,6 +11,10 @@
 bool kern_use_avx2(void);
 bool kern_use_avx512(void);      /* AVX-512 F, BW, VL */
 bool kern_use_avx512_vnni(void); /* ... and VNNI */
+bool kern_use_avx512_bf16(void); /* ... and BF16 */
+/* For tests and benchmarks: the paths for AVX-512 without BF16 on a CPU
+ * that has it (true), or the best ones again (false). */
+void kern_force_no_avx512_bf16(bool on);
 bool kern_batch_inv(void);
 
 /* Int8 matmul: activations are quantized on the fly to int8 in blocks of
@@ -52,6 +56,14 @@ void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, 
  * by kern_quantize_act (xq n x cols, xs n x nb block scales). */
 void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const float *xs, int nb,
                             const float *bias, int r0, int R, int t_lo, int t_hi);
+
+/* Every bf16 matmul on CPUs with AVX-512 BF16 (matmul_bf16_avx512.c):
+ * vdpbf16ps on the activations rounded to bf16, one order for every n. */
+void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *W,
+                             const float *bias, int n);
+/* dst = src rounded to bf16 values (kern_f32_to_bf16, kept as f32): what a
+ * bf16 matmul multiplies the weights by. dst may be src. */
+void kern_round_bf16(float *dst, const float *src, size_t n);
 
 /* Blocked AVX2 GEMM for prefill (gemm_avx2.c); used above KERN_GEMM_MIN_N
  * tokens outside batch-invariant mode (below it the weight-streaming kernel

@@ -5,7 +5,8 @@
  * version (ops_avx2.c, matmul_avx2.c) or the portable one here. On CPUs with
  * AVX-512 the GEMM's register tile (gemm_avx512.c), the batched-decode row
  * blocks (matmul_avx512.c) and the attention helpers (ops_avx512.c) are
- * 512-bit. The scalar versions are the reference the tests compare against,
+ * 512-bit, and with AVX-512 BF16 every bf16 matmul runs on bf16 dot products
+ * (matmul_bf16_avx512.c). The scalar versions are the reference the tests compare against,
  * so they are written plainly, in the order the math is defined.
  *
  * Global state: the dispatch switches below (set by kern_init,
@@ -16,12 +17,14 @@
 #include <stdatomic.h>
 #include <string.h>
 
-static atomic_bool have_avx2;    /* CPU supports AVX2+FMA+F16C */
-static atomic_bool have_avx512;  /* ... and AVX-512 F/BW/VL */
-static atomic_bool have_vnni;    /* ... and AVX-512 VNNI */
-static atomic_bool force_scalar; /* tests: use the scalar path */
-static atomic_bool force_avx2;   /* tests: AVX2 even where AVX-512 is there */
-static atomic_bool batch_inv;    /* batch-invariant reduction order */
+static atomic_bool have_avx2;     /* CPU supports AVX2+FMA+F16C */
+static atomic_bool have_avx512;   /* ... and AVX-512 F/BW/VL */
+static atomic_bool have_vnni;     /* ... and AVX-512 VNNI */
+static atomic_bool have_bf16;     /* ... and AVX-512 BF16 */
+static atomic_bool force_scalar;  /* tests: use the scalar path */
+static atomic_bool force_avx2;    /* tests: AVX2 even where AVX-512 is there */
+static atomic_bool force_no_bf16; /* tests: not AVX-512 BF16 even where it is there */
+static atomic_bool batch_inv;     /* batch-invariant reduction order */
 static atomic_bool inited;
 
 void kern_init(void) {
@@ -34,6 +37,7 @@ void kern_init(void) {
                   __builtin_cpu_supports("avx512vl");
     atomic_store(&have_avx512, avx512);
     atomic_store(&have_vnni, avx512 && __builtin_cpu_supports("avx512vnni"));
+    atomic_store(&have_bf16, avx512 && __builtin_cpu_supports("avx512bf16"));
     atomic_store(&inited, true);
 }
 
@@ -60,8 +64,20 @@ bool kern_use_avx512_vnni(void) {
     return kern_use_avx512() && atomic_load_explicit(&have_vnni, memory_order_relaxed);
 }
 
+bool kern_use_avx512_bf16(void) {
+    return kern_use_avx512() && atomic_load_explicit(&have_bf16, memory_order_relaxed) &&
+           !atomic_load_explicit(&force_no_bf16, memory_order_relaxed);
+}
+
+void kern_force_no_avx512_bf16(bool on) {
+    atomic_store(&force_no_bf16, on);
+}
+
 const char *kern_isa(void) {
-    return kern_use_avx512() ? "avx2+avx512" : kern_use_avx2() ? "avx2" : "scalar";
+    return kern_use_avx512_bf16() ? "avx2+avx512+bf16"
+           : kern_use_avx512()    ? "avx2+avx512"
+           : kern_use_avx2()      ? "avx2"
+                                  : "scalar";
 }
 
 void kern_set_batch_invariant(bool on) {
@@ -94,6 +110,10 @@ uint16_t kern_f32_to_bf16(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
+}
+
+void kern_round_bf16(float *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = kern_bf16_to_f32(kern_f32_to_bf16(src[i]));
 }
 
 float kern_f16_to_f32(uint16_t h) {

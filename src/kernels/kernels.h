@@ -2,7 +2,8 @@
  *
  * Weights are row-major matrices W[rows][cols] as Hugging Face stores a
  * Linear's weight (rows = output features, cols = input features). Activations
- * are f32, row-major, one row per token. Each kernel has a portable scalar
+ * are f32, row-major, one row per token; a bf16 matmul multiplies them rounded
+ * to bf16 (products exact, sums in f32), as bf16 models compute. Each kernel has a portable scalar
  * path and an AVX2/FMA path picked at run time (kern_init); tests force the
  * scalar path with kern_force_scalar to check both. On CPUs with AVX-512 the
  * prefill GEMM runs 512-bit FMAs in the same order (the same bits);
@@ -42,7 +43,8 @@ void kern_init(void);
 void kern_force_scalar(bool on);
 /* For tests: the AVX2 paths even where AVX-512 is present. */
 void kern_force_avx2(bool on);
-/* Name of the active path ("avx2+avx512", "avx2", "scalar"). */
+/* Name of the active path ("avx2+avx512+bf16", "avx2+avx512", "avx2",
+ * "scalar"). */
 const char *kern_isa(void);
 void kern_set_batch_invariant(bool on);
 
@@ -100,6 +102,9 @@ void kern_rope(float *x, const float *cos, const float *sin, int dim, bool inter
  * last-level cache, and fp32 FMA peak in GFLOP/s. */
 double kern_measure_read_bandwidth(pool *p, size_t bytes);
 double kern_measure_fma_peak(pool *p);
+/* The peak of the bf16 dot products bf16 matmuls run on (AVX-512 BF16), in
+ * GFLOP/s; 0 where the CPU has none (bf16 matmuls then run on FMAs). */
+double kern_measure_bf16_dot_peak(pool *p);
 
 /* `deepinfer bench --kernels`: prints to stdout one line per figure (the two
  * limits, decode GEMV GB/s and % of bandwidth, GEMM GFLOP/s and % of peak). */

@@ -1,7 +1,7 @@
-/* limits.c — measures the machine's two limits the benchmarks report their
- * figures against: streaming read bandwidth and fp32 FMA peak, both with
- * every thread of the pool. Measured in the same run as the benchmark because
- * absolute figures drift between runs and machines.
+/* limits.c — measures the machine's limits the benchmarks report their
+ * figures against: streaming read bandwidth and fp32 FMA peak (and, where
+ * bf16 matmuls run on vdpbf16ps, its peak), all with every thread of the pool. Measured in the same
+ * run as the benchmark because absolute figures drift between runs and machines.
  *
  * The FMA peak is taken at the widest vectors the kernels use (AVX-512 where
  * the CPU has it). The vector loops use target attributes rather than an *_avx2.c
@@ -81,6 +81,7 @@ double kern_measure_read_bandwidth(pool *p, size_t bytes) {
 
 typedef struct fma_job {
     long iters;
+    bool dpbf16; /* vdpbf16ps rather than FMAs */
     double secs[64];
     float sink[64];
 } fma_job;
@@ -133,6 +134,22 @@ __attribute__((target("avx512f"))) static float fma_avx512(long iters) {
     return _mm512_reduce_add_ps(s);
 }
 
+/* bf16 dot products (vdpbf16ps, two multiply-adds per lane) on CPUs with
+ * AVX-512 BF16: the arithmetic bf16 matmuls run on there. */
+__attribute__((target("avx512f,avx512bf16"))) static float dpbf16_avx512(long iters) {
+    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3a83), b = (__m512bh)_mm512_set1_epi16(0x3a83);
+    __m512 c[FMA_CHAINS];
+#pragma GCC unroll 12
+    for (int i = 0; i < FMA_CHAINS; i++) c[i] = _mm512_set1_ps(0.01f * (float)i);
+    for (long it = 0; it < iters; it++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < FMA_CHAINS; i++) c[i] = _mm512_dpbf16_ps(c[i], a, b);
+    }
+#pragma GCC unroll 12
+    for (int i = 1; i < FMA_CHAINS; i++) c[0] = _mm512_add_ps(c[0], c[i]);
+    return _mm512_reduce_add_ps(c[0]);
+}
+
 static float fma_scalar(long iters) {
     float acc[FMA_CHAINS];
     for (int i = 0; i < FMA_CHAINS; i++) acc[i] = (float)i * 0.01f;
@@ -147,17 +164,18 @@ static float fma_scalar(long iters) {
 static void fma_task(void *ctx, int task, int n_tasks) {
     fma_job *j = ctx;
     double t0 = di_now();
-    j->sink[task & 63] = kern_use_avx512() ? fma_avx512(j->iters)
-                         : kern_use_avx2() ? fma_avx2(j->iters)
-                                           : fma_scalar(j->iters);
+    j->sink[task & 63] = j->dpbf16           ? dpbf16_avx512(j->iters)
+                         : kern_use_avx512() ? fma_avx512(j->iters)
+                         : kern_use_avx2()   ? fma_avx2(j->iters)
+                                             : fma_scalar(j->iters);
     j->secs[task & 63] = di_now() - t0;
 }
 
-double kern_measure_fma_peak(pool *p) {
+/* Multiply-adds per instruction and chain times 2 FLOPs, over every thread. */
+static double chains_peak(pool *p, bool dpbf16, double lanes) {
     int tasks = pool_threads(p);
     if (tasks > 64) tasks = 64;
-    double lanes = kern_use_avx512() ? 16.0 : kern_use_avx2() ? 8.0 : 1.0;
-    fma_job j = {.iters = 200000};
+    fma_job j = {.iters = 200000, .dpbf16 = dpbf16};
     pool_run(p, fma_task, &j, tasks); /* warm-up, also sizes the run */
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
@@ -171,4 +189,12 @@ double kern_measure_fma_peak(pool *p) {
     volatile float keep = j.sink[0];
     (void)keep;
     return best / 1e9;
+}
+
+double kern_measure_fma_peak(pool *p) {
+    return chains_peak(p, false, kern_use_avx512() ? 16.0 : kern_use_avx2() ? 8.0 : 1.0);
+}
+
+double kern_measure_bf16_dot_peak(pool *p) {
+    return kern_use_avx512_bf16() ? chains_peak(p, true, 32.0) : 0.0;
 }

@@ -1,5 +1,10 @@
 /* matmul.c — kern_matmul's entry point and its portable scalar path.
  *
+ * A bf16 matmul multiplies by the activations rounded to bf16 (as a bf16
+ * model does on accelerators): on CPUs with AVX-512 BF16 by vdpbf16ps
+ * (matmul_bf16_avx512.c) at every n; elsewhere the activations are rounded
+ * here and the f32 kernels multiply them exactly.
+ *
  * The entry point hands the call to the AVX2 implementation when it is active
  * and handles the case; otherwise the scalar path here runs. The scalar path
  * is the reference: each output element is a plain sequential sum over the
@@ -111,6 +116,19 @@ void kern_matmul_scalar(pool *p, float *y, const float *x, const kern_mat *W, co
 
 void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const float *bias, int n) {
     if (n <= 0 || W->rows <= 0) return;
-    if (kern_use_avx2() && kern_matmul_avx2(p, y, x, W, bias, n, kern_batch_inv())) return;
-    kern_matmul_scalar(p, y, x, W, bias, n);
+    float *xr = NULL;
+    if (W->dtype == KT_BF16) {
+        if (kern_use_avx512_bf16() && W->cols > 0) {
+            kern_matmul_bf16_avx512(p, y, x, W, bias, n);
+            return;
+        }
+        /* bf16 times bf16: the activations rounded, the products exact */
+        size_t nx = (size_t)n * W->cols;
+        xr = di_malloc(nx * sizeof(float));
+        kern_round_bf16(xr, x, nx);
+        x = xr;
+    }
+    if (!kern_use_avx2() || !kern_matmul_avx2(p, y, x, W, bias, n, kern_batch_inv()))
+        kern_matmul_scalar(p, y, x, W, bias, n);
+    free(xr);
 }

@@ -318,9 +318,12 @@ static void mla_paths_agree(const char *name, model_dtype dt, int l, int T) {
     model_kv_pool_free(kv);
     model_free(m);
     free(x), free(o1), free(o2), free(stage), free(pos), free(seq_of), free(toks);
-    CHECKF(sc > 0 && d <= 1e-5 * sc, "%s layer %d chunk: |expanded - absorbed| %g of %g", name, l,
-           d, sc);
-    CHECKF(sc1 > 0 && d1 <= 1e-5 * sc1, "%s layer %d step: |expanded - absorbed| %g of %g", name, l,
+    /* bf16: the paths round different operands to bf16 (the latent, the
+     * absorbed query), so they agree to about bf16's precision */
+    double tol = dt == MODEL_DTYPE_BF16 ? 1e-2 : 1e-5;
+    CHECKF(sc > 0 && d <= tol * sc, "%s layer %d chunk: |expanded - absorbed| %g of %g", name, l, d,
+           sc);
+    CHECKF(sc1 > 0 && d1 <= tol * sc1, "%s layer %d step: |expanded - absorbed| %g of %g", name, l,
            d1, sc1);
 }
 

@@ -77,7 +77,8 @@ static void free_mat(tmat *t) {
 }
 
 /* Checks y against a double reference. For int8 the activations are
- * quantized in blocks of 32, which the bound allows for. */
+ * quantized in blocks of 32, which the bound allows for; a bf16 matmul
+ * multiplies by the activations rounded to bf16, so the reference does. */
 static int check_matmul(const tmat *t, const float *x, const float *bias, const float *y, int n,
                         char *why, size_t why_len) {
     int rows = t->m.rows, cols = t->m.cols;
@@ -92,9 +93,10 @@ static int check_matmul(const tmat *t, const float *x, const float *bias, const 
         for (int r = 0; r < rows; r++) {
             double ref = bias ? bias[r] : 0, mag = 0, qerr = 0;
             for (int c = 0; c < cols; c++) {
-                double w = t->deq[(size_t)r * cols + c];
-                ref += w * xt[c];
-                mag += fabs(w * xt[c]);
+                double w = t->deq[(size_t)r * cols + c], xv = xt[c];
+                if (t->m.dtype == KT_BF16) xv = kern_bf16_to_f32(kern_f32_to_bf16(xt[c]));
+                ref += w * xv;
+                mag += fabs(w * xv);
                 qerr += fabs(w) * bmax[c / 32] / 127.0 * 0.5;
             }
             double tol = 2e-6 * (mag + 1) * sqrt((double)cols + 1) + 1e-6;
@@ -121,10 +123,11 @@ static const shape shapes[] = {
     {50, 128, 64}, {3, 1000, 9}, {64, 64, 100}, {37, 160, 130},
 };
 
-static void run_matmul_suite(bool scalar, bool avx2) {
+static void run_matmul_suite(bool scalar, bool avx2, bool no_bf16) {
     pool *p = pool_create(2);
     kern_force_scalar(scalar);
     kern_force_avx2(avx2);
+    kern_force_no_avx512_bf16(no_bf16);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         shape sh = shapes[s];
         for (int d = 0; d < 7; d++) {
@@ -158,17 +161,22 @@ static void run_matmul_suite(bool scalar, bool avx2) {
     }
     kern_force_scalar(false);
     kern_force_avx2(false);
+    kern_force_no_avx512_bf16(false);
     pool_free(p);
 }
 
 TEST(kern_matmul_scalar_vs_reference) {
-    run_matmul_suite(true, false);
+    run_matmul_suite(true, false, false);
 }
 TEST(kern_matmul_avx2_vs_reference) {
-    run_matmul_suite(false, true);
+    run_matmul_suite(false, true, false);
 }
 TEST(kern_matmul_best_vs_reference) {
-    run_matmul_suite(false, false);
+    run_matmul_suite(false, false, false);
+}
+/* On CPUs with AVX-512 BF16: the AVX-512 paths the others take for bf16. */
+TEST(kern_matmul_avx512_without_bf16_vs_reference) {
+    run_matmul_suite(false, false, true);
 }
 
 /* A random matrix (dtype d, shape sh, int8 group) times sh.n random tokens,
@@ -195,7 +203,9 @@ static bool matmul_same_bits(kern_dtype d, shape sh, int group, pool *pa, pool *
  * batch-invariant mode (there int8 takes the small-n kernel, not the GEMM). */
 TEST(kern_gemm_avx512_equals_avx2) {
     kern_force_avx2(false);
+    kern_force_no_avx512_bf16(true); /* bf16 takes vdpbf16ps where it can */
     if (!kern_use_avx512()) {
+        kern_force_no_avx512_bf16(false);
         printf("    (skipped: no AVX-512 on this CPU)\n");
         return;
     }
@@ -211,6 +221,7 @@ TEST(kern_gemm_avx512_equals_avx2) {
         }
     }
     kern_set_batch_invariant(false);
+    kern_force_no_avx512_bf16(false);
     pool_free(p);
     CHECKF(!bad, "AVX-512 and AVX2 GEMM differ (code %d)", bad);
 }
@@ -573,8 +584,8 @@ TEST(kern_rope_pair_orders) {
 
 TEST(kern_row_and_isa) {
     kern_init();
-    CHECK(strcmp(kern_isa(), "avx2+avx512") == 0 || strcmp(kern_isa(), "avx2") == 0 ||
-          strcmp(kern_isa(), "scalar") == 0);
+    CHECK(strcmp(kern_isa(), "avx2+avx512+bf16") == 0 || strcmp(kern_isa(), "avx2+avx512") == 0 ||
+          strcmp(kern_isa(), "avx2") == 0 || strcmp(kern_isa(), "scalar") == 0);
     kern_force_avx2(true);
     CHECK(strcmp(kern_isa(), "avx2") == 0 || strcmp(kern_isa(), "scalar") == 0);
     kern_force_avx2(false);

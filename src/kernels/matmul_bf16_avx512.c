@@ -1,0 +1,331 @@
+/* matmul_bf16_avx512.c — the bf16 matmul at every n on CPUs with AVX-512
+ * BF16 (Zen 4 and later, Sapphire Rapids and later): bf16 weights times
+ * activations rounded to bf16, by vdpbf16ps.
+ *
+ * Numerics. A bf16 matmul multiplies bf16 weights by activations rounded to
+ * bf16 (to nearest even, kern_round_bf16), the products exact in f32 and
+ * summed in f32 — what a bf16 model computes on accelerators, and what the
+ * other paths compute too (kern_matmul rounds the activations for them). So
+ * this path differs from them only in the order of the sums. vdpbf16ps does
+ * two of those products per 32-bit lane, 32 per instruction: twice the
+ * arithmetic of an f32 FMA with no widening of the weights, which is what
+ * batched decode and prefill are bound by.
+ *
+ * Shape. Dot-product style, as the other row blocks: a block of 4 rows stays
+ * in L1 while the tokens pass over it 4 at a time (16 accumulators in
+ * registers), column chunk by column chunk, the partial sums parked in
+ * memory in between, so the rows stream in evenly while the later passes
+ * compute from L1. The first pass over a chunk prefetches the next row block
+ * at the same columns. Tokens come in tiles whose bf16 activations stay in
+ * L2 while the task's rows pass over them; prefill re-reads the weights once
+ * per tile. Threads split the rows.
+ *
+ * Order. Per (row, token): one 16-lane accumulator over the columns 32 at a
+ * time in order (the last, partial step masked), one fixed reduction, then
+ * the bias. It depends on the matrix shape alone — not on n, the tile, the
+ * thread count or the token's place in the batch — so this path is
+ * batch-invariant by construction and serves both modes. */
+#include "kernels/kern_internal.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512bf16")
+
+#define AI static inline __attribute__((always_inline))
+
+#define DP_R        4    /* rows per block */
+#define DP_T        4    /* tokens per pass, in registers */
+#define DP_KC       1024 /* columns per chunk */
+#define DP_TILE_MAX 64   /* tokens per token tile, at most (partial sums on the stack) */
+/* bf16 activations of one token tile that stay in L2 */
+#define DP_TILE_BYTES (256 << 10)
+
+typedef struct dp_job {
+    const kern_mat *W;
+    float *y;
+    const uint16_t *xb; /* n x ldx bf16 activations, zero past the columns */
+    size_t ldx;
+    const float *bias;
+    int n, tile;
+} dp_job;
+
+/* One step of 32 columns at k: acc[r][t] += rows' pairs . tokens' pairs (the
+ * weights loaded under mask m, the activations zero past the row); with pf,
+ * prefetches the rows `ahead` elements on. */
+AI void dp_step(const uint16_t *const *w, const uint16_t *const *x, int k, __mmask32 m,
+                __m512 acc[DP_R][DP_T], const int R, const int T, const bool pf, size_t ahead) {
+    __m512bh xv[DP_T];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) xv[t] = (__m512bh)_mm512_loadu_si512(x[t] + k);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        if (pf) _mm_prefetch((const char *)(w[r] + k + ahead), _MM_HINT_T0);
+        __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, w[r] + k);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xv[t]);
+    }
+}
+
+/* Adds columns [k0, k1) (k1 - k0 a multiple of 32; past the row's end the
+ * last step is masked) of rows [r0, r0 + R) times tokens [t0, t0 + T) onto
+ * part[r * ld + t]. With pf, prefetches the next row block at the same
+ * columns (other pages, which the hardware prefetcher does not cross). */
+AI void dp_pass(const dp_job *j, int r0, int t0, const int R, const int T, int k0, int k1,
+                __m512 *part, int ld, const bool pf) {
+    const kern_mat *W = j->W;
+    int K = W->cols, kend = k1 < (K & ~31) ? k1 : (K & ~31);
+    const uint16_t *w[DP_R], *x[DP_T];
+    for (int r = 0; r < R; r++) w[r] = (const uint16_t *)W->data + (size_t)(r0 + r) * K;
+    for (int t = 0; t < T; t++) x[t] = j->xb + (size_t)(t0 + t) * j->ldx;
+    __m512 acc[DP_R][DP_T];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = part[r * ld + t];
+    for (int k = k0; k < kend; k += 32) dp_step(w, x, k, ~0u, acc, R, T, pf, (size_t)DP_R * K);
+    if (kend < k1) dp_step(w, x, kend, (1u << (K % 32)) - 1, acc, R, T, false, 0);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) part[r * ld + t] = acc[r][t];
+}
+
+/* Rows [r0, r0 + R) for tokens [t_lo, t_hi): every chunk's token passes
+ * (DP_T tokens at a time, then the rest at a constant count, so that the
+ * accumulators stay in registers), then the sums. */
+AI void dp_rows(const dp_job *j, int r0, const int R, int t_lo, int t_hi) {
+    const kern_mat *W = j->W;
+    int K = W->cols, K32 = (K + 31) & ~31, nt = t_hi - t_lo;
+    __m512 part[DP_R * DP_TILE_MAX];
+    for (int i = 0; i < R * nt; i++) part[i] = _mm512_setzero_ps();
+    for (int k0 = 0; k0 < K32; k0 += DP_KC) {
+        int k1 = k0 + DP_KC < K32 ? k0 + DP_KC : K32;
+        int t = t_lo;
+#define PASS(T)                                                                                    \
+    if (t == t_lo) /* the pass that streams the rows in */                                         \
+        dp_pass(j, r0, t, R, T, k0, k1, part, nt, true);                                           \
+    else                                                                                           \
+        dp_pass(j, r0, t, R, T, k0, k1, part + (t - t_lo), nt, false)
+        for (; t + DP_T <= t_hi; t += DP_T) PASS(DP_T);
+        switch (t_hi - t) {
+        case 3:
+            PASS(3);
+            break;
+        case 2:
+            PASS(2);
+            break;
+        case 1:
+            PASS(1);
+            break;
+        default:
+            break;
+        }
+#undef PASS
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = t_lo; t < t_hi; t++) {
+            float s = _mm512_reduce_add_ps(part[r * nt + t - t_lo]);
+            j->y[(size_t)t * W->rows + r0 + r] = s + (j->bias ? j->bias[r0 + r] : 0.0f);
+        }
+}
+
+/* ---- prefill (plain mode, n > KERN_GEMM_MIN_N): a packed GEMM ----------- */
+/* Blocked like gemm_avx2.c: panels of 16 rows x DPG_KC columns are packed as
+ * column pairs ([pair][row], one 32-bit lane per row and pair, the layout
+ * vdpbf16ps multiplies), a group of DPG_NCP panels stays in L2 while every
+ * token passes, and a register tile of up to 12 tokens x 2 panels takes one
+ * broadcast pair of activations per token and pair of columns. Each output
+ * sums its pairs in order within a column block, then adds onto y: an order
+ * of its own (n never changes it, but batch-invariant mode keeps the row
+ * blocks at every n, so that n = 1 and prefill agree). */
+#define DPG_KC  512 /* columns per block (256 pairs) */
+#define DPG_NR  16  /* rows per panel */
+#define DPG_NCP 8   /* panels per L2-resident group */
+#define DPG_MR  12  /* tokens per register tile */
+
+/* Packs rows [r0, r0 + 16) x columns [k0, k0 + kc) into dst[pair][16];
+ * rows past the matrix and the column past an odd end are zero. */
+static void dpg_pack(uint32_t *dst, const kern_mat *W, int r0, int k0, int kc) {
+    int K = W->cols, np = (kc + 1) / 2, full = kc / 2;
+    for (int i = 0; i < DPG_NR; i++) {
+        int r = r0 + i;
+        if (r >= W->rows) {
+            for (int q = 0; q < np; q++) dst[(size_t)q * DPG_NR + i] = 0;
+            continue;
+        }
+        const uint16_t *w = (const uint16_t *)W->data + (size_t)r * K + k0;
+        for (int q = 0; q < full; q++) {
+            uint32_t v;
+            memcpy(&v, w + 2 * q, 4);
+            dst[(size_t)q * DPG_NR + i] = v;
+        }
+        if (np > full) dst[(size_t)full * DPG_NR + i] = w[2 * full];
+    }
+}
+
+/* c[i][16p .. 16p+16) += sum over pairs of x[i] times panel p, i < MR, p < NP;
+ * m0, m1 mask the panels' valid rows. */
+AI void dpg_tile(const uint32_t *pw, size_t pstride, const uint16_t *x, size_t ldx, int npairs,
+                 float *c, size_t ldc, const int MR, const int NP, __mmask16 m0, __mmask16 m1) {
+    __m512 acc[DPG_MR][2];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int q = 0; q < npairs; q++) {
+        __m512bh w0 = (__m512bh)_mm512_load_si512(pw + (size_t)q * DPG_NR);
+        __m512bh w1 = NP > 1 ? (__m512bh)_mm512_load_si512(pw + pstride + (size_t)q * DPG_NR) : w0;
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; i++) {
+            int32_t pair;
+            memcpy(&pair, x + (size_t)i * ldx + 2 * q, 4);
+            __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], w0, xb);
+            if (NP > 1) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], w1, xb);
+        }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+        for (int p = 0; p < NP; p++) {
+            float *ci = c + (size_t)i * ldc + DPG_NR * p;
+            __mmask16 m = p ? m1 : m0;
+            _mm512_mask_storeu_ps(ci, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, ci), acc[i][p]));
+        }
+}
+
+#define DPG_CASE(mr)                                                                               \
+    case mr:                                                                                       \
+        if (np > 1)                                                                                \
+            dpg_tile(pw, pstride, x, ldx, npairs, c, ldc, mr, 2, m0, m1);                          \
+        else                                                                                       \
+            dpg_tile(pw, pstride, x, ldx, npairs, c, ldc, mr, 1, m0, m1);                          \
+        break;
+
+static void dpg_tile_any(const uint32_t *pw, size_t pstride, int np, const uint16_t *x, size_t ldx,
+                         int npairs, float *c, size_t ldc, int mr, __mmask16 m0, __mmask16 m1) {
+    switch (mr) { /* constant sizes: the accumulators stay in registers */
+        DPG_CASE(12)
+        DPG_CASE(11)
+        DPG_CASE(10)
+        DPG_CASE(9)
+        DPG_CASE(8)
+        DPG_CASE(7)
+        DPG_CASE(6)
+        DPG_CASE(5)
+        DPG_CASE(4)
+        DPG_CASE(3)
+        DPG_CASE(2)
+        DPG_CASE(1)
+    default:
+        break;
+    }
+}
+
+/* The valid rows of the panel at r0, as a mask. */
+static __mmask16 dpg_rows(const kern_mat *W, int r0) {
+    int v = W->rows - r0;
+    return v >= DPG_NR ? (__mmask16)0xffff : v <= 0 ? 0 : (__mmask16)((1u << v) - 1);
+}
+
+static void dpg_task(void *ctx, int task, int n_tasks) {
+    const dp_job *j = ctx;
+    const kern_mat *W = j->W;
+    int M = W->rows, K = W->cols, n = j->n, n_panels = (M + DPG_NR - 1) / DPG_NR;
+    int p_lo, p_hi;
+    kern_split(n_panels, 1, task, n_tasks, &p_lo, &p_hi);
+    if (p_lo >= p_hi) return;
+    int r_lo = p_lo * DPG_NR, r_hi = p_hi * DPG_NR < M ? p_hi * DPG_NR : M;
+    for (int t = 0; t < n; t++) {
+        float *yt = j->y + (size_t)t * M;
+        if (j->bias)
+            memcpy(yt + r_lo, j->bias + r_lo, (size_t)(r_hi - r_lo) * sizeof(float));
+        else
+            memset(yt + r_lo, 0, (size_t)(r_hi - r_lo) * sizeof(float));
+    }
+    size_t pstride = (size_t)DPG_KC / 2 * DPG_NR; /* u32 per packed panel */
+    uint32_t *pack = aligned_alloc(64, (size_t)DPG_NCP * pstride * sizeof(uint32_t));
+    if (!pack) abort();
+    for (int g0 = p_lo; g0 < p_hi; g0 += DPG_NCP) {
+        int np = p_hi - g0 < DPG_NCP ? p_hi - g0 : DPG_NCP;
+        for (int k0 = 0; k0 < K; k0 += DPG_KC) {
+            int kc = K - k0 < DPG_KC ? K - k0 : DPG_KC, npairs = (kc + 1) / 2;
+            for (int pi = 0; pi < np; pi++)
+                dpg_pack(pack + (size_t)pi * pstride, W, (g0 + pi) * DPG_NR, k0, kc);
+            for (int t0 = 0; t0 < n; t0 += DPG_MR) {
+                int mr = n - t0 < DPG_MR ? n - t0 : DPG_MR;
+                const uint16_t *xt = j->xb + (size_t)t0 * j->ldx + k0;
+                for (int pi = 0; pi < np; pi += 2) {
+                    int r0 = (g0 + pi) * DPG_NR, two = pi + 1 < np;
+                    dpg_tile_any(pack + (size_t)pi * pstride, pstride, 1 + two, xt, j->ldx, npairs,
+                                 j->y + (size_t)t0 * M + r0, (size_t)M, mr, dpg_rows(W, r0),
+                                 two ? dpg_rows(W, r0 + DPG_NR) : 0);
+                }
+            }
+        }
+    }
+    free(pack);
+}
+
+/* ---- the row blocks ------------------------------------------------------ */
+
+static void dp_task(void *ctx, int task, int n_tasks) {
+    const dp_job *j = ctx;
+    int lo, hi;
+    kern_split(j->W->rows, DP_R, task, n_tasks, &lo, &hi);
+    for (int t0 = 0; t0 < j->n; t0 += j->tile) {
+        int t1 = t0 + j->tile < j->n ? t0 + j->tile : j->n;
+        int r = lo;
+        for (; r + DP_R <= hi; r += DP_R) dp_rows(j, r, DP_R, t0, t1);
+        for (; r < hi; r++) dp_rows(j, r, 1, t0, t1);
+    }
+}
+
+/* Rounds 16 floats to bf16 as kern_f32_to_bf16 does (nearest even, NaN kept
+ * quiet). */
+AI __m256i round16(const float *src) {
+    __m512i u = _mm512_loadu_si512(src);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *W,
+                             const float *bias, int n) {
+    int K = W->cols;
+    /* rows padded by 128 bytes, so that the tokens' activations at one
+     * column do not all fall in one L1 set when K is a multiple of 1024 */
+    size_t ldx = (size_t)((K + 31) & ~31) + 64;
+    uint16_t *xb = di_malloc((size_t)n * ldx * sizeof(uint16_t));
+    for (int t = 0; t < n; t++) {
+        const float *src = x + (size_t)t * K;
+        uint16_t *dst = xb + (size_t)t * ldx;
+        int k = 0;
+        for (; k + 16 <= K; k += 16) _mm256_storeu_si256((__m256i *)(dst + k), round16(src + k));
+        for (; k < K; k++) dst[k] = kern_f32_to_bf16(src[k]);
+        memset(dst + K, 0, (ldx - (size_t)K) * sizeof(uint16_t));
+    }
+    dp_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n};
+    if (n > KERN_GEMM_MIN_N && !kern_batch_inv()) {
+        int n_panels = (W->rows + DPG_NR - 1) / DPG_NR, tasks = pool_threads(p) * 4;
+        pool_run(p, dpg_task, &j, tasks < n_panels ? tasks : n_panels);
+        free(xb);
+        return;
+    }
+    size_t tile = DP_TILE_BYTES / (ldx * sizeof(uint16_t));
+    j.tile = tile < DP_T ? DP_T : tile > DP_TILE_MAX ? DP_TILE_MAX : (int)(tile - tile % DP_T);
+    /* several tasks per thread, so a late-waking worker does not leave one
+     * thread with all the rows; small matrices stay on one thread */
+    int blocks = (W->rows + DP_R - 1) / DP_R;
+    int tasks = (double)W->rows * K * n < 65536 ? 1 : pool_threads(p) * 4;
+    pool_run(p, dp_task, &j, tasks < blocks ? tasks : blocks);
+    free(xb);
+}
+
+#pragma GCC pop_options
