@@ -96,6 +96,10 @@ void bm_set_caching(bm *b, bool on) {
     b->caching = on;
 }
 
+bool bm_caching(const bm *b) {
+    return b->caching;
+}
+
 bm_stats bm_get_stats(const bm *b) {
     bm_stats s = {.total = b->n, .free = b->n_free, .cached = b->n_cached};
     s.used = b->n - b->n_free - b->n_cached;

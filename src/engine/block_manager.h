@@ -49,6 +49,7 @@ bm *bm_create(const int *ids, int n);
 void bm_free(bm *b);
 /* Prefix caching on/off (on by default). Off: nothing is hashed or found. */
 void bm_set_caching(bm *b, bool on);
+bool bm_caching(const bm *b);
 bm_stats bm_get_stats(const bm *b);
 /* Blocks that could be handed out now (free + cached). */
 int bm_n_available(const bm *b);

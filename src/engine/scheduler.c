@@ -288,6 +288,27 @@ static bool ahead_fits(const sched *s) {
     return need <= bm_n_available(s->b);
 }
 
+/* In-batch prefix sharing: would waiting q compute full blocks that a
+ * running sequence shares with it and is computing (this step or the one in
+ * flight) rather than finding them cached? Those blocks are registered when
+ * that pass ends, so q admitted a step later gets them as a prefix hit
+ * instead of computing them a second time (requests that arrive together
+ * with one long system prompt compute it once). */
+static bool shares_pending_prefix(const sched *s, const seq *q) {
+    if (!bm_caching(s->b)) return false;
+    int limit = q->n_tokens - 1, hit = -1;
+    for (int i = 0; i < s->running.n; i++) {
+        const seq *r = s->running.v[i];
+        int m = limit < r->n_tokens ? limit : r->n_tokens, common = 0;
+        while (common < m && q->tokens[common] == r->tokens[common]) common++;
+        int shared = common - common % BM_BLOCK;
+        if (shared == 0) continue;
+        if (hit < 0) hit = bm_lookup(s->b, q->tokens, limit);
+        if (shared > hit) return true;
+    }
+    return false;
+}
+
 /* ahead: the current step's pass is in flight (see sched_schedule_ahead). */
 static const sched_plan *plan_make(sched *s, bool ahead) {
     plan_reserve(s);
@@ -332,9 +353,15 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
         budget -= s->plan.items[s->plan.n_items - 1].n_tokens;
     }
 
-    /* 2. Admissions, unless this step had to preempt. */
-    while (!short_of_blocks && budget > 0 && s->waiting.n > 0 && s->running.n < s->o.max_running) {
-        seq *q = s->waiting.v[0];
+    /* 2. Admissions, unless this step had to preempt; a sequence waits
+     * (others pass it) while a running one computes the prefix it shares. */
+    int w = 0;
+    while (!short_of_blocks && budget > 0 && w < s->waiting.n && s->running.n < s->o.max_running) {
+        seq *q = s->waiting.v[w];
+        if (q->table.n == 0 && shares_pending_prefix(s, q)) {
+            w++;
+            continue;
+        }
         if (q->table.n == 0 && !attach_prefix(s, q)) continue; /* fetching aside */
         int n = chunk_len(s, q, budget);
         bool reserved = bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) == 0;

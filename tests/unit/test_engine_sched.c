@@ -143,3 +143,44 @@ TEST(engine_sched_priority_preempts) {
     sched_free(s);
     bm_free(b);
 }
+
+/* Requests that arrive together sharing a long prefix compute it once: the
+ * second waits (a third, unrelated, passes it) until the first's pass has
+ * registered the shared blocks, then attaches them as a prefix hit. With the
+ * prefix cache off nobody waits. */
+TEST(engine_sched_in_batch_prefix_sharing) {
+    for (int caching = 1; caching >= 0; caching--) {
+        bm *b = make_bm(64);
+        bm_set_caching(b, caching);
+        sched *s = sched_create(b, &(sched_opts){.token_budget = 2000, .max_running = 8});
+        int prompt[300];
+        for (int i = 0; i < 300; i++) prompt[i] = 5 + i % 300;
+        seq *a = seq_new(1, prompt, 300, 0, 1);
+        prompt[280] = 1; /* shares 280 tokens (two full blocks) with a */
+        seq *c = seq_new(2, prompt, 300, 0, 2), *d = mk(3, 40, 0);
+        sched_add_waiting(s, a);
+        sched_add_waiting(s, c);
+        sched_add_waiting(s, d);
+        const sched_plan *p = sched_schedule(s);
+        if (caching) {
+            CHECKF(p->n_items == 2 && p->items[0].s == a && p->items[1].s == d, "n %d",
+                   p->n_items);
+            run_plan(b, p);
+            p = sched_schedule(s);
+            CHECK(c->n_cached == 256);
+            CHECKF(p->n_items == 3 && p->items[2].s == c && p->items[2].n_tokens == 44, "n %d",
+                   p->n_items);
+        } else {
+            CHECK(p->n_items == 3 && p->items[1].s == c && p->items[1].n_tokens == 300);
+        }
+        run_plan(b, p);
+        seq *all[3] = {a, c, d};
+        for (int i = 0; i < 3; i++) {
+            sched_remove(s, all[i]);
+            seq_free(all[i]);
+        }
+        CHECK(bm_get_stats(b).used == 0);
+        sched_free(s);
+        bm_free(b);
+    }
+}
