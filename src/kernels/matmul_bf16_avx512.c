@@ -38,10 +38,11 @@
 
 #define AI static inline __attribute__((always_inline))
 
-#define DP_R        4    /* rows per block */
-#define DP_T        4    /* tokens per pass, in registers */
-#define DP_KC       1024 /* columns per chunk */
-#define DP_TILE_MAX 64   /* tokens per token tile, at most (partial sums on the stack) */
+#define DP_R          4    /* rows per block */
+#define DP_T          4    /* tokens per pass, in registers */
+#define DP_KC         1024 /* columns per chunk */
+#define DP_KC_PREFILL 2048 /* ... when n > KERN_GEMM_MIN_N */
+#define DP_TILE_MAX   64   /* tokens per token tile, at most (partial sums on the stack) */
 /* bf16 activations of one token tile that stay in L2 */
 #define DP_TILE_BYTES (256 << 10)
 
@@ -103,8 +104,12 @@ AI void dp_rows(const dp_job *j, int r0, const int R, int t_lo, int t_hi) {
     int K = W->cols, K32 = (K + 31) & ~31, nt = t_hi - t_lo;
     __m512 part[DP_R * DP_TILE_MAX];
     for (int i = 0; i < R * nt; i++) part[i] = _mm512_setzero_ps();
-    for (int k0 = 0; k0 < K32; k0 += DP_KC) {
-        int k1 = k0 + DP_KC < K32 ? k0 + DP_KC : K32;
+    /* Prefill-sized calls are bound by the arithmetic, not the stream: longer
+     * chunks park the partial sums less often (a pass's rows and tokens,
+     * 8 KB each, still stay in L1). */
+    int kc = j->n > KERN_GEMM_MIN_N ? DP_KC_PREFILL : DP_KC;
+    for (int k0 = 0; k0 < K32; k0 += kc) {
+        int k1 = k0 + kc < K32 ? k0 + kc : K32;
         int t = t_lo;
 #define PASS(T)                                                                                    \
     if (t == t_lo) /* the pass that streams the rows in */                                         \
@@ -318,7 +323,10 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         free(xb);
         return;
     }
-    size_t tile = DP_TILE_BYTES / (ldx * sizeof(uint16_t));
+    /* the token passes run chunk by chunk: one chunk of the tile's
+     * activations is what stays in L2 */
+    size_t chunk = n > KERN_GEMM_MIN_N && ldx > DP_KC_PREFILL ? DP_KC_PREFILL : ldx;
+    size_t tile = DP_TILE_BYTES / (chunk * sizeof(uint16_t));
     j.tile = tile < DP_T ? DP_T : tile > DP_TILE_MAX ? DP_TILE_MAX : (int)(tile - tile % DP_T);
     /* several tasks per thread, so a late-waking worker does not leave one
      * thread with all the rows; small matrices stay on one thread */
