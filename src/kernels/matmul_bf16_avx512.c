@@ -11,20 +11,22 @@
  * arithmetic of an f32 FMA with no widening of the weights, which is what
  * batched decode and prefill are bound by.
  *
- * Shape. Dot-product style, as the other row blocks: a block of 4 rows stays
- * in L1 while the tokens pass over it 4 at a time (16 accumulators in
- * registers), column chunk by column chunk, the partial sums parked in
- * memory in between, so the rows stream in evenly while the later passes
- * compute from L1. The first pass over a chunk prefetches the next row block
- * at the same columns. Tokens come in tiles whose bf16 activations stay in
- * L2 while the task's rows pass over them; prefill re-reads the weights once
- * per tile. Threads split the rows.
- *
- * Order. Per (row, token): one 16-lane accumulator over the columns 32 at a
- * time in order (the last, partial step masked), one fixed reduction, then
- * the bias. It depends on the matrix shape alone — not on n, the tile, the
- * thread count or the token's place in the batch — so this path is
- * batch-invariant by construction and serves both modes. */
+ * Two kernels, each with its own fixed order of the sums:
+ *   row blocks (decode, n <= KERN_GEMM_MIN_N, plain mode). Dot-product
+ *     style: a block of 4 rows stays in L1 while the tokens pass over it 4
+ *     at a time (16 accumulators in registers), column chunk by column
+ *     chunk, the partial sums parked in memory in between, so the rows
+ *     stream in evenly while the later passes compute from L1; the first
+ *     pass over a chunk prefetches the next row block at the same columns.
+ *     Per (row, token): one 16-lane accumulator over the columns 32 at a
+ *     time in order (the last step masked), one fixed reduction, the bias.
+ *   packed GEMM (prefill, and every n in batch-invariant mode): panels of
+ *     16 rows packed as column pairs, lanes across the rows (below).
+ * Each order depends on the matrix shape alone — not on n, the tile, the
+ * thread count or the token's place in the batch — so batch-invariant mode
+ * only has to keep to one kernel: the GEMM, whose packing costs a decode
+ * step at one token about half its speed but whose prefill runs at twice
+ * the row blocks' rate. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -38,11 +40,10 @@
 
 #define AI static inline __attribute__((always_inline))
 
-#define DP_R          4    /* rows per block */
-#define DP_T          4    /* tokens per pass, in registers */
-#define DP_KC         1024 /* columns per chunk */
-#define DP_KC_PREFILL 2048 /* ... when n > KERN_GEMM_MIN_N */
-#define DP_TILE_MAX   64   /* tokens per token tile, at most (partial sums on the stack) */
+#define DP_R        4    /* rows per block */
+#define DP_T        4    /* tokens per pass, in registers */
+#define DP_KC       1024 /* columns per chunk */
+#define DP_TILE_MAX 64   /* tokens per token tile, at most (partial sums on the stack) */
 /* bf16 activations of one token tile that stay in L2 */
 #define DP_TILE_BYTES (256 << 10)
 
@@ -104,12 +105,8 @@ AI void dp_rows(const dp_job *j, int r0, const int R, int t_lo, int t_hi) {
     int K = W->cols, K32 = (K + 31) & ~31, nt = t_hi - t_lo;
     __m512 part[DP_R * DP_TILE_MAX];
     for (int i = 0; i < R * nt; i++) part[i] = _mm512_setzero_ps();
-    /* Prefill-sized calls are bound by the arithmetic, not the stream: longer
-     * chunks park the partial sums less often (a pass's rows and tokens,
-     * 8 KB each, still stay in L1). */
-    int kc = j->n > KERN_GEMM_MIN_N ? DP_KC_PREFILL : DP_KC;
-    for (int k0 = 0; k0 < K32; k0 += kc) {
-        int k1 = k0 + kc < K32 ? k0 + kc : K32;
+    for (int k0 = 0; k0 < K32; k0 += DP_KC) {
+        int k1 = k0 + DP_KC < K32 ? k0 + DP_KC : K32;
         int t = t_lo;
 #define PASS(T)                                                                                    \
     if (t == t_lo) /* the pass that streams the rows in */                                         \
@@ -139,37 +136,68 @@ AI void dp_rows(const dp_job *j, int r0, const int R, int t_lo, int t_hi) {
         }
 }
 
-/* ---- prefill (plain mode, n > KERN_GEMM_MIN_N): a packed GEMM ----------- */
+/* ---- the packed GEMM: prefill, and every n in batch-invariant mode ---- */
 /* Blocked like gemm_avx2.c: panels of 16 rows x DPG_KC columns are packed as
  * column pairs ([pair][row], one 32-bit lane per row and pair, the layout
  * vdpbf16ps multiplies), a group of DPG_NCP panels stays in L2 while every
  * token passes, and a register tile of up to 12 tokens x 2 panels takes one
  * broadcast pair of activations per token and pair of columns. Each output
- * sums its pairs in order within a column block, then adds onto y: an order
- * of its own (n never changes it, but batch-invariant mode keeps the row
- * blocks at every n, so that n = 1 and prefill agree). */
+ * starts from the bias, sums its pairs in order within a column block and
+ * adds each block's sum in turn. */
 #define DPG_KC  512 /* columns per block (256 pairs) */
 #define DPG_NR  16  /* rows per panel */
 #define DPG_NCP 8   /* panels per L2-resident group */
 #define DPG_MR  12  /* tokens per register tile */
 
-/* Packs rows [r0, r0 + 16) x columns [k0, k0 + kc) into dst[pair][16];
+/* Packs rows [r0, r0 + 16) x columns [k0, k0 + kc) into dst[pair][16]: 32
+ * columns (16 pairs) of the 16 rows at a time, transposed in registers;
  * rows past the matrix and the column past an odd end are zero. */
 static void dpg_pack(uint32_t *dst, const kern_mat *W, int r0, int k0, int kc) {
-    int K = W->cols, np = (kc + 1) / 2, full = kc / 2;
-    for (int i = 0; i < DPG_NR; i++) {
-        int r = r0 + i;
-        if (r >= W->rows) {
-            for (int q = 0; q < np; q++) dst[(size_t)q * DPG_NR + i] = 0;
-            continue;
+    int K = W->cols, np = (kc + 1) / 2, full = kc / 2, steps = kc / 32;
+    int valid = W->rows - r0 < DPG_NR ? W->rows - r0 : DPG_NR;
+    const uint16_t *w = (const uint16_t *)W->data + (size_t)r0 * K + k0;
+    for (int s = 0; s < steps; s++) {
+        /* u[4g + c]: rows 4g..4g+3 at column c of each 128-bit block (pairs
+         * 4b + c), by 32-bit then 64-bit unpacks of the four rows */
+        __m512i u[16];
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m512i r[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                r[i] = 4 * g + i < valid ? _mm512_loadu_si512(w + (size_t)(4 * g + i) * K + 32 * s)
+                                         : _mm512_setzero_si512();
+            __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
+            __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
+            u[4 * g] = _mm512_unpacklo_epi64(t0, t2);
+            u[4 * g + 1] = _mm512_unpackhi_epi64(t0, t2);
+            u[4 * g + 2] = _mm512_unpacklo_epi64(t1, t3);
+            u[4 * g + 3] = _mm512_unpackhi_epi64(t1, t3);
         }
-        const uint16_t *w = (const uint16_t *)W->data + (size_t)r * K + k0;
-        for (int q = 0; q < full; q++) {
-            uint32_t v;
-            memcpy(&v, w + 2 * q, 4);
+        /* then the 128-bit blocks 4 x 4: pair 4b + c of all 16 rows */
+        uint32_t *d = dst + (size_t)16 * s * DPG_NR;
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512i s0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+            __m512i s1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
+            __m512i s2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+            __m512i s3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
+            _mm512_store_si512(d + (size_t)c * DPG_NR, _mm512_shuffle_i32x4(s0, s2, 0x88));
+            _mm512_store_si512(d + (size_t)(4 + c) * DPG_NR, _mm512_shuffle_i32x4(s0, s2, 0xdd));
+            _mm512_store_si512(d + (size_t)(8 + c) * DPG_NR, _mm512_shuffle_i32x4(s1, s3, 0x88));
+            _mm512_store_si512(d + (size_t)(12 + c) * DPG_NR, _mm512_shuffle_i32x4(s1, s3, 0xdd));
+        }
+    }
+    for (int i = 0; i < DPG_NR; i++) {
+        const uint16_t *wi = w + (size_t)i * K;
+        for (int q = 16 * steps; q < np; q++) {
+            uint32_t v = 0;
+            if (i < valid && q < full)
+                memcpy(&v, wi + 2 * q, 4);
+            else if (i < valid)
+                v = wi[2 * q]; /* odd end: the pair's second column is zero */
             dst[(size_t)q * DPG_NR + i] = v;
         }
-        if (np > full) dst[(size_t)full * DPG_NR + i] = w[2 * full];
     }
 }
 
@@ -317,16 +345,13 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         memset(dst + K, 0, (ldx - (size_t)K) * sizeof(uint16_t));
     }
     dp_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n};
-    if (n > KERN_GEMM_MIN_N && !kern_batch_inv()) {
+    if (n > KERN_GEMM_MIN_N || kern_batch_inv()) { /* one order at every n */
         int n_panels = (W->rows + DPG_NR - 1) / DPG_NR, tasks = pool_threads(p) * 4;
         pool_run(p, dpg_task, &j, tasks < n_panels ? tasks : n_panels);
         free(xb);
         return;
     }
-    /* the token passes run chunk by chunk: one chunk of the tile's
-     * activations is what stays in L2 */
-    size_t chunk = n > KERN_GEMM_MIN_N && ldx > DP_KC_PREFILL ? DP_KC_PREFILL : ldx;
-    size_t tile = DP_TILE_BYTES / (chunk * sizeof(uint16_t));
+    size_t tile = DP_TILE_BYTES / (ldx * sizeof(uint16_t));
     j.tile = tile < DP_T ? DP_T : tile > DP_TILE_MAX ? DP_TILE_MAX : (int)(tile - tile % DP_T);
     /* several tasks per thread, so a late-waking worker does not leave one
      * thread with all the rows; small matrices stay on one thread */
