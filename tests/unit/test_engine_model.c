@@ -153,12 +153,11 @@ static void run_preset(const char *preset) {
     /* A pool too small for all at once: preemption, resumption, same outputs
      * (prefix cache off: with it, prompt 5 waits for prompt 4's shared block
      * and the pool is no longer short). */
-    e = engine_create(f.m, f.t,
-                      &(engine_opts){.kv_blocks = 5,
-                                     .step_tokens = 512,
-                                     .max_running = 8,
-                                     .no_prefix_cache = true},
-                      &err);
+    e = engine_create(
+        f.m, f.t,
+        &(engine_opts){
+            .kv_blocks = 5, .step_tokens = 512, .max_running = 8, .no_prefix_cache = true},
+        &err);
     CHECK(e);
     engine_pause(e, true);
     for (int i = 0; i < NR; i++) go(e, f.prompts[i], f.lens[i], 1, &tog[i]);

@@ -163,8 +163,7 @@ TEST(engine_sched_in_batch_prefix_sharing) {
         sched_add_waiting(s, d);
         const sched_plan *p = sched_schedule(s);
         if (caching) {
-            CHECKF(p->n_items == 2 && p->items[0].s == a && p->items[1].s == d, "n %d",
-                   p->n_items);
+            CHECKF(p->n_items == 2 && p->items[0].s == a && p->items[1].s == d, "n %d", p->n_items);
             run_plan(b, p);
             p = sched_schedule(s);
             CHECK(c->n_cached == 256);
