@@ -75,10 +75,13 @@ AI void dp_step(const uint16_t *const *w, const uint16_t *const *x, int k, __mma
 
 /* Adds columns [k0, k1) (k1 - k0 a multiple of 32; past the row's end the
  * last step is masked) of rows [r0, r0 + R) times tokens [t0, t0 + T) onto
- * part[r * ld + t]. With pf, prefetches the next row block at the same
- * columns (other pages, which the hardware prefetcher does not cross). */
+ * part[r * ld + t], prefetching the next row block at the same columns
+ * (other pages, which the hardware prefetcher does not cross). Every pass
+ * prefetches, not only the first, which streams the rows in: memory keeps
+ * busy while the later passes compute from L1 (batch 8 streamed 5-8 %
+ * faster). */
 AI void dp_pass(const dp_job *j, int r0, int t0, const int R, const int T, int k0, int k1,
-                __m512 *part, int ld, const bool pf) {
+                __m512 *part, int ld) {
     const kern_mat *W = j->W;
     int K = W->cols, kend = k1 < (K & ~31) ? k1 : (K & ~31);
     const uint16_t *w[DP_R], *x[DP_T];
@@ -89,7 +92,7 @@ AI void dp_pass(const dp_job *j, int r0, int t0, const int R, const int T, int k
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) acc[r][t] = part[r * ld + t];
-    for (int k = k0; k < kend; k += 32) dp_step(w, x, k, ~0u, acc, R, T, pf, (size_t)DP_R * K);
+    for (int k = k0; k < kend; k += 32) dp_step(w, x, k, ~0u, acc, R, T, true, (size_t)DP_R * K);
     if (kend < k1) dp_step(w, x, kend, (1u << (K % 32)) - 1, acc, R, T, false, 0);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -108,11 +111,7 @@ AI void dp_rows(const dp_job *j, int r0, const int R, int t_lo, int t_hi) {
     for (int k0 = 0; k0 < K32; k0 += DP_KC) {
         int k1 = k0 + DP_KC < K32 ? k0 + DP_KC : K32;
         int t = t_lo;
-#define PASS(T)                                                                                    \
-    if (t == t_lo) /* the pass that streams the rows in */                                         \
-        dp_pass(j, r0, t, R, T, k0, k1, part, nt, true);                                           \
-    else                                                                                           \
-        dp_pass(j, r0, t, R, T, k0, k1, part + (t - t_lo), nt, false)
+#define PASS(T) dp_pass(j, r0, t, R, T, k0, k1, part + (t - t_lo), nt)
         for (; t + DP_T <= t_hi; t += DP_T) PASS(DP_T);
         switch (t_hi - t) {
         case 3:
