@@ -226,13 +226,7 @@ static void gemm_task(void *ctx, int task, int n_tasks) {
     kern_split(j->n_panels, 1, task, n_tasks, &p_lo, &p_hi);
     if (p_lo >= p_hi) return;
     int r_lo = p_lo * GEMM_NR, r_hi = p_hi * GEMM_NR < M ? p_hi * GEMM_NR : M;
-    for (int t = 0; t < n; t++) {
-        float *yt = j->y + (size_t)t * M;
-        if (j->bias)
-            memcpy(yt + r_lo, j->bias + r_lo, (size_t)(r_hi - r_lo) * sizeof(float));
-        else
-            memset(yt + r_lo, 0, (size_t)(r_hi - r_lo) * sizeof(float));
-    }
+    kern_start_rows(j->y, n, M, j->bias, r_lo, r_hi);
     float *pack = aligned_alloc(64, (size_t)GEMM_NCP * GEMM_KC * GEMM_NR * sizeof(float));
     if (!pack) abort();
     bool wide = kern_use_avx512(); /* AVX-512 tiles: up to 12 tokens x 2 panels */
@@ -455,13 +449,7 @@ static void gemv_task(void *ctx, int task, int n_tasks) {
     int M = j->W->rows, K = j->W->cols, rows = 8 * GEMV_G;
     int lo, hi;
     kern_split(M, rows, task, n_tasks, &lo, &hi);
-    for (int t = 0; t < j->n; t++) {
-        float *yt = j->y + (size_t)t * M;
-        if (j->bias)
-            memcpy(yt + lo, j->bias + lo, (size_t)(hi - lo) * sizeof(float));
-        else
-            memset(yt + lo, 0, (size_t)(hi - lo) * sizeof(float));
-    }
+    kern_start_rows(j->y, j->n, M, j->bias, lo, hi);
     for (int r0 = lo; r0 < hi; r0 += rows) {
         int G = (hi - r0 + 7) / 8 < GEMV_G ? (hi - r0 + 7) / 8 : GEMV_G;
         for (int k0 = 0; k0 < K; k0 += GEMM_KC) {

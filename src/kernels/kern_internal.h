@@ -4,6 +4,8 @@
 #ifndef DI_KERN_INTERNAL_H
 #define DI_KERN_INTERNAL_H
 
+#include <string.h>
+
 #include "kernels/kernels.h"
 
 /* Dispatch state (kernels.c): is the AVX2 path active, may it use AVX-512,
@@ -97,6 +99,18 @@ void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float 
 void kern_softmax_avx2(float *x, int n);
 void kern_silu_mul_avx2(float *gate, const float *up, int n);
 void kern_row_bf16_avx2(float *out, const uint16_t *row, int n);
+
+/* Rows [lo, hi) of each of the n tokens' outputs (y: n x M) set to the bias
+ * (or zero): where the GEMMs start their sums. */
+static inline void kern_start_rows(float *y, int n, int M, const float *bias, int lo, int hi) {
+    for (int t = 0; t < n; t++) {
+        float *yt = y + (size_t)t * M;
+        if (bias)
+            memcpy(yt + lo, bias + lo, (size_t)(hi - lo) * sizeof(float));
+        else
+            memset(yt + lo, 0, (size_t)(hi - lo) * sizeof(float));
+    }
+}
 
 /* Splits [0, total) into n_tasks contiguous ranges aligned to `align`. */
 static inline void kern_split(int total, int align, int task, int n_tasks, int *lo, int *hi) {

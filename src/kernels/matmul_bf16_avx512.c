@@ -271,13 +271,7 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
     kern_split(n_panels, 1, task, n_tasks, &p_lo, &p_hi);
     if (p_lo >= p_hi) return;
     int r_lo = p_lo * DPG_NR, r_hi = p_hi * DPG_NR < M ? p_hi * DPG_NR : M;
-    for (int t = 0; t < n; t++) {
-        float *yt = j->y + (size_t)t * M;
-        if (j->bias)
-            memcpy(yt + r_lo, j->bias + r_lo, (size_t)(r_hi - r_lo) * sizeof(float));
-        else
-            memset(yt + r_lo, 0, (size_t)(r_hi - r_lo) * sizeof(float));
-    }
+    kern_start_rows(j->y, n, M, j->bias, r_lo, r_hi);
     size_t pstride = (size_t)DPG_KC / 2 * DPG_NR; /* u32 per packed panel */
     uint32_t *pack = aligned_alloc(64, (size_t)DPG_NCP * pstride * sizeof(uint32_t));
     if (!pack) abort();
