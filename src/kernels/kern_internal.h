@@ -60,7 +60,8 @@ void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const
                             const float *bias, int r0, int R, int t_lo, int t_hi);
 
 /* Every bf16 matmul on CPUs with AVX-512 BF16 (matmul_bf16_avx512.c):
- * vdpbf16ps on the activations rounded to bf16, one order for every n. */
+ * vdpbf16ps on the activations rounded to bf16; row blocks for decode, a
+ * packed GEMM for prefill and for every n in batch-invariant mode. */
 void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *W,
                              const float *bias, int n);
 /* dst = src rounded to bf16 values (kern_f32_to_bf16, kept as f32): what a

@@ -5,9 +5,10 @@
  * version (ops_avx2.c, matmul_avx2.c) or the portable one here. On CPUs with
  * AVX-512 the GEMM's register tile (gemm_avx512.c), the batched-decode row
  * blocks (matmul_avx512.c) and the attention helpers (ops_avx512.c) are
- * 512-bit, and with AVX-512 BF16 every bf16 matmul runs on bf16 dot products
- * (matmul_bf16_avx512.c). The scalar versions are the reference the tests compare against,
- * so they are written plainly, in the order the math is defined.
+ * 512-bit, and with AVX-512 BF16 every bf16 matmul runs on bf16 dot
+ * products (matmul_bf16_avx512.c). The scalar versions are the reference the
+ * tests compare against, so they are written plainly, in the order the math
+ * is defined.
  *
  * Global state: the dispatch switches below (set by kern_init,
  * kern_force_scalar, kern_set_batch_invariant; read by every kernel). */

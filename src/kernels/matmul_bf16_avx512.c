@@ -338,18 +338,18 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         memset(dst + K, 0, (ldx - (size_t)K) * sizeof(uint16_t));
     }
     dp_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n};
+    /* several tasks per thread, so a late-waking worker does not leave one
+     * thread with all the rows; small matrices stay on one thread */
+    int tasks = (double)W->rows * K * n < 65536 ? 1 : pool_threads(p) * 4;
     if (n > KERN_GEMM_MIN_N || kern_batch_inv()) { /* one order at every n */
-        int n_panels = (W->rows + DPG_NR - 1) / DPG_NR, tasks = pool_threads(p) * 4;
+        int n_panels = (W->rows + DPG_NR - 1) / DPG_NR;
         pool_run(p, dpg_task, &j, tasks < n_panels ? tasks : n_panels);
         free(xb);
         return;
     }
     size_t tile = DP_TILE_BYTES / (ldx * sizeof(uint16_t));
     j.tile = tile < DP_T ? DP_T : tile > DP_TILE_MAX ? DP_TILE_MAX : (int)(tile - tile % DP_T);
-    /* several tasks per thread, so a late-waking worker does not leave one
-     * thread with all the rows; small matrices stay on one thread */
     int blocks = (W->rows + DP_R - 1) / DP_R;
-    int tasks = (double)W->rows * K * n < 65536 ? 1 : pool_threads(p) * 4;
     pool_run(p, dp_task, &j, tasks < blocks ? tasks : blocks);
     free(xb);
 }
