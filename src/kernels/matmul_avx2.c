@@ -18,9 +18,9 @@
  * token sits in the batch, which batch-invariant mode relies on for int8: in
  * that mode every int8 n goes through this kernel (other dtypes take the
  * GEMM's order at every n, which runs prefill far closer to the FMA peak).
- * On AVX-512 CPUs, bf16 at n >= 2 and (with VNNI) int8 at every n run their
- * row blocks at twice the width (matmul_avx512.c), in a fixed order of their
- * own (AVX-512 BF16 CPUs run bf16 in matmul_bf16_avx512.c).
+ * On AVX-512 CPUs, bf16 and (with VNNI) int8 at n >= 2 run their row
+ * blocks at twice the width (matmul_avx512.c), in a fixed order of their own;
+ * batch-invariant int8 takes those at every n.
  *
  * bf16 weights are widened two ways per 16 columns: a 32-bit lane holding
  * (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask, so the
@@ -437,10 +437,9 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
             split_even_odd(scratch, x, n, K);
         j.xp = scratch;
     } else if (W->dtype == KT_I8) {
-        /* Every n with VNNI: at one token its rows go one after another
-         * (llama-1b int8 decode 84-88 % of the roofline against 74-75 % with
-         * the AVX2 blocks), and batch-invariant mode needs one order. */
-        j.avx512 = kern_use_avx512_vnni();
+        /* As bf16, n >= 2; batch-invariant mode needs one order for every
+         * n, and takes the one that serves batches. */
+        j.avx512 = kern_use_avx512_vnni() && (n >= 2 || kern_batch_inv());
         j.nb = (K + KQ_BLOCK - 1) / KQ_BLOCK;
         int8_t *xq = scratch = di_malloc((size_t)n * K + 32);
         float *xs = scratch2 = di_malloc((size_t)n * j.nb * sizeof(float) + 4);

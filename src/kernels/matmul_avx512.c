@@ -1,14 +1,11 @@
-/* matmul_avx512.c — the row blocks of the small-n matmul on CPUs with
- * AVX-512: bf16 for batched decode (2 <= n <= KERN_GEMM_MIN_N; CPUs with
- * AVX-512 BF16 take matmul_bf16_avx512.c instead) and int8 (with VNNI) for
- * every n up to KERN_GEMM_MIN_N: matmul_avx2.c walks the rows and tokens and
- * calls these in place of its own 8-lane blocks. Batched decode is bound by
- * the arithmetic as much as by the memory stream, and these do twice the
- * work per instruction or more: streaming a llama-1b's matrices at n = 8,
- * bf16 ran about 1.1-1.2x and int8 about 1.5-1.8x the AVX2 blocks' rate. At
- * n = 1 the AVX2 bf16 blocks streamed the weights 5-15 % faster (measured on
- * Zen 5), so they keep that case; int8 at one token takes its rows one at a
- * time, one sequential stream, which beat the AVX2 blocks by 10-15 %.
+/* matmul_avx512.c — the row blocks of the small-n matmul for batched
+ * decode (2 <= n <= KERN_GEMM_MIN_N) on CPUs with AVX-512, bf16 and int8:
+ * matmul_avx2.c walks the rows and tokens and calls these in place of its
+ * own 8-lane blocks. Batched decode is bound by the arithmetic as much as by
+ * the memory stream, and these do twice the work per instruction or more:
+ * streaming a llama-1b's matrices at n = 8, bf16 ran about 1.1-1.2x and int8
+ * about 1.5-1.8x the AVX2 blocks' rate. At n = 1 the AVX2 blocks streamed
+ * the weights 5-15 % faster (measured on Zen 5), so they keep that case.
  *
  * Same scheme as the AVX2 blocks, twice as wide: a block of 4 rows stays in
  * L1 while the tokens pass over it (4 at a time in registers, 16
@@ -270,16 +267,13 @@ AI void rows_i8(const kern_mat *W, float *y, const int8_t *xq, const float *xs, 
 void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const float *xs, int nb,
                             const float *bias, int r0, int R, int t_lo, int t_hi) {
     bool per_row = W->group <= 0 || W->group == W->cols;
-    /* One token: the rows one after another, a single sequential stream
-     * (the 4-row blocks read four streams a row apart); the same bits. */
-    int blocked = t_hi - t_lo > 1 ? R / SB512_R * SB512_R : 0;
-    for (int r = r0; r + SB512_R <= r0 + blocked; r += SB512_R) {
+    for (int r = r0; r + SB512_R <= r0 + R; r += SB512_R) {
         if (per_row)
             rows_i8(W, y, xq, xs, nb, bias, r, SB512_R, t_lo, t_hi, true);
         else
             rows_i8(W, y, xq, xs, nb, bias, r, SB512_R, t_lo, t_hi, false);
     }
-    for (int r = r0 + blocked; r < r0 + R; r++) {
+    for (int r = r0 + R / SB512_R * SB512_R; r < r0 + R; r++) {
         if (per_row)
             rows_i8(W, y, xq, xs, nb, bias, r, 1, t_lo, t_hi, true);
         else
