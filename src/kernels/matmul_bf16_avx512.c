@@ -11,18 +11,21 @@
  * arithmetic of an f32 FMA with no widening of the weights, which is what
  * batched decode and prefill are bound by.
  *
- * Two kernels, each with its own fixed order of the sums:
- *   row blocks (decode, n <= KERN_GEMM_MIN_N, plain mode). Dot-product
- *     style: a block of 4 rows stays in L1 while the tokens pass over it 4
- *     at a time (16 accumulators in registers), column chunk by column
- *     chunk, the partial sums parked in memory in between, so the rows
- *     stream in evenly while the later passes compute from L1; the first
- *     pass over a chunk prefetches the next row block at the same columns.
- *     Per (row, token): one 16-lane accumulator over the columns 32 at a
- *     time in order (the last step masked), one fixed reduction, the bias.
+ * Three kernels, each with its own fixed order of the sums:
+ *   one token (plain mode): the rows one after another, one sequential
+ *     stream per thread; per row the even and odd 32-column steps summed
+ *     apart, then added and reduced (below).
+ *   row blocks (2 to KERN_GEMM_MIN_N tokens, plain mode). Dot-product style:
+ *     a block of 4 rows stays in L1 while the tokens pass over it 4 at a
+ *     time (16 accumulators in registers), column chunk by column chunk, the
+ *     partial sums parked in memory in between, so the rows stream in evenly
+ *     while the later passes compute from L1; every pass prefetches the next
+ *     row block at the same columns. Per (row, token): one 16-lane
+ *     accumulator over the columns 32 at a time in order (the last step
+ *     masked), one fixed reduction, the bias.
  *   packed GEMM (prefill, and every n in batch-invariant mode): panels of
  *     16 rows packed as column pairs, lanes across the rows (below).
- * Each order depends on the matrix shape alone — not on n, the tile, the
+ * Each order depends on the matrix shape alone — not on the tile, the
  * thread count or the token's place in the batch — so batch-invariant mode
  * only has to keep to one kernel: the GEMM, whose packing costs a decode
  * step at one token about half its speed but whose prefill runs at twice
