@@ -399,6 +399,24 @@ TEST(kern_bf16_exhaustive) {
                             : ((u >> 16) & 1 ? (uint16_t)((u >> 16) + 1) : (uint16_t)(u >> 16));
         CHECKF(h == want, "f32 %08x -> bf16 %04x want %04x", u, h, want);
     }
+    /* kern_round_bf16 (a bf16 matmul's activations) is the same rounding:
+     * the same bits, NaNs and infinities included. */
+    enum { NR = 4096 };
+    static float src[NR], dst[NR];
+    for (int rep = 0, bad = 0; rep < 64 && !bad; rep++) {
+        for (int i = 0; i < NR; i++) {
+            uint32_t u = (uint32_t)rand() << 16 ^ (uint32_t)rand() ^ (uint32_t)(i & 1) << 31;
+            if (i % 5 == 0) u = (u & 0xffff0000u) | 0x8000u;      /* ties */
+            if (i % 97 == 0) u = (u & 0x807fffffu) | 0x7f800000u; /* inf, NaN */
+            memcpy(&src[i], &u, 4);
+        }
+        kern_round_bf16(dst, src, NR);
+        for (int i = 0; i < NR && !bad; i++) {
+            float want = kern_bf16_to_f32(kern_f32_to_bf16(src[i]));
+            bad = bits(dst[i]) != bits(want);
+            CHECKF(!bad, "round %08x -> %08x want %08x", bits(src[i]), bits(dst[i]), bits(want));
+        }
+    }
 }
 
 TEST(kern_f16_exhaustive) {
