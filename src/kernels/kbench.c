@@ -3,9 +3,9 @@
  * Prints one line per figure: the two machine limits measured in this run,
  * then decode GEMV throughput (GB/s of weights streamed, and the fraction of
  * the measured read bandwidth) and batched / prefill GEMM throughput
- * (GFLOP/s and the fraction of the measured FMA peak; for bf16 on CPUs with
- * AVX-512 BF16, of the bf16 dot-product peak its matmuls run on). Shapes are the ones
- * the acceptance targets name (hidden 2048, FFN 8192, vocab 128256). On a
+ * (GFLOP/s and the fraction of the measured FMA peak; for bf16 on CPUs
+ * with AVX-512 BF16, of the bf16 dot-product peak its matmuls run on).
+ * Shapes are the ones the acceptance targets name (hidden 2048, FFN 8192, vocab 128256). On a
  * shared machine the limits drift during the run, so each figure is divided
  * by the best limit measured so far, re-measured right after the figure (the
  * denominator is printed in parentheses). */
@@ -151,9 +151,10 @@ void kern_bench_report(pool *p) {
             if (d == 0) { /* what batch-invariant mode costs in batches and prefill */
                 double ti = time_matmul_invariant(p, &W, 1, n, n > 64 ? 3 : 10);
                 double gi = 2.0 * n * W.rows * W.cols / ti / 1e9;
-                printf(
-                    "gemm %-4s %6dx%-5d n=%-3d %8.1f GFLOP/s %5.1f %% of peak (batch-invariant)\n",
-                    dt_name(dts[d]), W.rows, W.cols, n, gi, 100 * gi / lim);
+                printf("gemm %-4s %6dx%-5d n=%-3d %8.1f GFLOP/s %5.1f %% of %s peak "
+                       "(batch-invariant)\n",
+                       dt_name(dts[d]), W.rows, W.cols, n, gi, 100 * gi / lim,
+                       lim == dot ? "bf16 dot" : "FMA");
             }
             free_mat(&W);
         }

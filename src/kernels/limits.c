@@ -1,11 +1,12 @@
 /* limits.c — measures the machine's limits the benchmarks report their
  * figures against: streaming read bandwidth and fp32 FMA peak (and, where
- * bf16 matmuls run on vdpbf16ps, its peak), all with every thread of the pool. Measured in the same
- * run as the benchmark because absolute figures drift between runs and machines.
+ * bf16 matmuls run on vdpbf16ps, its peak), all with every thread of the
+ * pool. Measured in the same run as the benchmark because absolute figures
+ * drift between runs and machines.
  *
  * The FMA peak is taken at the widest vectors the kernels use (AVX-512 where
- * the CPU has it). The vector loops use target attributes rather than an *_avx2.c
- * file so a portable fallback lives beside them; they are only entered after
+ * the CPU has it). The vector loops use target attributes rather than an
+ * *_avx2.c file so a portable fallback lives beside them; they are only entered after
  * the same CPU check kern_init makes. No global state. */
 #include "kernels/kern_internal.h"
 

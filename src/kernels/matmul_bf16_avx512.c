@@ -383,24 +383,23 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         memset(dst + K, 0, (ldx - (size_t)K) * sizeof(uint16_t));
     }
     dp_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n};
+    /* the kernel, and the units its tasks split: one order at every n in
+     * batch-invariant mode */
+    pool_fn task;
+    int units;
+    if (n > KERN_GEMM_MIN_N || kern_batch_inv()) {
+        task = dpg_task, units = (W->rows + DPG_NR - 1) / DPG_NR;
+    } else if (n == 1) {
+        task = dp1_task, units = W->rows;
+    } else {
+        size_t tile = DP_TILE_BYTES / (ldx * sizeof(uint16_t));
+        j.tile = tile < DP_T ? DP_T : tile > DP_TILE_MAX ? DP_TILE_MAX : (int)(tile - tile % DP_T);
+        task = dp_task, units = (W->rows + DP_R - 1) / DP_R;
+    }
     /* several tasks per thread, so a late-waking worker does not leave one
      * thread with all the rows; small matrices stay on one thread */
     int tasks = (double)W->rows * K * n < 65536 ? 1 : pool_threads(p) * 4;
-    if (n > KERN_GEMM_MIN_N || kern_batch_inv()) { /* one order at every n */
-        int n_panels = (W->rows + DPG_NR - 1) / DPG_NR;
-        pool_run(p, dpg_task, &j, tasks < n_panels ? tasks : n_panels);
-        free(xb);
-        return;
-    }
-    if (n == 1) {
-        pool_run(p, dp1_task, &j, tasks < W->rows ? tasks : W->rows);
-        free(xb);
-        return;
-    }
-    size_t tile = DP_TILE_BYTES / (ldx * sizeof(uint16_t));
-    j.tile = tile < DP_T ? DP_T : tile > DP_TILE_MAX ? DP_TILE_MAX : (int)(tile - tile % DP_T);
-    int blocks = (W->rows + DP_R - 1) / DP_R;
-    pool_run(p, dp_task, &j, tasks < blocks ? tasks : blocks);
+    pool_run(p, task, &j, tasks < units ? tasks : units);
     free(xb);
 }
 
