@@ -9,7 +9,10 @@
  * Request i is the same at every level; each level runs on a fresh engine
  * (cold prefix cache), reusing the first engine's measured token budget.
  *
- * Per level: output tokens/s, TTFT and TBT p50/p99, prefix-cache hit rate
+ * Per level: output tokens/s in the steady state (from the start until the
+ * last request is submitted: every slot busy; 4 requests per slot by
+ * default, so that the first wave's prefills and the tail are not the
+ * figure) and over the whole run, TTFT and TBT p50/p99, prefix-cache hit rate
  * (prompt tokens served from cache / prompt tokens), peak KV blocks and peak
  * RSS, the fraction of wall time the compute threads sat idle between
  * passes, and how the engine overlapped scheduling with the passes (share
@@ -47,6 +50,10 @@ typedef struct level {
     atomic_int done;
     double *tbt;
     int n_tbt, cap_tbt;
+    /* the closed loop's steady state: until the last request is submitted,
+     * every slot is busy */
+    long long out_full;
+    double t_full_end;
 } level;
 
 /* --- workload ------------------------------------------------------------ */
@@ -126,10 +133,14 @@ static void on_event(const engine_event *ev, void *user) {
         }
         q->t_prev = now;
         q->n_out++;
+        if (lv->next < lv->n) lv->out_full++;
     }
     if (ev->finish == ENGINE_FINISH_NONE) return;
     q->cached = ev->usage.cached_tokens;
-    if (lv->next < lv->n) submit(lv, &lv->reqs[lv->next++]); /* closed loop */
+    if (lv->next < lv->n) {
+        submit(lv, &lv->reqs[lv->next++]); /* closed loop */
+        if (lv->next == lv->n) lv->t_full_end = now;
+    }
     atomic_fetch_add(&lv->done, 1);
 }
 
@@ -162,7 +173,7 @@ static double pct(double *v, int n, double p) {
 
 typedef struct level_result {
     int concurrency, requests;
-    double tok_s, ttft_p50, ttft_p99, tbt_p50, tbt_p99, hit_rate, idle, wall_s;
+    double tok_s, tok_s_all, ttft_p50, ttft_p99, tbt_p50, tbt_p99, hit_rate, idle, wall_s;
     double ahead, plan_overlap; /* plans made during a pass; planning time during one */
     int peak_blocks;
     double peak_kv_mb, peak_rss_mb;
@@ -208,7 +219,8 @@ static int run_level(model *m, const engine_opts *o, breq *reqs, int n, int conc
     *res = (level_result){
         .concurrency = conc,
         .requests = n,
-        .tok_s = out / wall,
+        .tok_s = lv.t_full_end > t0 ? lv.out_full / (lv.t_full_end - t0) : out / wall,
+        .tok_s_all = out / wall,
         .ttft_p50 = pct(ttft, n, 0.5),
         .ttft_p99 = pct(ttft, n, 0.99),
         .tbt_p50 = pct(lv.tbt, lv.n_tbt, 0.5),
@@ -245,11 +257,11 @@ static double ttft_alone(engine *e, const int *p, int n, int *cached) {
 }
 
 static void print_level(const level_result *r) {
-    printf("%5d %6d %9.2f %8.3f %8.3f %8.1f %8.1f %6.1f%% %7d %8.0f %8.0f %6.1f%% %5.0f%% "
+    printf("%5d %6d %9.2f %7.2f %8.3f %8.3f %8.1f %8.1f %6.1f%% %7d %8.0f %8.0f %6.1f%% %5.0f%% "
            "%5.0f%% %7.1f\n",
-           r->concurrency, r->requests, r->tok_s, r->ttft_p50, r->ttft_p99, 1e3 * r->tbt_p50,
-           1e3 * r->tbt_p99, 100 * r->hit_rate, r->peak_blocks, r->peak_kv_mb, r->peak_rss_mb,
-           100 * r->idle, 100 * r->ahead, 100 * r->plan_overlap, r->wall_s);
+           r->concurrency, r->requests, r->tok_s, r->tok_s_all, r->ttft_p50, r->ttft_p99,
+           1e3 * r->tbt_p50, 1e3 * r->tbt_p99, 100 * r->hit_rate, r->peak_blocks, r->peak_kv_mb,
+           r->peak_rss_mb, 100 * r->idle, 100 * r->ahead, 100 * r->plan_overlap, r->wall_s);
     fflush(stdout);
 }
 
@@ -278,7 +290,7 @@ int cmd_bench_serving(int argc, char **argv) {
         {"--model", OPT_STR, &dir, "checkpoint directory"},
         {"--concurrency", OPT_STR, &levels_s, "concurrent requests per level (default 1,4,16,64)"},
         {"--requests", OPT_INT, &requests,
-         "requests per level (default: the concurrency, at least 8)"},
+         "requests per level (default: 4 per concurrent slot, at least 8)"},
         {"--seed", OPT_U64, &seed, "workload seed (default 1)"},
         {"--batch-invariant", OPT_FLAG, &inv, "run the levels in batch-invariant mode"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
@@ -342,14 +354,14 @@ int cmd_bench_serving(int argc, char **argv) {
         random_tokens(&s, warm, 64, V);
         ttft_alone(e, warm, 64, NULL);
     }
-    printf(" conc   reqs   out t/s  TTFT p50  TTFT p99  TBT p50  TBT p99   hit  peak KV "
+    printf(" conc   reqs   out t/s   all  TTFT p50  TTFT p99  TBT p50  TBT p99   hit  peak KV "
            "   KV MB   RSS MB    idle ahead  plan  wall s\n");
-    printf("                            (s)       (s)     (ms)     (ms)         blocks"
+    printf("                 steady    t/s      (s)       (s)     (ms)     (ms)         blocks"
            "                            ov\n");
     level_result res[16];
     int max_lv = 0;
     for (int i = 0; i < n_lv; i++) {
-        int n = requests > 0 ? requests : (lv[i] > 8 ? lv[i] : 8);
+        int n = requests > 0 ? requests : (4 * lv[i] > 8 ? 4 * lv[i] : 8);
         breq *w = make_workload(n, seed, V, info->max_context, max_out, scale);
         rc = run_level(m, &eo, w, n, lv[i], &res[i]);
         for (int k = 0; k < n; k++) free(w[k].prompt);
@@ -394,7 +406,7 @@ int cmd_bench_serving(int argc, char **argv) {
          * and go on that scale, which one pair of runs cannot tell from the
          * mode's cost (the level's own plain run is the first plain one). */
         int c = inv_conc > 0 ? inv_conc : lv[max_lv];
-        int n = requests > 0 ? requests : (c > 8 ? c : 8);
+        int n = requests > 0 ? requests : (4 * c > 8 ? 4 * c : 8);
         double base = 0, best_inv = 0;
         level_result ri = {0};
         for (int i = 0; i < n_lv; i++)
