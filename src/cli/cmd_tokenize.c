@@ -6,7 +6,8 @@
  * newline-separated) and print one output line per record, so a conformance
  * test can check thousands of strings with one process. --decode reads ids and
  * prints their text (round trips); --time reports encode-only throughput on
- * stderr (for the benchmark, which must not count process start and load). */
+ * stderr (for the benchmark, which must not count process start and load),
+ * and with --threads the parallel encoder's speed-up over the serial one. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>

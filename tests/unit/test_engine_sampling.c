@@ -167,6 +167,42 @@ TEST(engine_stop_strings_across_tokens) {
 }
 
 /* --- the bucketed candidate cut equals a full sort ------------------------ */
+/* sampler_argmax against the plain loop: the first index of the largest
+ * value, at every length around its 16-lane blocks and at a vocabulary's,
+ * with ties (few distinct values), NaNs (never chosen) and nothing but -inf. */
+static int naive_argmax(const float *x, int n) {
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (x[i] == x[i] && (best < 0 || x[i] > x[best])) best = i;
+    return best < 0 ? 0 : best;
+}
+
+TEST(engine_sampler_argmax_first_of_the_largest) {
+    enum { N = 128256 };
+    float *x = malloc(sizeof(float) * N);
+    uint64_t s = 12345;
+    int bad = 0;
+    for (int trial = 0; trial < 400 && !bad; trial++) {
+        int n = trial < 100   ? 1 + trial
+                : trial < 399 ? 1 + (int)(samp_rng_init(trial, 0) % 5000)
+                              : N;
+        int levels = trial % 3 ? 1 << 20 : 4; /* every third: ties everywhere */
+        for (int i = 0; i < n; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = (float)((s >> 33) % (uint64_t)levels) - 2.0f;
+            if (trial % 5 == 0 && (s >> 20) % 17 == 0) x[i] = NAN;
+        }
+        if (sampler_argmax(x, n) != naive_argmax(x, n)) bad = 1 + trial;
+    }
+    for (int i = 0; i < 40; i++) x[i] = -INFINITY;
+    x[7] = NAN;
+    if (sampler_argmax(x, 40) != 0) bad = -1;
+    x[0] = NAN;
+    if (sampler_argmax(x, 40) != 1) bad = -2;
+    free(x);
+    CHECKF(!bad, "argmax differs from the plain loop (case %d)", bad);
+}
+
 static const float *ref_prob;
 static int ref_cmp(const void *a, const void *b) {
     int ia = *(const int *)a, ib = *(const int *)b;
