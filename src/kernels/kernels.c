@@ -188,12 +188,19 @@ void kern_quantize_i8(int8_t *q, float *scales, const float *w, int rows, int co
         for (int g = 0; g < ng; g++) {
             const float *src = w + (size_t)r * cols + (size_t)g * group;
             int8_t *dst = q + (size_t)r * cols + (size_t)g * group;
+            /* written so that they vectorize (no libm calls: a load
+             * quantizes a billion weights) */
             float amax = 0;
-            for (int c = 0; c < group; c++) amax = fmaxf(amax, fabsf(src[c]));
+            for (int c = 0; c < group; c++) {
+                float a = fabsf(src[c]);
+                amax = a > amax ? a : amax;
+            }
             float s = amax / 127.0f;
             float inv = s > 0 ? 1.0f / s : 0.0f;
             for (int c = 0; c < group; c++) {
-                float v = nearbyintf(src[c] * inv);
+                /* |v| <= 127: adding and taking away 1.5 * 2^23 rounds it to
+                 * the nearest integer, ties to even, as nearbyintf does */
+                float v = (src[c] * inv + 12582912.0f) - 12582912.0f;
                 dst[c] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
             }
             scales[(size_t)r * ng + g] = s;
