@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/base.h"
 
@@ -78,10 +79,54 @@ static int by_prob_desc(const void *a, const void *b, void *key) {
 enum { N_BUCKETS = 64 };
 
 static int prob_bucket(float p) {
-    int e;
-    frexpf(p, &e); /* p = f * 2^e, f in [0.5, 1) */
-    int b = -e;
+    /* p = f * 2^e with f in [0.5, 1) (frexpf's e, from the exponent bits:
+     * e = E - 126 for a normal p; subnormals land in the last bucket) */
+    uint32_t u;
+    memcpy(&u, &p, sizeof u);
+    int b = 126 - (int)(u >> 23 & 0xff);
     return b < 0 ? 0 : b >= N_BUCKETS ? N_BUCKETS - 1 : b;
+}
+
+/* Sorts idx[0, m) as by_prob_desc does (probability descending, ids
+ * ascending on ties) for probabilities > 0: a stable radix sort on the
+ * complemented float bits (positive floats order as their bits), three
+ * passes of 11 bits, the ids entering in ascending order. A comparison sort
+ * through a callback took 4 ms for a flat 128k-token row. */
+static void sort_by_prob_desc(int *idx, int m, const float *prob) {
+    enum { BITS = 11, BUCKETS = 1 << BITS };
+    if (m < 512) {
+        qsort_r(idx, (size_t)m, sizeof(int), by_prob_desc, (void *)prob);
+        return;
+    }
+    uint32_t *keys = di_malloc(sizeof(uint32_t) * 2 * (size_t)m), *key = keys, *key2 = keys + m;
+    int *ids = di_malloc(sizeof(int) * (size_t)m), *from = idx, *to = ids;
+    size_t count[BUCKETS];
+    for (int i = 0; i < m; i++) {
+        memcpy(&key[i], &prob[idx[i]], sizeof(uint32_t));
+        key[i] = ~key[i];
+    }
+    for (int shift = 0; shift < 32; shift += BITS) {
+        memset(count, 0, sizeof count);
+        for (int i = 0; i < m; i++) count[key[i] >> shift & (BUCKETS - 1)]++;
+        size_t at = 0;
+        for (int b = 0; b < BUCKETS; b++) {
+            size_t c = count[b];
+            count[b] = at;
+            at += c;
+        }
+        for (int i = 0; i < m; i++) {
+            size_t d = count[key[i] >> shift & (BUCKETS - 1)]++;
+            key2[d] = key[i];
+            to[d] = from[i];
+        }
+        uint32_t *tk = key;
+        key = key2, key2 = tk;
+        int *ti = from;
+        from = to, to = ti;
+    }
+    if (from != idx) memcpy(idx, from, sizeof(int) * (size_t)m);
+    free(keys);
+    free(ids);
 }
 
 static int cut_bucket(const sampler_params *p, const float *prob, int n) {
@@ -143,7 +188,7 @@ int sampler_draw(const sampler_params *p, uint64_t *rng, const float *logits, in
     int cut = cut_bucket(p, prob, n);
     for (int i = 0; i < n; i++)
         if (prob[i] > 0 && prob[i] >= floor_p && prob_bucket(prob[i]) <= cut) idx[m++] = i;
-    qsort_r(idx, (size_t)m, sizeof(int), by_prob_desc, prob);
+    sort_by_prob_desc(idx, m, prob);
     if (p->top_k > 0 && p->top_k < m) m = p->top_k;
     if (p->top_p > 0 && p->top_p < 1) {
         double acc = 0;
