@@ -298,6 +298,9 @@ void engine_free(engine *e) {
     for (int i = 0; i < e->n_block_ids; i++) e->run.kv_release(e->run.ctx, e->block_ids[i]);
     free(e->block_ids);
     samp_ctx_free(e->samp);
+    for (int i = 0; i < e->n_samp_task; i++) samp_ctx_free(e->samp_task[i]);
+    free(e->samp_task);
+    free(e->drawn_buf);
     free(e->batch);
     free(e->replay);
     free(e->replay_seq);

@@ -80,6 +80,12 @@ struct engine {
     bm *bm;
     sched *sched;
     samp_ctx *samp;
+    /* Sampling a pass's rows on run.pool: a scratch context per task, and
+     * each row's draw, made before the rows' events in pass order. */
+    samp_ctx **samp_task;
+    int n_samp_task;
+    samp_out *drawn, *drawn_buf; /* drawn: drawn_buf for this pass, or NULL */
+    int cap_drawn;
     bool swa; /* sliding-window model with snapshots: SWA cache, replay, forks */
     swc *swa_cache;
     int replay_tokens; /* tokens replayed on a SWA cache miss (before capping at the prefix) */

@@ -109,6 +109,7 @@ engine *engine_create(model *m, tokenizer *tok, const engine_opts *opts, di_err 
                        .forward = mr_forward,
                        .copy_block = mr_copy_block,
                        .kv_block_data = mr_kv_block_data,
+                       .pool = model_pool(m),
                        .set_batch_invariant = mr_batch_invariant,
                        .destroy = mr_destroy};
     for (int i = 0; i < info->n_eos && r.n_eos < MODEL_MAX_EOS; i++)

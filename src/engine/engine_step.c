@@ -250,7 +250,8 @@ static void deliver(engine *e, const pending_ev *pe) {
  * branch after that pass, one token of work wasted). A token that ends the
  * branch by itself (EOS, a stop id, the length) takes it out of the plan
  * made ahead, if any. Returns whether it ends the branch. */
-static bool on_token(engine *e, seq *q, const float *row, bool planned_ahead) {
+static bool on_token(engine *e, seq *q, const float *row, const samp_out *drawn,
+                     bool planned_ahead) {
     ereq *r = q->owner;
     if (!q->ahead) seq_append_ahead(q);
     if (e->n_pend == e->cap_pend) {
@@ -258,8 +259,11 @@ static bool on_token(engine *e, seq *q, const float *row, bool planned_ahead) {
         e->pend = di_realloc(e->pend, sizeof *e->pend * (size_t)e->cap_pend);
     }
     pending_ev *pe = &e->pend[e->n_pend++];
-    samp_next(e->samp, &r->r.sampling, &q->rng, row, q->tokens, q->n_prompt, q->n_tokens - 1,
-              &pe->so);
+    if (drawn)
+        pe->so = *drawn;
+    else
+        samp_next(e->samp, &r->r.sampling, &q->rng, row, q->tokens, q->n_prompt, q->n_tokens - 1,
+                  &pe->so);
     seq_fill_ahead(q, pe->so.token);
     e->st.generated_tokens++;
     const stop_params *sp = &r->r.stop;
@@ -298,7 +302,7 @@ static void fork_and_sample(engine *e, seq *q, const float *row, bool planned_ah
     if (rings) e->run.swa_free(rings);
     int n = r->r.n;
     for (int b = 0; b < n; b++) {
-        bool ends = on_token(e, branch[b], row, planned_ahead);
+        bool ends = on_token(e, branch[b], row, NULL, planned_ahead);
         if (b > 0 && !ends && planned_ahead) sched_plan_add(e->sched, branch[b]);
     }
 }
@@ -366,12 +370,77 @@ static void commit_item(engine *e, pass_item *it) {
     if (e->swa) swa_snapshot(e, q, it->end);
 }
 
+/* Whether sample_pass draws item it's token through on_token (not a
+ * sequence being drained, nor the first token of an n > 1 request). */
+static bool draws_plainly(const pass_item *it, bool ok) {
+    if (!ok || !it->logits || it->q->draining) return false;
+    const ereq *r = it->q->owner;
+    return r->forked || r->r.n <= 1;
+}
+
+typedef struct draw_job {
+    engine *e;
+    const int *items; /* indices into e->done */
+    int n;
+} draw_job;
+
+static void draw_task(void *ctx, int task, int n_tasks) {
+    draw_job *j = ctx;
+    engine *e = j->e;
+    int lo = (int)((long)j->n * task / n_tasks), hi = (int)((long)j->n * (task + 1) / n_tasks);
+    for (int k = lo; k < hi; k++) {
+        int i = j->items[k];
+        const pass_item *it = &e->done.v[i];
+        seq *q = it->q;
+        const ereq *r = q->owner;
+        int n_tokens = q->ahead ? q->n_tokens - 1 : q->n_tokens; /* as on_token passes */
+        samp_next(e->samp_task[task], &r->r.sampling, &q->rng, it->logits, q->tokens, q->n_prompt,
+                  n_tokens, &e->drawn[i]);
+    }
+}
+
+/* Draws the pass's plain rows on the backend's pool (idle between passes)
+ * into e->drawn (token -1: not drawn), or leaves e->drawn NULL (no pool,
+ * few rows): each draw
+ * reads only its own sequence, so on_token then takes exactly what it would
+ * have drawn itself. With 64 rows of a 128k vocabulary a step's sampling is
+ * milliseconds to tens of them (top-p), all of it compute threads' idle time. */
+static void draw_rows(engine *e, bool ok) {
+    pass_rec *d = &e->done;
+    pool *p = e->run.pool;
+    int threads = p ? pool_threads(p) : 1;
+    e->drawn = NULL;
+    if (threads < 2 || !ok || d->n < 4) return;
+    int *items = di_malloc(sizeof(int) * (size_t)d->n), n = 0;
+    for (int i = 0; i < d->n; i++)
+        if (draws_plainly(&d->v[i], ok)) items[n++] = i;
+    if (n >= 4) {
+        if (e->cap_drawn < d->n) {
+            e->cap_drawn = 2 * d->n;
+            free(e->drawn_buf);
+            e->drawn_buf = di_malloc(sizeof(samp_out) * (size_t)e->cap_drawn);
+        }
+        int tasks = n < threads ? n : threads;
+        if (e->n_samp_task < tasks) {
+            e->samp_task = di_realloc(e->samp_task, sizeof(samp_ctx *) * (size_t)tasks);
+            while (e->n_samp_task < tasks)
+                e->samp_task[e->n_samp_task++] = samp_ctx_new(e->run.vocab);
+        }
+        e->drawn = e->drawn_buf;
+        for (int i = 0; i < d->n; i++) e->drawn[i].token = -1; /* not drawn here */
+        draw_job j = {e, items, n};
+        pool_run(p, draw_task, &j, tasks);
+    }
+    free(items);
+}
+
 /* The pass has ended: its sequences are the step thread's again. Frees the
  * branches that ended meanwhile and samples every logits row (the only work
  * between two passes besides preparing the next). */
 static void sample_pass(engine *e, bool ok, bool planned_ahead) {
     pass_rec *d = &e->done;
     for (int i = 0; i < d->n; i++) d->v[i].q->in_flight = false;
+    draw_rows(e, ok);
     for (int i = 0; i < d->n; i++) {
         pass_item *it = &d->v[i];
         seq *q = it->q;
@@ -392,7 +461,8 @@ static void sample_pass(engine *e, bool ok, bool planned_ahead) {
             commit_item(e, it); /* the branches share the committed blocks */
             fork_and_sample(e, q, it->logits, planned_ahead);
         } else {
-            on_token(e, q, it->logits, planned_ahead);
+            const samp_out *drawn = e->drawn && e->drawn[i].token >= 0 ? &e->drawn[i] : NULL;
+            on_token(e, q, it->logits, drawn, planned_ahead);
         }
     }
     if (!ok) d->n = 0;

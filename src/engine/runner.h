@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "base/base.h"
+#include "base/pool.h"
 #include "model/model.h"
 
 typedef struct engine_runner {
@@ -49,6 +50,9 @@ typedef struct engine_runner {
      * model_kv_block_layout (model.h). Needed by the persistent KV store
      * (engine_opts.kv_store), which reads and fills blocks through it. */
     void *(*kv_block_data)(void *ctx, int block);
+    /* Optional: the backend's compute pool. It is idle between passes, and
+     * the engine samples a pass's logits rows on it then. */
+    pool *pool;
     /* Optional: turns batch-invariant kernels on or off for this backend. */
     void (*set_batch_invariant)(void *ctx, bool on);
     /* Optional: frees ctx when the engine is freed. */
