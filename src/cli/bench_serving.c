@@ -265,6 +265,12 @@ static void print_level(const level_result *r) {
     fflush(stdout);
 }
 
+/* --requests, or 4 per concurrent slot (at least 8): enough waves that the
+ * first one's prefills and the last one's tail are not the figure. */
+static int level_requests(int requests, int conc) {
+    return requests > 0 ? requests : 4 * conc > 8 ? 4 * conc : 8;
+}
+
 static int parse_levels(const char *s, int *lv, int max) {
     int n = 0;
     while (*s && n < max) {
@@ -361,7 +367,7 @@ int cmd_bench_serving(int argc, char **argv) {
     level_result res[16];
     int max_lv = 0;
     for (int i = 0; i < n_lv; i++) {
-        int n = requests > 0 ? requests : (4 * lv[i] > 8 ? 4 * lv[i] : 8);
+        int n = level_requests(requests, lv[i]);
         breq *w = make_workload(n, seed, V, info->max_context, max_out, scale);
         rc = run_level(m, &eo, w, n, lv[i], &res[i]);
         for (int k = 0; k < n; k++) free(w[k].prompt);
@@ -406,7 +412,7 @@ int cmd_bench_serving(int argc, char **argv) {
          * and go on that scale, which one pair of runs cannot tell from the
          * mode's cost (the level's own plain run is the first plain one). */
         int c = inv_conc > 0 ? inv_conc : lv[max_lv];
-        int n = requests > 0 ? requests : (4 * c > 8 ? 4 * c : 8);
+        int n = level_requests(requests, c);
         double base = 0, best_inv = 0;
         level_result ri = {0};
         for (int i = 0; i < n_lv; i++)

@@ -370,10 +370,10 @@ static void commit_item(engine *e, pass_item *it) {
     if (e->swa) swa_snapshot(e, q, it->end);
 }
 
-/* Whether sample_pass draws item it's token through on_token (not a
- * sequence being drained, nor the first token of an n > 1 request). */
-static bool draws_plainly(const pass_item *it, bool ok) {
-    if (!ok || !it->logits || it->q->draining) return false;
+/* Whether sample_pass, after a pass that ran, draws item it's token through
+ * on_token (not a sequence being drained, nor an n > 1 request's first). */
+static bool draws_plainly(const pass_item *it) {
+    if (!it->logits || it->q->draining) return false;
     const ereq *r = it->q->owner;
     return r->forked || r->r.n <= 1;
 }
@@ -401,10 +401,10 @@ static void draw_task(void *ctx, int task, int n_tasks) {
 
 /* Draws the pass's plain rows on the backend's pool (idle between passes)
  * into e->drawn (token -1: not drawn), or leaves e->drawn NULL (no pool,
- * few rows): each draw
- * reads only its own sequence, so on_token then takes exactly what it would
- * have drawn itself. With 64 rows of a 128k vocabulary a step's sampling is
- * milliseconds to tens of them (top-p), all of it compute threads' idle time. */
+ * few rows). Each draw reads only its own sequence, so on_token then takes
+ * exactly what it would have drawn itself. With 64 rows of a 128k
+ * vocabulary a step's sampling is milliseconds to tens of them (top-p), all
+ * of it the compute threads' idle time. */
 static void draw_rows(engine *e, bool ok) {
     pass_rec *d = &e->done;
     pool *p = e->run.pool;
@@ -413,7 +413,7 @@ static void draw_rows(engine *e, bool ok) {
     if (threads < 2 || !ok || d->n < 4) return;
     int *items = di_malloc(sizeof(int) * (size_t)d->n), n = 0;
     for (int i = 0; i < d->n; i++)
-        if (draws_plainly(&d->v[i], ok)) items[n++] = i;
+        if (draws_plainly(&d->v[i])) items[n++] = i;
     if (n >= 4) {
         if (e->cap_drawn < d->n) {
             e->cap_drawn = 2 * d->n;
