@@ -227,3 +227,19 @@ for (const [scheme, split] of [['first', false], ['always', true]]) {
     }
   });
 }
+
+// The command line's parallel encode (--threads) prints the serial ids, and
+// its benchmark mode (--time --threads) reports throughput and the paired
+// speed-up without failing (it pins the serial encoder to each core).
+test('tokenize --threads 2 prints the serial ids; --time reports the paired speed-up', () => {
+  const dir = dirOf('deepseek_v3');
+  const text = Buffer.from(corpus.filter((s) => s.length < 5000).join('\n').slice(0, 300000), 'utf8');
+  const serial = runBin(['--model', dir], text).toString();
+  assert.ok(serial.split(' ').length > 20000, 'a text long enough to be cut');
+  assert.equal(runBin(['--model', dir, '--threads', '2'], text).toString(), serial);
+  const r = spawnSync(BIN, ['tokenize', '--model', dir, '--time', '--threads', '2', '--repeat', '3'], { input: text });
+  assert.equal(r.status, 0, r.stderr.toString());
+  const err = r.stderr.toString();
+  assert.match(err, /tokens in [0-9.]+ s: [0-9.]+ MB\/s/);
+  assert.match(err, /2 threads, 3 paired rounds: speed-up [0-9.]+x \(median; [0-9.]+-[0-9.]+x\), parallel efficiency [0-9]+ %/);
+});
