@@ -19,8 +19,9 @@
  * tokens, so only active experts' weights are read and each is read once per
  * step. All experts' gate/up matmuls (and the shared experts') form one list
  * of independent jobs, then all down matmuls another: with many jobs each runs
- * on one thread as a pool task (one-token experts are cut into row bands so
- * the threads get equal shares), with few each runs parallel over its rows.
+ * on one thread as a pool task (one-token experts are cut into row bands
+ * when too few to share out whole), with few each runs parallel over its
+ * rows.
  * Two pool barriers per layer, whatever the number of experts. Expert outputs
  * land in per-(token, slot) rows and are summed per token in slot order, so
  * the result does not depend on the schedule or the thread count. No state
@@ -148,11 +149,17 @@ static void moe_chunk(model *m, const model_layer *L, const float *x, float *out
     float *y = di_malloc(sizeof(float) * (size_t)n * K * hid);
     float *gs = g + (size_t)n * K * inter, *us = u + (size_t)n * K * inter;
     deepseek_jobs js = {0};
+    /* One-token experts are cut into row bands only when they are too few
+     * to share out whole: each band is one more stream to start (whole 1 MB
+     * experts decoded dsv3-1b 4 % faster on 2 threads). */
+    int active = 0;
+    for (int e = 0; e < E; e++) active += cnt[e] > 0;
+    int bands = 2 * active >= 4 * threads ? 1 : threads;
     for (int e = 0; e < E; e++) {
         if (!cnt[e]) continue;
         size_t r0 = (size_t)off[e];
-        deepseek_jobs_add(&js, &L->exp_gate[e], xin + r0 * hid, g + r0 * inter, cnt[e], threads);
-        deepseek_jobs_add(&js, &L->exp_up[e], xin + r0 * hid, u + r0 * inter, cnt[e], threads);
+        deepseek_jobs_add(&js, &L->exp_gate[e], xin + r0 * hid, g + r0 * inter, cnt[e], bands);
+        deepseek_jobs_add(&js, &L->exp_up[e], xin + r0 * hid, u + r0 * inter, cnt[e], bands);
     }
     if (shared) {
         deepseek_jobs_add(&js, &L->sh_gate, x, gs, n, threads);
@@ -163,7 +170,7 @@ static void moe_chunk(model *m, const model_layer *L, const float *x, float *out
     for (int e = 0; e < E; e++)
         if (cnt[e]) {
             size_t r0 = (size_t)off[e];
-            deepseek_jobs_add(&js, &L->exp_down[e], g + r0 * inter, y + r0 * hid, cnt[e], threads);
+            deepseek_jobs_add(&js, &L->exp_down[e], g + r0 * inter, y + r0 * hid, cnt[e], bands);
         }
     if (shared)
         deepseek_jobs_add(&js, &L->sh_down, gs, out, n, threads);
