@@ -150,6 +150,21 @@ float kern_fp8e4m3_to_f32(uint8_t v) {
     return v & 0x80u ? -r : r;
 }
 
+static void prefetch_bytes(const void *p, size_t n) {
+    const char *c = p;
+    for (size_t o = 0; o < n; o += 64) __builtin_prefetch(c + o, 0, 2);
+}
+
+void kern_prefetch_mat(const kern_mat *W) {
+    static const size_t elem[] = {[KT_F32] = 4, [KT_BF16] = 2, [KT_F16] = 2, [KT_I8] = 1};
+    size_t n = (size_t)W->rows * (size_t)W->cols;
+    prefetch_bytes(W->data, n * elem[W->dtype]);
+    if (W->dtype == KT_I8) {
+        int g = W->group > 0 ? W->group : W->cols;
+        prefetch_bytes(W->scales, (size_t)W->rows * (size_t)(W->cols / g) * sizeof(float));
+    }
+}
+
 void kern_row_f32(float *out, const kern_mat *W, int r) {
     int cols = W->cols;
     size_t off = (size_t)r * (size_t)cols;

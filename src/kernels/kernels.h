@@ -66,6 +66,10 @@ float kern_f16_to_f32(uint16_t h);
 float kern_fp8e4m3_to_f32(uint8_t v);
 /* Row r of W (any dtype) as f32: embedding lookup. */
 void kern_row_f32(float *out, const kern_mat *W, int r);
+/* Starts loading W's weights (and int8 scales) into the L2 cache, for a small
+ * matrix that is about to be read cold: one request per cache line, issued
+ * together, instead of a latency-bound stream. */
+void kern_prefetch_mat(const kern_mat *W);
 
 /* Vector helpers used by attention and norms (n elements). */
 float kern_dot(const float *a, const float *b, int n);

@@ -108,10 +108,13 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
     int s0 = model_attn_start(c->m, c->l, pos), C = pos - s0 + 1;
     float *sc = c->scores + 2 * (size_t)task * c->hc * c->max_ctx;
     const float *qt = c->q + (size_t)t * d->H * d->qk;
-    if (c->fused) /* q_lat = W_uk^T q_nope for this task's heads */
+    if (c->fused) { /* q_lat = W_uk^T q_nope for this task's heads */
         for (int h = ha; h < hb; h++)
             kern_matmul(NULL, c->qlat + ((size_t)h * c->na + i) * d->lora, qt + (size_t)h * d->qk,
                         &c->L->w_uk_t[h], NULL, 1);
+        /* read cold at the end: requested now, they arrive while the task attends */
+        for (int h = ha; h < hb; h++) kern_prefetch_mat(&c->L->w_uv[h]);
+    }
     int nh = hb - ha;
     size_t lora = (size_t)d->lora, ml = (size_t)c->max_ctx;
     size_t E = (size_t)model_kv_entry_floats(c->m, c->l);
