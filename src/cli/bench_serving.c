@@ -160,13 +160,9 @@ static void submit(level *lv, breq *q) {
     }
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 static double pct(double *v, int n, double p) {
     if (n == 0) return 0;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    cli_sort_doubles(v, n);
     int i = (int)ceil(p * n) - 1;
     return v[i < 0 ? 0 : i >= n ? n - 1 : i];
 }

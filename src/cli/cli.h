@@ -34,6 +34,8 @@ model *cli_load_model(const char *dir, const char *dtype, int threads);
  * a one-line error naming cmd on stderr and -1 when capacity is no size. */
 int cli_kv_store_opts(const char *cmd, const char *capacity, float ttl_chat_h, float ttl_agent_h,
                       kvs_opts *ko);
+/* Sorts v[0, n) ascending (the benchmarks' percentiles and medians). */
+void cli_sort_doubles(double *v, int n);
 /* Resident set size of this process in bytes (0 if unknown). */
 size_t cli_rss_bytes(void);
 

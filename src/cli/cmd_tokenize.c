@@ -134,11 +134,6 @@ static int encode_input(encode_run *r) {
  * core or the other is no baseline. Each round's figure is N x the parallel
  * throughput over the sum of the cores' serial throughputs (N x efficiency:
  * the speed-up on N equal cores); the median round counts. */
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double timed_pass(encode_run *run, pool *p, int *rc) {
     run->p = p;
     double t0 = di_now();
@@ -170,7 +165,7 @@ static int time_speedup(encode_run *run, int rounds, int threads) {
     }
     run->p = p;
     if (!rc) {
-        qsort(speedup, (size_t)rounds, sizeof *speedup, cmp_double);
+        cli_sort_doubles(speedup, rounds);
         fprintf(stderr,
                 "tokenize: %d threads, %d paired rounds: speed-up %.2fx (median; %.2f-%.2fx), "
                 "parallel efficiency %.0f %% of the %d cores' serial throughputs summed\n",

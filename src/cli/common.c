@@ -1,6 +1,6 @@
-/* common.c — what the model-running subcommands share: dtype parsing, model
- * loading with a one-line error, KV store options, and resident-memory
- * readout. */
+/* common.c — what the subcommands share: dtype parsing, model loading with a
+ * one-line error, KV store options, resident-memory readout, and the sort
+ * behind the benchmarks' percentiles. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +53,15 @@ int cli_kv_store_opts(const char *cmd, const char *capacity, float ttl_chat_h, f
     for (int c = 0; c < KVS_N_CLASS; c++) /* unset: the store's default; 0: no expiry */
         ko->ttl_s[c] = ttl_h[c] < 0 ? 0 : ttl_h[c] == 0 ? -1 : ttl_h[c] * 3600.0;
     return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void cli_sort_doubles(double *v, int n) {
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, cmp_double);
 }
 
 size_t cli_rss_bytes(void) {
