@@ -62,8 +62,7 @@ static void free_mat(kern_mat *W) {
 }
 
 static size_t mat_bytes(const kern_mat *W) {
-    size_t e = W->dtype == KT_F32 ? 4 : W->dtype == KT_I8 ? 1 : 2;
-    return (size_t)W->rows * W->cols * e;
+    return (size_t)W->rows * W->cols * kern_dtype_size(W->dtype);
 }
 
 /* Best time of `reps` calls (after one warm-up), cycling through `nw`
@@ -113,10 +112,7 @@ void kern_bench_report(pool *p) {
     for (int d = 0; d < 3; d++) {
         for (int s = 0; s < 3; s++) {
             kern_mat W[8];
-            size_t one = (size_t)gemv[s][0] * gemv[s][1] *
-                         (dts[d] == KT_F32  ? 4
-                          : dts[d] == KT_I8 ? 1
-                                            : 2);
+            size_t one = (size_t)gemv[s][0] * gemv[s][1] * kern_dtype_size(dts[d]);
             int nw = (int)(((size_t)256 << 20) / one) + 1;
             if (nw > 8) nw = 8;
             for (int i = 0; i < nw; i++) W[i] = bench_mat(dts[d], gemv[s][0], gemv[s][1]);

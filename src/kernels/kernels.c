@@ -155,10 +155,22 @@ static void prefetch_bytes(const void *p, size_t n) {
     for (size_t o = 0; o < n; o += 64) __builtin_prefetch(c + o, 0, 2);
 }
 
+size_t kern_dtype_size(kern_dtype t) {
+    return t == KT_F32 ? 4 : t == KT_I8 ? 1 : 2;
+}
+
+kern_mat kern_mat_rows(const kern_mat *W, int r0, int n) {
+    kern_mat v = *W;
+    v.rows = n;
+    v.data = (const char *)W->data + (size_t)r0 * (size_t)W->cols * kern_dtype_size(W->dtype);
+    if (W->dtype == KT_I8 && W->scales)
+        v.scales = W->scales + (size_t)r0 * (size_t)(W->cols / W->group);
+    return v;
+}
+
 void kern_prefetch_mat(const kern_mat *W) {
-    static const size_t elem[] = {[KT_F32] = 4, [KT_BF16] = 2, [KT_F16] = 2, [KT_I8] = 1};
     size_t n = (size_t)W->rows * (size_t)W->cols;
-    prefetch_bytes(W->data, n * elem[W->dtype]);
+    prefetch_bytes(W->data, n * kern_dtype_size(W->dtype));
     if (W->dtype == KT_I8) {
         int g = W->group > 0 ? W->group : W->cols;
         prefetch_bytes(W->scales, (size_t)W->rows * (size_t)(W->cols / g) * sizeof(float));

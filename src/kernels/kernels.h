@@ -66,6 +66,10 @@ float kern_f16_to_f32(uint16_t h);
 float kern_fp8e4m3_to_f32(uint8_t v);
 /* Row r of W (any dtype) as f32: embedding lookup. */
 void kern_row_f32(float *out, const kern_mat *W, int r);
+/* Bytes per element of a dtype's data. */
+size_t kern_dtype_size(kern_dtype t);
+/* Rows [r0, r0 + n) of W: a view sharing W's memory (and its int8 scales). */
+kern_mat kern_mat_rows(const kern_mat *W, int r0, int n);
 /* Starts loading W's weights (and int8 scales) into the L2 cache, for a small
  * matrix that is about to be read cold: one request per cache line, issued
  * together, instead of a latency-bound stream. */

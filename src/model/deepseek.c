@@ -33,16 +33,6 @@ static const char *ds_name(ds_names *n, const char *fmt, int a) {
     return n->buf;
 }
 
-kern_mat deepseek_rows(const kern_mat *W, int r0, int nr) {
-    kern_mat s = *W;
-    size_t esz = W->dtype == KT_F32 ? 4 : W->dtype == KT_I8 ? 1 : 2;
-    s.rows = nr;
-    s.data = (const char *)W->data + (size_t)r0 * (size_t)W->cols * esz;
-    if (W->dtype == KT_I8 && W->scales)
-        s.scales = W->scales + (size_t)r0 * (size_t)(W->cols / W->group);
-    return s;
-}
-
 /* Row bands for one-token jobs: with one token a matmul is a GEMV; banding
  * gives the threads equal shares. Bands are multiples of 16 rows, so each row
  * is reduced exactly as in the whole matrix. */
@@ -56,7 +46,7 @@ void deepseek_jobs_add(deepseek_jobs *js, const kern_mat *W, const float *x, flo
             js->cap = js->cap ? 2 * js->cap : 64;
             js->j = di_realloc(js->j, sizeof(deepseek_job) * (size_t)js->cap);
         }
-        js->j[js->n++] = (deepseek_job){deepseek_rows(W, r0, nr), x, y + r0, n};
+        js->j[js->n++] = (deepseek_job){kern_mat_rows(W, r0, nr), x, y + r0, n};
     }
 }
 
@@ -91,7 +81,7 @@ static int ds_absorb(model *m, model_layer *L, di_err *err) {
                     : nope;
     for (int h = 0; h < H; h++) {
         int r0 = h * (nope + vd);
-        L->w_uv[h] = deepseek_rows(kvb, r0 + nope, vd);
+        L->w_uv[h] = kern_mat_rows(kvb, r0 + nope, vd);
         for (int i = 0; i < nope; i++) {
             kern_row_f32(row, kvb, r0 + i);
             for (int j = 0; j < lora; j++) tr[(size_t)j * nope + i] = row[j];

@@ -10,8 +10,6 @@
 /* Layer l of the model: the main layers 0..n_layers-1, then MTP module k as
  * n_layers + k (the index the KV accessors use too). */
 model_layer *deepseek_layer(model *m, int l);
-/* A view of rows [r0, r0 + nr) of W: same storage, no copy (int8 scales too). */
-kern_mat deepseek_rows(const kern_mat *W, int r0, int nr);
 
 /* A list of independent matmuls (y = x W^T over n rows) run with one pool
  * barrier: as parallel tasks, each matmul on one thread, when there are at

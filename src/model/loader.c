@@ -310,7 +310,7 @@ static void convert_task(void *ctx, int task, int n_tasks) {
     if (lo == hi) return;
     if ((j->dtype == KT_BF16 && j->t->dtype == ST_BF16) ||
         (j->dtype == KT_F32 && j->t->dtype == ST_F32)) { /* a plain copy */
-        size_t row = j->C * (j->dtype == KT_BF16 ? 2 : 4);
+        size_t row = j->C * kern_dtype_size(j->dtype);
         memcpy((uint8_t *)j->dst + lo * row, (const uint8_t *)j->t->data + lo * row,
                (hi - lo) * row);
         return;
@@ -373,7 +373,7 @@ static void mat_alloc(model_loader *ld, kern_mat *out, size_t R, size_t C, kern_
     out->dtype = dt;
     out->rows = (int)R;
     out->cols = (int)C;
-    size_t elem = dt == KT_F32 ? 4 : dt == KT_BF16 ? 2 : 1;
+    size_t elem = kern_dtype_size(dt);
     out->data = model_loader_alloc(ld, R * C * elem);
     ld->weight_bytes += R * C * elem;
     if (dt == KT_I8) {
@@ -383,17 +383,6 @@ static void mat_alloc(model_loader *ld, kern_mat *out, size_t R, size_t C, kern_
         out->scales = model_loader_alloc(ld, R * (C / group) * sizeof(float));
         ld->weight_bytes += R * (C / group) * sizeof(float);
     }
-}
-
-/* Rows [row0, row0 + rows of src) of dst, a view sharing dst's memory. */
-static kern_mat mat_rows(const kern_mat *dst, size_t row0, size_t R) {
-    kern_mat v = *dst;
-    size_t C = (size_t)dst->cols;
-    size_t elem = dst->dtype == KT_F32 ? 4 : dst->dtype == KT_BF16 ? 2 : 1;
-    v.rows = (int)R;
-    v.data = (const uint8_t *)dst->data + row0 * C * elem;
-    if (dst->scales) v.scales = dst->scales + row0 * (C / (size_t)dst->group);
-    return v;
 }
 
 /* Converts src into the rows of view (its memory), on the pool, and gives
@@ -455,7 +444,7 @@ int model_get_mats_fused(model_loader *ld, const char *const *names, const int *
     }
     mat_alloc(ld, fused, total, (size_t)cols, dt);
     for (int i = 0, row0 = 0; i < n; row0 += rows[i++]) {
-        parts[i] = mat_rows(fused, (size_t)row0, (size_t)rows[i]);
+        parts[i] = kern_mat_rows(fused, row0, rows[i]);
         mat_fill(ld, &parts[i], &src[i]);
     }
     return 0;

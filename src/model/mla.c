@@ -213,7 +213,7 @@ static void mla_expanded_seq(mla_ctx *c, int b, int threads) {
         c->h0 = h0;
         c->hg = h0 + hg <= d->H ? hg : d->H - h0;
         kern_mat sub =
-            deepseek_rows(&c->L->kv_b, h0 * (d->nope + d->vd), c->hg * (d->nope + d->vd));
+            kern_mat_rows(&c->L->kv_b, h0 * (d->nope + d->vd), c->hg * (d->nope + d->vd));
         kern_matmul(c->m->pool, kvx, lat, &sub, NULL, c->C);
         c->n_hchunks = c->T >= 2 * threads ? 1 : (2 * threads + c->T - 1) / c->T;
         if (c->n_hchunks > c->hg) c->n_hchunks = c->hg;
