@@ -300,7 +300,7 @@ void engine_free(engine *e) {
     samp_ctx_free(e->samp);
     for (int i = 0; i < e->n_samp_task; i++) samp_ctx_free(e->samp_task[i]);
     free(e->samp_task);
-    free(e->drawn_buf);
+    free(e->drawn);
     free(e->batch);
     free(e->replay);
     free(e->replay_seq);

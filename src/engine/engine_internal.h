@@ -84,7 +84,7 @@ struct engine {
      * each row's draw, made before the rows' events in pass order. */
     samp_ctx **samp_task;
     int n_samp_task;
-    samp_out *drawn, *drawn_buf; /* drawn: drawn_buf for this pass, or NULL */
+    samp_out *drawn;
     int cap_drawn;
     bool swa; /* sliding-window model with snapshots: SWA cache, replay, forks */
     swc *swa_cache;

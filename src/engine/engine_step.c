@@ -400,25 +400,25 @@ static void draw_task(void *ctx, int task, int n_tasks) {
 }
 
 /* Draws the pass's plain rows on the backend's pool (idle between passes)
- * into e->drawn (token -1: not drawn), or leaves e->drawn NULL (no pool,
+ * and returns them by pass index (token -1: not drawn), or NULL (no pool,
  * few rows). Each draw reads only its own sequence, so on_token then takes
  * exactly what it would have drawn itself. With 64 rows of a 128k
  * vocabulary a step's sampling is milliseconds to tens of them (top-p), all
  * of it the compute threads' idle time. */
-static void draw_rows(engine *e, bool ok) {
+static const samp_out *draw_rows(engine *e, bool ok) {
     pass_rec *d = &e->done;
     pool *p = e->run.pool;
     int threads = p ? pool_threads(p) : 1;
-    e->drawn = NULL;
-    if (threads < 2 || !ok || d->n < 4) return;
+    if (threads < 2 || !ok || d->n < 4) return NULL;
     int *items = di_malloc(sizeof(int) * (size_t)d->n), n = 0;
     for (int i = 0; i < d->n; i++)
         if (draws_plainly(&d->v[i])) items[n++] = i;
+    const samp_out *drawn = NULL;
     if (n >= 4) {
         if (e->cap_drawn < d->n) {
             e->cap_drawn = 2 * d->n;
-            free(e->drawn_buf);
-            e->drawn_buf = di_malloc(sizeof(samp_out) * (size_t)e->cap_drawn);
+            free(e->drawn);
+            e->drawn = di_malloc(sizeof(samp_out) * (size_t)e->cap_drawn);
         }
         int tasks = n < threads ? n : threads;
         if (e->n_samp_task < tasks) {
@@ -426,12 +426,13 @@ static void draw_rows(engine *e, bool ok) {
             while (e->n_samp_task < tasks)
                 e->samp_task[e->n_samp_task++] = samp_ctx_new(e->run.vocab);
         }
-        e->drawn = e->drawn_buf;
         for (int i = 0; i < d->n; i++) e->drawn[i].token = -1; /* not drawn here */
         draw_job j = {e, items, n};
         pool_run(p, draw_task, &j, tasks);
+        drawn = e->drawn;
     }
     free(items);
+    return drawn;
 }
 
 /* The pass has ended: its sequences are the step thread's again. Frees the
@@ -440,7 +441,7 @@ static void draw_rows(engine *e, bool ok) {
 static void sample_pass(engine *e, bool ok, bool planned_ahead) {
     pass_rec *d = &e->done;
     for (int i = 0; i < d->n; i++) d->v[i].q->in_flight = false;
-    draw_rows(e, ok);
+    const samp_out *drawn = draw_rows(e, ok);
     for (int i = 0; i < d->n; i++) {
         pass_item *it = &d->v[i];
         seq *q = it->q;
@@ -461,8 +462,8 @@ static void sample_pass(engine *e, bool ok, bool planned_ahead) {
             commit_item(e, it); /* the branches share the committed blocks */
             fork_and_sample(e, q, it->logits, planned_ahead);
         } else {
-            const samp_out *drawn = e->drawn && e->drawn[i].token >= 0 ? &e->drawn[i] : NULL;
-            on_token(e, q, it->logits, drawn, planned_ahead);
+            on_token(e, q, it->logits, drawn && drawn[i].token >= 0 ? &drawn[i] : NULL,
+                     planned_ahead);
         }
     }
     if (!ok) d->n = 0;
