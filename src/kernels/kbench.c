@@ -140,17 +140,18 @@ void kern_bench_report(pool *p) {
             double t = time_matmul(p, &W, 1, n, n > 64 ? 3 : 10);
             double gf = 2.0 * n * W.rows * W.cols / t / 1e9;
             peak = fmax(peak, kern_measure_fma_peak(p));
-            double lim = dts[d] == KT_BF16 && dot > 0 ? dot : peak;
+            bool on_dot = dts[d] == KT_BF16 && dot > 0;
+            double lim = on_dot ? dot : peak;
             printf("gemm %-4s %6dx%-5d n=%-3d %8.1f GFLOP/s %5.1f %% of %s peak (%.1f)\n",
                    dt_name(dts[d]), W.rows, W.cols, n, gf, 100 * gf / lim,
-                   lim == dot ? "bf16 dot" : "FMA", lim);
+                   on_dot ? "bf16 dot" : "FMA", lim);
             if (d == 0) { /* what batch-invariant mode costs in batches and prefill */
                 double ti = time_matmul_invariant(p, &W, 1, n, n > 64 ? 3 : 10);
                 double gi = 2.0 * n * W.rows * W.cols / ti / 1e9;
                 printf("gemm %-4s %6dx%-5d n=%-3d %8.1f GFLOP/s %5.1f %% of %s peak "
                        "(batch-invariant)\n",
                        dt_name(dts[d]), W.rows, W.cols, n, gi, 100 * gi / lim,
-                       lim == dot ? "bf16 dot" : "FMA");
+                       on_dot ? "bf16 dot" : "FMA");
             }
             free_mat(&W);
         }
