@@ -30,6 +30,19 @@ static void run_plan(bm *b, const sched_plan *p) {
     }
 }
 
+/* Ends a test: q[0, n) taken out of s and freed, then s and b; returns the
+ * blocks still in use just before (0: nothing leaked). */
+static int release_all(sched *s, bm *b, seq **q, int n) {
+    for (int i = 0; i < n; i++) {
+        sched_remove(s, q[i]);
+        seq_free(q[i]);
+    }
+    int used = bm_get_stats(b).used;
+    sched_free(s);
+    bm_free(b);
+    return used;
+}
+
 TEST(engine_sched_decodes_first_and_chunking) {
     bm *b = make_bm(64);
     sched *s = sched_create(b, &(sched_opts){.token_budget = 100, .max_running = 8});
@@ -50,13 +63,7 @@ TEST(engine_sched_decodes_first_and_chunking) {
     p = sched_schedule(s);
     CHECK(p->items[1].n_tokens == 61 && p->items[1].logits);
     run_plan(b, p);
-    sched_remove(s, a);
-    sched_remove(s, c);
-    CHECK(bm_get_stats(b).used == 0);
-    seq_free(a);
-    seq_free(c);
-    sched_free(s);
-    bm_free(b);
+    CHECK(release_all(s, b, (seq *[]){a, c}, 2) == 0);
 }
 
 TEST(engine_sched_priority_and_bound) {
@@ -71,13 +78,7 @@ TEST(engine_sched_priority_and_bound) {
     sched_remove(s, q[1]);
     p = sched_schedule(s);
     CHECK(p->n_items == 2 && p->items[1].s == q[0]); /* FCFS within class 1 */
-    for (int i = 0; i < 4; i++) {
-        sched_remove(s, q[i]);
-        seq_free(q[i]);
-    }
-    CHECK(bm_get_stats(b).used == 0);
-    sched_free(s);
-    bm_free(b);
+    CHECK(release_all(s, b, q, 4) == 0);
 }
 
 TEST(engine_sched_preempts_last) {
@@ -134,14 +135,7 @@ TEST(engine_sched_priority_preempts) {
     sched_add_waiting(s, lo3);
     p = sched_schedule(s);
     CHECK(p->n_preempted == 0 && sched_n_waiting(s) == 2);
-    seq *all[4] = {lo1, lo2, hi, lo3};
-    for (int i = 0; i < 4; i++) {
-        sched_remove(s, all[i]);
-        seq_free(all[i]);
-    }
-    CHECK(bm_get_stats(b).used == 0);
-    sched_free(s);
-    bm_free(b);
+    CHECK(release_all(s, b, (seq *[]){lo1, lo2, hi, lo3}, 4) == 0);
 }
 
 /* Requests that arrive together sharing a long prefix compute it once: the
@@ -173,13 +167,6 @@ TEST(engine_sched_in_batch_prefix_sharing) {
             CHECK(p->n_items == 3 && p->items[1].s == c && p->items[1].n_tokens == 300);
         }
         run_plan(b, p);
-        seq *all[3] = {a, c, d};
-        for (int i = 0; i < 3; i++) {
-            sched_remove(s, all[i]);
-            seq_free(all[i]);
-        }
-        CHECK(bm_get_stats(b).used == 0);
-        sched_free(s);
-        bm_free(b);
+        CHECK(release_all(s, b, (seq *[]){a, c, d}, 3) == 0);
     }
 }
