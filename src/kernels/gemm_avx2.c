@@ -227,8 +227,8 @@ static void gemm_task(void *ctx, int task, int n_tasks) {
     if (p_lo >= p_hi) return;
     int r_lo = p_lo * GEMM_NR, r_hi = p_hi * GEMM_NR < M ? p_hi * GEMM_NR : M;
     kern_start_rows(j->y, n, M, j->bias, r_lo, r_hi);
-    float *pack = aligned_alloc(64, (size_t)GEMM_NCP * GEMM_KC * GEMM_NR * sizeof(float));
-    if (!pack) abort();
+    float *pack =
+        kern_scratch(KERN_SCRATCH_PANEL, (size_t)GEMM_NCP * GEMM_KC * GEMM_NR * sizeof(float));
     bool wide = kern_use_avx512(); /* AVX-512 tiles: up to 12 tokens x 2 panels */
     int mr_max = wide ? KERN_GEMM512_MR : GEMM_MR;
     size_t pstride = (size_t)GEMM_KC * GEMM_NR;
@@ -270,7 +270,6 @@ static void gemm_task(void *ctx, int task, int n_tasks) {
             }
         }
     }
-    free(pack);
 }
 
 /* ---- small n: the same order without packing ----------------------------- */

@@ -19,6 +19,19 @@ bool kern_use_avx512_bf16(void); /* ... and BF16 */
 void kern_force_no_avx512_bf16(bool on);
 bool kern_batch_inv(void);
 
+/* Per-thread scratch that only grows, 64-byte aligned, one buffer per slot:
+ * the activations and panels a matmul packs on every call. Allocated per
+ * call, buffers of a few hundred KiB went back to the kernel when freed and
+ * faulted in afresh on the next call (about 20 us a page on some VMs: more
+ * than the matmul at 16 tokens). Freed when the thread exits. */
+enum {
+    KERN_SCRATCH_ACT,   /* the activations in the form the kernel takes them */
+    KERN_SCRATCH_ACT2,  /* a second form of them (packed, or their scales) */
+    KERN_SCRATCH_PANEL, /* a task's packed weight panels */
+    KERN_SCRATCH_SLOTS
+};
+void *kern_scratch(int slot, size_t bytes);
+
 /* Int8 matmul: activations are quantized on the fly to int8 in blocks of
  * KQ_BLOCK columns (one f32 scale per block, llama.cpp Q8_0 style), so the
  * dot product runs on integers. Needs every block inside one weight group:

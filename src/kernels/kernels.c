@@ -15,7 +15,9 @@
 #include "kernels/kern_internal.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 static atomic_bool have_avx2;     /* CPU supports AVX2+FMA+F16C */
@@ -89,6 +91,37 @@ bool kern_batch_inv(void) {
 }
 
 /* ---- conversions ------------------------------------------------------- */
+
+/* ---- per-thread scratch ----------------------------------------------------- */
+typedef struct scratch_buf {
+    void *p;
+    size_t cap;
+} scratch_buf;
+static _Thread_local scratch_buf scratch[KERN_SCRATCH_SLOTS];
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *bufs) {
+    scratch_buf *s = bufs;
+    for (int i = 0; i < KERN_SCRATCH_SLOTS; i++) free(s[i].p), s[i] = (scratch_buf){0};
+}
+static void scratch_key_create(void) {
+    if (pthread_key_create(&scratch_key, scratch_free)) abort();
+}
+
+void *kern_scratch(int slot, size_t bytes) {
+    scratch_buf *s = &scratch[slot];
+    if (bytes <= s->cap) return s->p;
+    pthread_once(&scratch_once, scratch_key_create);
+    pthread_setspecific(scratch_key, scratch); /* the destructor frees them at thread exit */
+    size_t cap = (bytes + 4095) & ~(size_t)4095;
+    if (cap < 2 * s->cap) cap = 2 * s->cap;
+    free(s->p);
+    s->p = aligned_alloc(64, cap);
+    if (!s->p) abort();
+    s->cap = cap;
+    return s->p;
+}
 
 static inline uint32_t f32_bits(float f) {
     uint32_t u;

@@ -420,7 +420,6 @@ void kern_quantize_act_avx2(int8_t *q, float *s, const float *x, int cols) {
 static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, const float *bias,
                       int n) {
     sb_job j = {.W = W, .y = y, .x = x, .bias = bias, .n = n};
-    void *scratch = NULL, *scratch2 = NULL;
     int K = W->cols;
     if (W->dtype == KT_BF16) {
         /* At one token the AVX2 block streamed the weights 5-15 % faster
@@ -430,19 +429,19 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
          * at one column do not all fall in one L1 set (with the weight rows,
          * 4 KiB apart at 2048 columns) when K is a multiple of 1024. */
         j.ldxp = j.avx512 ? (size_t)K + 32 : (size_t)K;
-        scratch = di_malloc((size_t)n * j.ldxp * sizeof(float));
+        float *xp = kern_scratch(KERN_SCRATCH_ACT, (size_t)n * j.ldxp * sizeof(float));
         if (j.avx512)
-            kern_split_even_odd32_avx512(scratch, j.ldxp, x, n, K);
+            kern_split_even_odd32_avx512(xp, j.ldxp, x, n, K);
         else
-            split_even_odd(scratch, x, n, K);
-        j.xp = scratch;
+            split_even_odd(xp, x, n, K);
+        j.xp = xp;
     } else if (W->dtype == KT_I8) {
         /* As bf16, n >= 2; batch-invariant mode needs one order for every
          * n, and takes the one that serves batches. */
         j.avx512 = kern_use_avx512_vnni() && (n >= 2 || kern_batch_inv());
         j.nb = (K + KQ_BLOCK - 1) / KQ_BLOCK;
-        int8_t *xq = scratch = di_malloc((size_t)n * K + 32);
-        float *xs = scratch2 = di_malloc((size_t)n * j.nb * sizeof(float) + 4);
+        int8_t *xq = kern_scratch(KERN_SCRATCH_ACT, (size_t)n * K + 32);
+        float *xs = kern_scratch(KERN_SCRATCH_ACT2, (size_t)n * j.nb * sizeof(float) + 4);
         for (int t = 0; t < n; t++)
             kern_quantize_act(xq + (size_t)t * K, xs + (size_t)t * j.nb, x + (size_t)t * K, K);
         j.xq = xq;
@@ -461,8 +460,6 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
     if (tasks > blocks) tasks = blocks;
     j.n_tasks = tasks;
     pool_run(p, sb_task, &j, tasks);
-    free(scratch);
-    free(scratch2);
 }
 
 bool kern_matmul_avx2(pool *p, float *y, const float *x, const kern_mat *W, const float *bias,
