@@ -11,11 +11,11 @@
  * arithmetic of an f32 FMA with no widening of the weights, which is what
  * batched decode and prefill are bound by.
  *
- * Three kernels, each with its own fixed order of the sums:
+ * Four kernels, three orders of the sums:
  *   one token (plain mode): the rows one after another, one sequential
  *     stream per thread; per row the even and odd 32-column steps summed
  *     apart, then added and reduced (below).
- *   row blocks (2 to KERN_GEMM_MIN_N tokens, plain mode). Dot-product style:
+ *   row blocks (2 to TL_MIN_N - 1 tokens, plain mode). Dot-product style:
  *     a block of 4 rows stays in L1 while the tokens pass over it 4 at a
  *     time (16 accumulators in registers), column chunk by column chunk, the
  *     partial sums parked in memory in between, so the rows stream in evenly
@@ -23,13 +23,16 @@
  *     row block at the same columns. Per (row, token): one 16-lane
  *     accumulator over the columns 32 at a time in order (the last step
  *     masked), one fixed reduction, the bias.
- *   packed GEMM (prefill, and every n in batch-invariant mode): panels of
- *     16 rows packed as column pairs, lanes across the rows (below).
+ *   packed GEMM (above TL_MAX_N tokens): panels of 16 rows packed as column
+ *     pairs, lanes across the rows (below). Per output: the bias, then each
+ *     block of DPG_KC columns summed pair by pair in its own lane and added.
+ *   token lanes (TL_MIN_N to TL_MAX_N tokens, and 1 to TL_MAX_N in
+ *     batch-invariant mode): the GEMM's order exactly, with the lanes across
+ *     the tokens and the weights broadcast in place, unpacked (below).
  * Each order depends on the matrix shape alone — not on the tile, the
  * thread count or the token's place in the batch — so batch-invariant mode
- * only has to keep to one kernel: the GEMM, whose packing costs a decode
- * step at one token about half its speed but whose prefill runs at twice
- * the row blocks' rate. */
+ * keeps to the GEMM's order: the token lanes up to TL_MAX_N tokens, the
+ * GEMM above. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -139,7 +142,7 @@ AI void dp_rows(const dp_job *j, int r0, const int R, int t_lo, int t_hi) {
         }
 }
 
-/* ---- the packed GEMM: prefill, and every n in batch-invariant mode ---- */
+/* ---- the packed GEMM: prefill, and batch-invariant mode above TL_MAX_N -- */
 /* Blocked like gemm_avx2.c: panels of 16 rows x DPG_KC columns are packed as
  * column pairs ([pair][row], one 32-bit lane per row and pair, the layout
  * vdpbf16ps multiplies), a group of DPG_NCP panels stays in L2 while every
