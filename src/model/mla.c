@@ -21,6 +21,7 @@
  * its own heads. Scratch is
  * allocated per call (its size follows the step's contexts); no state
  * survives the call. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,34 +151,52 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
 
 /* --- expanded path -------------------------------------------------------- */
 
-/* Task (token t0 + i, head range within the current head group). */
+/* Query tokens per expanded-path task: a head's K and V rows are read once
+ * for all of them. */
+#define MLA_QTILE 8
+
+/* Task (tile of up to MLA_QTILE tokens from t0, one head of the current head
+ * group). The tile's scores over the union of its tokens' visible ranges
+ * come from the multi-query helpers, bit for bit kern_dot per (token,
+ * position); each token's softmax runs over its own range and the other
+ * positions weigh zero, so every token gets what it would get alone. */
 static void mla_expand_attend(void *vctx, int task, int n) {
     (void)n;
     mla_ctx *c = vctx;
     const mla_dims *d = &c->d;
-    int i = task / c->n_hchunks, ha = (task % c->n_hchunks) * c->hc;
-    int hb = ha + c->hc < c->hg ? ha + c->hc : c->hg;
-    int t = c->t0 + i, pos = c->st->pos[t];
-    int js = model_attn_start(c->m, c->l, pos) - c->s0, je = pos - c->s0 + 1; /* [js, je) */
-    int kvw = c->hg * (d->nope + d->vd);
-    float *sc = c->scores + (size_t)task * c->hc * c->max_ctx;
-    for (int hh = ha; hh < hb; hh++) {
-        int h = c->h0 + hh;
-        const float *qn = c->q + (size_t)t * d->H * d->qk + (size_t)h * d->qk;
-        float *s = sc + (size_t)(hh - ha) * c->max_ctx;
-        for (int j = js; j < je; j++) {
-            const float *k = c->kvx + (size_t)j * kvw + (size_t)hh * (d->nope + d->vd);
-            s[j - js] = (kern_dot(qn, k, d->nope) +
-                         kern_dot(qn + d->nope, c->kpe + (size_t)j * d->rope, d->rope)) *
-                        c->scale;
-        }
-        kern_softmax(s, je - js);
-        float *o = c->attn + (size_t)t * d->H * d->vd + (size_t)h * d->vd;
-        memset(o, 0, sizeof(float) * (size_t)d->vd);
-        for (int j = js; j < je; j++)
-            kern_axpy(o, s[j - js],
-                      c->kvx + (size_t)j * kvw + (size_t)hh * (d->nope + d->vd) + d->nope, d->vd);
+    int hh = task % c->hg, h = c->h0 + hh, i0 = task / c->hg * MLA_QTILE;
+    int nq = c->T - i0 < MLA_QTILE ? c->T - i0 : MLA_QTILE;
+    int js[MLA_QTILE], je[MLA_QTILE], jlo = INT_MAX, jhi = 0;
+    for (int q = 0; q < nq; q++) {
+        int pos = c->st->pos[c->t0 + i0 + q];
+        js[q] = model_attn_start(c->m, c->l, pos) - c->s0, je[q] = pos - c->s0 + 1;
+        jlo = js[q] < jlo ? js[q] : jlo, jhi = je[q] > jhi ? je[q] : jhi;
     }
+    int run = jhi - jlo;
+    size_t kvw = (size_t)c->hg * (d->nope + d->vd), hoff = (size_t)hh * (d->nope + d->vd);
+    float *qn = di_malloc(sizeof(float) * ((size_t)nq * d->qk + 2 * (size_t)nq * run));
+    float *qr = qn + (size_t)nq * d->nope, *s = qr + (size_t)nq * d->rope,
+          *sr = s + (size_t)nq * run;
+    for (int q = 0; q < nq; q++) {
+        const float *qt = c->q + (size_t)(c->t0 + i0 + q) * d->H * d->qk + (size_t)h * d->qk;
+        memcpy(qn + (size_t)q * d->nope, qt, sizeof(float) * (size_t)d->nope);
+        memcpy(qr + (size_t)q * d->rope, qt + d->nope, sizeof(float) * (size_t)d->rope);
+    }
+    const float *k = c->kvx + (size_t)jlo * kvw + hoff;
+    kern_dot_heads(s, (size_t)run, qn, nq, k, kvw, run, d->nope);
+    kern_dot_heads(sr, (size_t)run, qr, nq, c->kpe + (size_t)jlo * d->rope, (size_t)d->rope, run,
+                   d->rope);
+    for (int q = 0; q < nq; q++) {
+        float *sq = s + (size_t)q * run, *rq = sr + (size_t)q * run;
+        int lo = js[q] - jlo, hi = je[q] - jlo;
+        for (int j = 0; j < run; j++) sq[j] = j >= lo && j < hi ? (sq[j] + rq[j]) * c->scale : 0.0f;
+        kern_softmax(sq + lo, hi - lo);
+        float *o = c->attn + (size_t)(c->t0 + i0 + q) * d->H * d->vd + (size_t)h * d->vd;
+        memset(o, 0, sizeof(float) * (size_t)d->vd);
+    }
+    kern_axpy_heads(c->attn + (size_t)(c->t0 + i0) * d->H * d->vd + (size_t)h * d->vd,
+                    (size_t)d->H * d->vd, s, (size_t)run, nq, k + d->nope, kvw, run, d->vd);
+    free(qn);
 }
 
 /* Absorbed tokens up to which each task absorbs its own heads (a constant,
@@ -187,7 +206,7 @@ static void mla_expand_attend(void *vctx, int task, int n) {
 /* Bound on the expanded K/V buffer of one head group (floats). */
 #define MLA_EXPAND_FLOATS ((size_t)16 << 20)
 
-static void mla_expanded_seq(mla_ctx *c, int b, int threads) {
+static void mla_expanded_seq(mla_ctx *c, int b) {
     const mla_dims *d = &c->d;
     const model_step *st = c->st;
     c->t0 = st->first[b];
@@ -208,21 +227,13 @@ static void mla_expanded_seq(mla_ctx *c, int b, int threads) {
     float *kvx = di_malloc(sizeof(float) * per_head * hg);
     c->kpe = kpe;
     c->kvx = kvx;
-    c->max_ctx = c->C;
     for (int h0 = 0; h0 < d->H; h0 += hg) {
         c->h0 = h0;
         c->hg = h0 + hg <= d->H ? hg : d->H - h0;
         kern_mat sub =
             kern_mat_rows(&c->L->kv_b, h0 * (d->nope + d->vd), c->hg * (d->nope + d->vd));
         kern_matmul(c->m->pool, kvx, lat, &sub, NULL, c->C);
-        c->n_hchunks = c->T >= 2 * threads ? 1 : (2 * threads + c->T - 1) / c->T;
-        if (c->n_hchunks > c->hg) c->n_hchunks = c->hg;
-        c->hc = (c->hg + c->n_hchunks - 1) / c->n_hchunks;
-        c->n_hchunks = (c->hg + c->hc - 1) / c->hc;
-        int n_tasks = c->T * c->n_hchunks;
-        c->scores = di_malloc(sizeof(float) * (size_t)n_tasks * c->hc * c->max_ctx);
-        mla_run(c->m->pool, mla_expand_attend, c, n_tasks);
-        free(c->scores);
+        mla_run(c->m->pool, mla_expand_attend, c, (c->T + MLA_QTILE - 1) / MLA_QTILE * c->hg);
     }
     free(kvx);
     free(kpe);
@@ -346,7 +357,7 @@ void mla_attention_path(model *m, const model_step *st, int l, const float *x, f
         free(c.olat);
     }
     for (int b = 0; b < st->n_batch; b++)
-        if (st->batch[b].n_tokens > 0 && !absorb[b]) mla_expanded_seq(&c, b, threads);
+        if (st->batch[b].n_tokens > 0 && !absorb[b]) mla_expanded_seq(&c, b);
 
     model_kv_commit(m, st, l);
     kern_matmul(p, out, c.attn, &L->o_proj, NULL, n);
