@@ -133,7 +133,7 @@ enum { FWD_LOGIT_ROWS = 64 };
 static void flush_logits(model *m, const model_step *st, const float *rows, int k, const int *dst_b,
                          const int *dst_i) {
     size_t V = (size_t)m->cfg.vocab_size;
-    float *logits = model_scratch(m, FWD_SLOT_LOGITS, (size_t)FWD_LOGIT_ROWS * V);
+    float *logits = model_scratch(m, FWD_SLOT_LOGITS, (size_t)k * V); /* grows with k */
     kern_matmul(m->pool, logits, rows, &m->w.lm_head, NULL, k);
     for (int j = 0; j < k; j++)
         memcpy(st->batch[dst_b[j]].logits + (size_t)dst_i[j] * V, logits + (size_t)j * V,
