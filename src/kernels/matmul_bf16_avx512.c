@@ -23,16 +23,18 @@
  *     row block at the same columns. Per (row, token): one 16-lane
  *     accumulator over the columns 32 at a time in order (the last step
  *     masked), one fixed reduction, the bias.
- *   packed GEMM (above TL_MAX_N tokens): panels of 16 rows packed as column
- *     pairs, lanes across the rows (below). Per output: the bias, then each
- *     block of DPG_KC columns summed pair by pair in its own lane and added.
- *   token lanes (TL_MIN_N to TL_MAX_N tokens, and 1 to TL_MAX_N in
+ *   packed GEMM (above TL_MAX_N tokens; one token in batch-invariant mode):
+ *     panels of 16 rows packed as column pairs, lanes across the rows
+ *     (below). Per output: the bias, then each block of DPG_KC columns
+ *     summed pair by pair in its own lane and added.
+ *   token lanes (TL_MIN_N to TL_MAX_N tokens, and 2 to TL_MAX_N in
  *     batch-invariant mode): the GEMM's order exactly, with the lanes across
  *     the tokens and the weights broadcast in place, unpacked (below).
  * Each order depends on the matrix shape alone — not on the tile, the
  * thread count or the token's place in the batch — so batch-invariant mode
- * keeps to the GEMM's order: the token lanes up to TL_MAX_N tokens, the
- * GEMM above. */
+ * keeps to the GEMM's order: the GEMM at one token (its panels side by
+ * side: llama-1b decoded 10-11.5 tok/s against 8.7 with the token lanes'
+ * 15 idle lanes) and above TL_MAX_N tokens, the token lanes between. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -264,6 +266,52 @@ static void dpg_tile_any(const uint32_t *pw, size_t pstride, int np, const uint1
     }
 }
 
+/* One token against NP panels at once: NP independent sums where a tile of
+ * one token has two, which wait on the dot products' latency. The same sums
+ * in the same order as dpg_tile. */
+AI void dpg_tile1(const uint32_t *pw, size_t pstride, const uint16_t *x, int npairs, float *c,
+                  const int NP, const __mmask16 *m) {
+    __m512 acc[DPG_NCP];
+#pragma GCC unroll 8
+    for (int p = 0; p < NP; p++) acc[p] = _mm512_setzero_ps();
+    for (int q = 0; q < npairs; q++) {
+        int32_t pair;
+        memcpy(&pair, x + 2 * q, 4);
+        __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 8
+        for (int p = 0; p < NP; p++)
+            acc[p] = _mm512_dpbf16_ps(
+                acc[p], (__m512bh)_mm512_load_si512(pw + (size_t)p * pstride + (size_t)q * DPG_NR),
+                xb);
+    }
+#pragma GCC unroll 8
+    for (int p = 0; p < NP; p++) {
+        float *cp = c + DPG_NR * p;
+        _mm512_mask_storeu_ps(cp, m[p], _mm512_add_ps(_mm512_maskz_loadu_ps(m[p], cp), acc[p]));
+    }
+}
+
+static void dpg_tile1_any(const uint32_t *pw, size_t pstride, int np, const uint16_t *x, int npairs,
+                          float *c, const __mmask16 *m) {
+    switch (np) { /* constant counts: the sums stay in registers */
+#define DPG1_CASE(k)                                                                               \
+    case k:                                                                                        \
+        dpg_tile1(pw, pstride, x, npairs, c, k, m);                                                \
+        break;
+        DPG1_CASE(8)
+        DPG1_CASE(7)
+        DPG1_CASE(6)
+        DPG1_CASE(5)
+        DPG1_CASE(4)
+        DPG1_CASE(3)
+        DPG1_CASE(2)
+        DPG1_CASE(1)
+#undef DPG1_CASE
+    default:
+        break;
+    }
+}
+
 /* The valid rows of the panel at r0, as a mask. */
 static __mmask16 dpg_rows(const kern_mat *W, int r0) {
     int v = W->rows - r0;
@@ -290,6 +338,13 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
             for (int t0 = 0; t0 < n; t0 += DPG_MR) {
                 int mr = n - t0 < DPG_MR ? n - t0 : DPG_MR;
                 const uint16_t *xt = j->xb + (size_t)t0 * j->ldx + k0;
+                if (mr == 1) { /* every panel of the group at once */
+                    __mmask16 m[DPG_NCP];
+                    for (int pi = 0; pi < np; pi++) m[pi] = dpg_rows(W, (g0 + pi) * DPG_NR);
+                    dpg_tile1_any(pack, pstride, np, xt, npairs,
+                                  j->y + (size_t)t0 * M + g0 * DPG_NR, m);
+                    continue;
+                }
                 for (int pi = 0; pi < np; pi += 2) {
                     int r0 = (g0 + pi) * DPG_NR, two = pi + 1 < np;
                     dpg_tile_any(pack + (size_t)pi * pstride, pstride, 1 + two, xt, j->ldx, npairs,
@@ -528,7 +583,7 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
     pool_fn task;
     void *ctx = &j;
     int units;
-    if (n > TL_MAX_N) {
+    if (n > TL_MAX_N || (n == 1 && kern_batch_inv())) {
         task = dpg_task, units = (W->rows + DPG_NR - 1) / DPG_NR;
     } else if (n >= TL_MIN_N || kern_batch_inv()) {
         int groups = (n + 15) / 16;
