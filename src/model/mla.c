@@ -54,7 +54,7 @@ typedef struct mla_ctx {
     int hc;         /* heads per task */
     int n_hchunks;  /* tasks per token */
     int max_ctx;    /* scores buffer: hc * max_ctx floats per task */
-    float *scores;  /* n_tasks x hc x max_ctx (absorbed: x 2, the rope part's after) */
+    float *scores;  /* absorbed: n_tasks x hc x max_ctx */
     float *qcat;    /* absorbed: n_tasks x hc x (lora + rope), the heads' queries in a row */
     /* absorbed */
     const int *at; /* na absorbed tokens (step indices) */
@@ -107,7 +107,7 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
     int hb = ha + c->hc < d->H ? ha + c->hc : d->H;
     int t = c->at[i], b = c->st->seq_of[t], pos = c->st->pos[t];
     int s0 = model_attn_start(c->m, c->l, pos), C = pos - s0 + 1;
-    float *sc = c->scores + 2 * (size_t)task * c->hc * c->max_ctx;
+    float *sc = c->scores + (size_t)task * c->hc * c->max_ctx;
     const float *qt = c->q + (size_t)t * d->H * d->qk;
     if (c->fused) { /* q_lat = W_uk^T q_nope for this task's heads */
         for (int h = ha; h < hb; h++)
@@ -119,22 +119,22 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
     int nh = hb - ha;
     size_t lora = (size_t)d->lora, ml = (size_t)c->max_ctx;
     size_t E = (size_t)model_kv_entry_floats(c->m, c->l);
-    float *rs = sc + (size_t)c->hc * ml; /* the rope part's scores */
-    float *ql = c->qcat + (size_t)task * c->hc * (lora + (size_t)d->rope), *qr = ql + nh * lora;
+    /* a head's query laid out as a cache entry: the latent part, then the
+     * rope part, so one dot product per (head, position) covers both */
+    size_t qe = lora + (size_t)d->rope;
+    float *qh = c->qcat + (size_t)task * c->hc * qe;
     for (int h = 0; h < nh; h++) {
-        memcpy(ql + h * lora, c->qlat + ((size_t)(ha + h) * c->na + i) * lora,
-               sizeof(float) * lora);
-        memcpy(qr + (size_t)h * d->rope, qt + (size_t)(ha + h) * d->qk + d->nope,
+        memcpy(qh + h * qe, c->qlat + ((size_t)(ha + h) * c->na + i) * lora, sizeof(float) * lora);
+        memcpy(qh + h * qe + lora, qt + (size_t)(ha + h) * d->qk + d->nope,
                sizeof(float) * (size_t)d->rope);
     }
     for (int j = 0, run; j < C; j += run) {
         const float *e = model_kv_run(c->m, c->st, c->l, b, s0 + j, C - j, &run);
-        kern_dot_heads(sc + j, ml, ql, nh, e, E, run, d->lora);
-        kern_dot_heads(rs + j, ml, qr, nh, e + lora, E, run, d->rope);
+        kern_dot_heads(sc + j, ml, qh, nh, e, E, run, (int)qe);
     }
     for (int h = 0; h < nh; h++) {
         float *sh = sc + h * ml;
-        for (int j = 0; j < C; j++) sh[j] = (sh[j] + rs[h * ml + j]) * c->scale;
+        for (int j = 0; j < C; j++) sh[j] *= c->scale;
         kern_softmax(sh, C);
         memset(c->olat + ((size_t)(ha + h) * c->na + i) * lora, 0, sizeof(float) * lora);
     }
@@ -343,7 +343,7 @@ void mla_attention_path(model *m, const model_step *st, int l, const float *x, f
         c.n_hchunks = (d.H + c.hc - 1) / c.hc;
         c.max_ctx = max_ctx;
         int n_tasks = na * c.n_hchunks;
-        c.scores = di_malloc(sizeof(float) * 2 * (size_t)n_tasks * c.hc * max_ctx);
+        c.scores = di_malloc(sizeof(float) * (size_t)n_tasks * c.hc * max_ctx);
         c.qcat = di_malloc(sizeof(float) * (size_t)n_tasks * c.hc * (d.lora + d.rope));
         mla_run(p, mla_absorb_attend, &c, n_tasks);
         free(c.scores);
