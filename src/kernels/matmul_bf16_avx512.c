@@ -369,11 +369,13 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
 #define TL_VMAX  4 /* token groups of 16 in registers: up to 64 tokens */
 #define TL_MAX_N (16 * TL_VMAX)
 /* From 12 tokens on in plain mode: below, the row blocks' dot products
- * (no lanes idle) were faster (llama-1b matrices, ms: 2 tokens 0.7 vs 1.2,
- * 8 tokens 1.0 vs 1.1-1.4, 12 tokens 1.2-1.3 vs 1.1-1.5, 16 tokens 1.7-2.1
- * vs 1.1-1.4, 32 tokens 3.3-3.7 vs 1.6-2.1 against the GEMM's 2.1-3.0). */
+ * (no lanes idle) are faster (llama-1b decode at batch 8: 86 tok/s against
+ * 68 with the token lanes; its matrices at 2 tokens 0.7 ms against 1.2).
+ * Above, the token lanes (at 16 tokens 1.1-1.4 ms against 1.7-2.1, at 32
+ * 1.6-2.1 against the row blocks' 3.3-3.7 and the GEMM's 2.1-3.0). */
 #define TL_MIN_N 12
 #define TL_PF    512 /* columns prefetched ahead of each row (1 KiB) */
+#define TL_RMAX  8   /* rows per register tile, at most */
 
 typedef struct tl_job {
     const kern_mat *W;
@@ -389,24 +391,24 @@ typedef struct tl_job {
 AI void tl_block(const tl_job *j, int r0, const int R, const int V, int k0, int kc, float *c) {
     const kern_mat *W = j->W;
     int K = W->cols, q0 = k0 / 2, q1 = q0 + kc / 2; /* whole pairs; an odd end after */
-    const uint16_t *w[16];
+    const uint16_t *w[TL_RMAX];
     for (int r = 0; r < R; r++) w[r] = (const uint16_t *)W->data + (size_t)(r0 + r) * K;
-    __m512 acc[16][TL_VMAX];
-#pragma GCC unroll 16
+    __m512 acc[TL_RMAX][TL_VMAX];
+#pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_ps();
     int q = q0;
     for (; q < q1; q++) {
         if ((q & 15) == 0) /* a cache line of each row: prefetch the one TL_PF columns on */
-#pragma GCC unroll 16
+#pragma GCC unroll 8
             for (int r = 0; r < R; r++)
                 _mm_prefetch((const char *)(w[r] + 2 * q + TL_PF), _MM_HINT_T0);
         __m512bh xv[TL_VMAX];
 #pragma GCC unroll 4
         for (int v = 0; v < V; v++)
             xv[v] = (__m512bh)_mm512_load_si512(j->xt + ((size_t)v * j->gpairs + q) * 16);
-#pragma GCC unroll 16
+#pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             int32_t pair;
             memcpy(&pair, w[r] + 2 * q, 4);
@@ -420,14 +422,14 @@ AI void tl_block(const tl_job *j, int r0, const int R, const int V, int k0, int 
 #pragma GCC unroll 4
         for (int v = 0; v < V; v++)
             xv[v] = (__m512bh)_mm512_load_si512(j->xt + ((size_t)v * j->gpairs + q) * 16);
-#pragma GCC unroll 16
+#pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             __m512bh wb = (__m512bh)_mm512_set1_epi32((int32_t)w[r][2 * q]);
 #pragma GCC unroll 4
             for (int v = 0; v < V; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], xv[v], wb);
         }
     }
-#pragma GCC unroll 16
+#pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < V; v++) {
@@ -594,7 +596,8 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         for (int g = 0; g < groups; g++)
             dpg_pack(xt + (size_t)g * tj.gpairs * 16, &X, 16 * g, 0, (int)ldx);
         tj.xt = xt;
-        task = tl_task, ctx = &tj,
+        task = tl_task;
+        ctx = &tj;
         units = (W->rows + tl_tile_rows(groups) - 1) / tl_tile_rows(groups);
     } else if (n == 1) {
         task = dp1_task, units = W->rows;
