@@ -398,12 +398,17 @@ AI void tl_block(const tl_job *j, int r0, const int R, const int V, int k0, int 
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_ps();
+    /* In a row's last block, its line TL_PF columns on lies past the row, so
+     * each step prefetches a line of the next tile's rows instead: their
+     * first TL_PF columns are in cache when that tile starts. */
+    bool last = k0 + kc >= K;
+    size_t next = (size_t)R * K - (size_t)2 * q0; /* from w[r] + 2q to the next tile's row */
     int q = q0;
     for (; q < q1; q++) {
         if ((q & 15) == 0) /* a cache line of each row: prefetch the one TL_PF columns on */
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
-                _mm_prefetch((const char *)(w[r] + 2 * q + TL_PF), _MM_HINT_T0);
+                _mm_prefetch((const char *)(w[r] + 2 * q + (last ? next : TL_PF)), _MM_HINT_T0);
         __m512bh xv[TL_VMAX];
 #pragma GCC unroll 4
         for (int v = 0; v < V; v++)
