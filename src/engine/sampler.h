@@ -33,6 +33,11 @@ int sampler_sample(sampler *s, const float *logits);
 /* Uniform double in [0, 1) from the sampler's generator. */
 double sampler_uniform(sampler *s);
 
+/* prob = softmax(logits / temperature) over n entries (temperature > 0),
+ * computed around the largest logit, logits[top]: the distribution every
+ * sampled draw starts from. */
+void sampler_softmax(float *prob, const float *logits, int n, int top, float temperature);
+
 /* The same draw without a sampler object, for callers that keep many
  * generators and share scratch: *rng is the splitmix64 state (advanced),
  * idx and prob are n-entry scratch arrays. logits are not modified. */

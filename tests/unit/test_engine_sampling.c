@@ -214,12 +214,7 @@ static int ref_cmp(const void *a, const void *b) {
 static int ref_draw(const sampler_params *p, uint64_t *rng, const float *lg, int n, int *idx,
                     float *prob) {
     int top = sampler_argmax(lg, n);
-    double sum = 0;
-    for (int i = 0; i < n; i++) {
-        prob[i] = expf((lg[i] - lg[top]) / p->temperature);
-        sum += prob[i];
-    }
-    for (int i = 0; i < n; i++) prob[i] = (float)(prob[i] / sum);
+    sampler_softmax(prob, lg, n, top, p->temperature);
     int m = 0;
     float floor_p = p->min_p > 0 ? p->min_p * prob[top] : 0.0f;
     for (int i = 0; i < n; i++)
