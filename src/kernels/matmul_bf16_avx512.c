@@ -386,6 +386,24 @@ typedef struct tl_job {
     int n;
 } tl_job;
 
+/* Pair q of rows w[0 .. R) times groups [0, V) onto acc; with half, the
+ * pair's second column is zero (a row's odd end). */
+AI void tl_pair(const tl_job *j, const uint16_t *const *w, int q, const bool half,
+                __m512 acc[TL_RMAX][TL_VMAX], const int R, const int V) {
+    __m512bh xv[TL_VMAX];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++)
+        xv[v] = (__m512bh)_mm512_load_si512(j->xt + ((size_t)v * j->gpairs + q) * 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        int32_t pair = w[r][2 * q];
+        if (!half) memcpy(&pair, w[r] + 2 * q, 4);
+        __m512bh wb = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], xv[v], wb);
+    }
+}
+
 /* Rows [r0, r0 + R) x groups [0, V) over columns [k0, k0 + kc): the block's
  * sums added onto c[r][16 v + lane] (ld TL_MAX_N). */
 AI void tl_block(const tl_job *j, int r0, const int R, const int V, int k0, int kc, float *c) {
@@ -409,31 +427,9 @@ AI void tl_block(const tl_job *j, int r0, const int R, const int V, int k0, int 
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
                 _mm_prefetch((const char *)(w[r] + 2 * q + (last ? next : TL_PF)), _MM_HINT_T0);
-        __m512bh xv[TL_VMAX];
-#pragma GCC unroll 4
-        for (int v = 0; v < V; v++)
-            xv[v] = (__m512bh)_mm512_load_si512(j->xt + ((size_t)v * j->gpairs + q) * 16);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            int32_t pair;
-            memcpy(&pair, w[r] + 2 * q, 4);
-            __m512bh wb = (__m512bh)_mm512_set1_epi32(pair);
-#pragma GCC unroll 4
-            for (int v = 0; v < V; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], xv[v], wb);
-        }
+        tl_pair(j, w, q, false, acc, R, V);
     }
-    if (kc & 1) { /* the odd end: the pair's second column is zero */
-        __m512bh xv[TL_VMAX];
-#pragma GCC unroll 4
-        for (int v = 0; v < V; v++)
-            xv[v] = (__m512bh)_mm512_load_si512(j->xt + ((size_t)v * j->gpairs + q) * 16);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            __m512bh wb = (__m512bh)_mm512_set1_epi32((int32_t)w[r][2 * q]);
-#pragma GCC unroll 4
-            for (int v = 0; v < V; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], xv[v], wb);
-        }
-    }
+    if (kc & 1) tl_pair(j, w, q, true, acc, R, V); /* the odd end */
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
