@@ -11,7 +11,8 @@
  * is defined.
  *
  * Global state: the dispatch switches below (set by kern_init,
- * kern_force_scalar, kern_set_batch_invariant; read by every kernel). */
+ * kern_force_scalar, kern_set_batch_invariant; read by every kernel). Per
+ * thread: the matmuls' scratch buffers (kern_scratch). */
 #include "kernels/kern_internal.h"
 
 #include <math.h>
@@ -90,8 +91,6 @@ bool kern_batch_inv(void) {
     return atomic_load_explicit(&batch_inv, memory_order_relaxed);
 }
 
-/* ---- conversions ------------------------------------------------------- */
-
 /* ---- per-thread scratch ----------------------------------------------------- */
 typedef struct scratch_buf {
     void *p;
@@ -122,6 +121,8 @@ void *kern_scratch(int slot, size_t bytes) {
     s->cap = cap;
     return s->p;
 }
+
+/* ---- conversions ------------------------------------------------------- */
 
 static inline uint32_t f32_bits(float f) {
     uint32_t u;
