@@ -25,9 +25,10 @@ bool kern_batch_inv(void);
  * faulted in afresh on the next call (about 20 us a page on some VMs: more
  * than the matmul at 16 tokens). Freed when the thread exits. */
 enum {
-    KERN_SCRATCH_ACT,   /* the activations in the form the kernel takes them */
-    KERN_SCRATCH_ACT2,  /* a second form of them (packed, or their scales) */
-    KERN_SCRATCH_PANEL, /* a task's packed weight panels */
+    KERN_SCRATCH_ACT,     /* the activations in the form the kernel takes them */
+    KERN_SCRATCH_ACT2,    /* a second form of them (packed, or their scales) */
+    KERN_SCRATCH_PANEL,   /* a task's packed weight panels */
+    KERN_SCRATCH_ROUNDED, /* bf16 without bf16 dot products: the activations rounded */
     KERN_SCRATCH_SLOTS
 };
 void *kern_scratch(int slot, size_t bytes);

@@ -95,12 +95,10 @@ static void scalar_task(void *ctx, int task, int n_tasks) {
 void kern_matmul_scalar(pool *p, float *y, const float *x, const kern_mat *W, const float *bias,
                         int n) {
     scalar_job j = {.y = y, .x = x, .W = W, .bias = bias, .n = n};
-    int8_t *xq = NULL;
-    float *xs = NULL;
     if (W->dtype == KT_I8 && kern_i8_blockable(W)) {
         j.nb = (W->cols + KQ_BLOCK - 1) / KQ_BLOCK;
-        xq = di_malloc((size_t)n * W->cols);
-        xs = di_malloc((size_t)n * j.nb * sizeof(float));
+        int8_t *xq = kern_scratch(KERN_SCRATCH_ACT, (size_t)n * W->cols);
+        float *xs = kern_scratch(KERN_SCRATCH_ACT2, (size_t)n * j.nb * sizeof(float));
         for (int t = 0; t < n; t++)
             kern_quantize_act(xq + (size_t)t * W->cols, xs + (size_t)t * j.nb,
                               x + (size_t)t * W->cols, W->cols);
@@ -110,13 +108,10 @@ void kern_matmul_scalar(pool *p, float *y, const float *x, const kern_mat *W, co
     int tasks = pool_threads(p);
     if (tasks > (W->rows + 3) / 4) tasks = (W->rows + 3) / 4;
     pool_run(p, scalar_task, &j, tasks > 0 ? tasks : 1);
-    free(xq);
-    free(xs);
 }
 
 void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const float *bias, int n) {
     if (n <= 0 || W->rows <= 0) return;
-    float *xr = NULL;
     if (W->dtype == KT_BF16) {
         if (kern_use_avx512_bf16() && W->cols > 0) {
             kern_matmul_bf16_avx512(p, y, x, W, bias, n);
@@ -124,11 +119,10 @@ void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const flo
         }
         /* bf16 times bf16: the activations rounded, the products exact */
         size_t nx = (size_t)n * W->cols;
-        xr = di_malloc(nx * sizeof(float));
+        float *xr = kern_scratch(KERN_SCRATCH_ROUNDED, nx * sizeof(float));
         kern_round_bf16(xr, x, nx);
         x = xr;
     }
     if (!kern_use_avx2() || !kern_matmul_avx2(p, y, x, W, bias, n, kern_batch_inv()))
         kern_matmul_scalar(p, y, x, W, bias, n);
-    free(xr);
 }
