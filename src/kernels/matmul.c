@@ -13,10 +13,6 @@
  * of n by construction. Threads split the output rows. */
 #include "kernels/kern_internal.h"
 
-#include <stdlib.h>
-
-#include "base/base.h"
-
 typedef struct scalar_job {
     float *y;
     const float *x;
