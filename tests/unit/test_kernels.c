@@ -117,13 +117,15 @@ typedef struct shape {
     int rows, cols, n;
 } shape;
 
-/* The last two: one int8 token in weight groups of 32 and 64, the second with
+/* {29, 1100, 14}: one group of token lanes over column blocks of whole lines
+ * and a block that ends in pairs past the last line, rows past whole tiles.
+ * The last two: one int8 token in weight groups of 32 and 64, the second with
  * a 32-column tail. */
 static const shape shapes[] = {
-    {1, 1, 1},     {5, 7, 1},    {13, 31, 2},   {33, 64, 3},    {17, 100, 7},
-    {40, 257, 17}, {8, 32, 64},  {70, 96, 5},   {24, 129, 16},  {19, 300, 33},
-    {50, 128, 64}, {3, 1000, 9}, {64, 64, 100}, {37, 160, 130}, {21, 333, 40},
-    {9, 130, 1},   {6, 1000, 1}, {11, 320, 1},  {7, 352, 1},
+    {1, 1, 1},      {5, 7, 1},    {13, 31, 2},   {33, 64, 3},    {17, 100, 7},
+    {40, 257, 17},  {8, 32, 64},  {70, 96, 5},   {24, 129, 16},  {19, 300, 33},
+    {50, 128, 64},  {3, 1000, 9}, {64, 64, 100}, {37, 160, 130}, {21, 333, 40},
+    {29, 1100, 14}, {9, 130, 1},  {6, 1000, 1},  {11, 320, 1},   {7, 352, 1},
 };
 
 static void run_matmul_suite(bool scalar, bool avx2, bool no_bf16) {
@@ -231,29 +233,33 @@ TEST(kern_gemm_avx512_equals_avx2) {
 
 /* Decode batches give each token the same bits whatever the batch size,
  * within each small-batch kernel's range: its row of y is the same at n = 2
- * as among 8, and at 17 as among 32 (the AVX2 and int8 row blocks serve 2 to
- * KERN_GEMM_MIN_N; bf16 on AVX-512 BF16 changes kernel at 12 tokens). Every
- * dtype, columns with and without tails, int8 per row and grouped. */
+ * as among 8, at 12 as among 16 and at 17 as among 32 (the AVX2 and int8 row
+ * blocks serve 2 to KERN_GEMM_MIN_N; bf16 on AVX-512 BF16 changes kernel at
+ * 12 tokens, and its order at 17). Every dtype, columns with and without
+ * tails, int8 per row and grouped. */
 TEST(kern_matmul_batched_decode_independent_of_n) {
     pool *p = pool_create(2);
     static const int cols[] = {96, 200, 1024};
-    static const int ns[] = {2, 3, 5, 8, 17, 31}, ref_n[] = {8, 8, 8, 8, 32, 32};
+    static const int ns[] = {2, 3, 5, 8, 12, 15, 17, 31}, ref_n[] = {8, 8, 8, 8, 16, 16, 32, 32};
     int bad = 0, rows = 45, nmax = KERN_GEMM_MIN_N;
     for (int c = 0; c < 3 && !bad; c++)
         for (int d = 0; d < 5 && !bad; d++) {
             int K = cols[c], group = d == 4 ? 32 : K;
             tmat t = make_mat(d < 4 ? (kern_dtype)d : KT_I8, rows, K, group);
-            float *x = malloc((size_t)nmax * K * 4), *y8 = malloc((size_t)nmax * rows * 4),
-                  *y32 = malloc((size_t)nmax * rows * 4), *y1 = malloc((size_t)nmax * rows * 4);
+            float *x = malloc((size_t)nmax * K * 4), *y1 = malloc((size_t)nmax * rows * 4);
+            float *ref[3]; /* at 8, 16 and 32 tokens */
             for (int i = 0; i < nmax * K; i++) x[i] = frand();
-            kern_matmul(p, y8, x, &t.m, NULL, 8);
-            kern_matmul(p, y32, x, &t.m, NULL, nmax);
-            for (int ni = 0; ni < 6 && !bad; ni++) {
-                kern_matmul(p, y1, x, &t.m, NULL, ns[ni]);
-                if (memcmp(ref_n[ni] == 8 ? y8 : y32, y1, (size_t)ns[ni] * rows * 4))
-                    bad = 1 + ni + 10 * d + 100 * c;
+            for (int i = 0; i < 3; i++) {
+                ref[i] = malloc((size_t)nmax * rows * 4);
+                kern_matmul(p, ref[i], x, &t.m, NULL, 8 << i);
             }
-            free(x), free(y8), free(y32), free(y1);
+            for (int ni = 0; ni < 8 && !bad; ni++) {
+                kern_matmul(p, y1, x, &t.m, NULL, ns[ni]);
+                const float *want = ref[ref_n[ni] == 8 ? 0 : ref_n[ni] == 16 ? 1 : 2];
+                if (memcmp(want, y1, (size_t)ns[ni] * rows * 4)) bad = 1 + ni + 10 * d + 100 * c;
+            }
+            for (int i = 0; i < 3; i++) free(ref[i]);
+            free(x), free(y1);
             free_mat(&t);
         }
     pool_free(p);
