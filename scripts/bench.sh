@@ -17,11 +17,12 @@ for spec in "llama-1b bf16" "llama-1b int8" "dsv3-1b bf16"; do
   echo "== $1, --dtype $2, $THREADS threads"
   $BIN bench --model "$MODELS/$1" --dtype "$2" --threads "$THREADS" --batch 8 --prompt-len 512 --gen-len 32
 done
-# CPU scale: prompts at a quarter of the workload's lengths and a 10 s step
-# budget (a 1B bf16 decode step alone takes most of a second on 2 cores).
+# CPU scale: prompts and replies at a quarter of the workload's lengths (the
+# same mix of prefill and decode) and a 10 s step budget (a prefill step of a
+# whole wave of prompts takes seconds on 2 cores).
 echo "== serving, llama-1b bf16, $THREADS threads"
 $BIN bench --serving --model "$MODELS/llama-1b" --dtype bf16 --threads "$THREADS" \
-  --concurrency 1,4,16,64 --seed 1 --prompt-scale 0.25 --max-output 32 --step-ms 10000 \
+  --concurrency 1,4,16,64 --seed 1 --prompt-scale 0.25 --output-scale 0.25 --max-output 256 --step-ms 10000 \
   --invariant-concurrency 16 || true
 echo "== API server under load: 64 concurrent streams, 10,000 requests (dsv3-tiny)"
 [ -f "$MODELS/dsv3-tiny/config.json" ] || /usr/bin/python3 tools/make_model.py --preset all-tiny --out "$MODELS"

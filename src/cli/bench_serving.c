@@ -6,6 +6,11 @@
  * requests share (the prefix cache's case), user turns and output lengths
  * drawn from log-normal (long-tailed) distributions, greedy decoding with
  * ignore_eos so every request produces exactly its drawn output length.
+ * User turns and replies are sized like public chat traffic: LMSYS-Chat-1M
+ * reports about 70 tokens per user prompt and 215 per reply on average; the
+ * medians here (40 and 160, log-normal sigma 1.0 and 0.8) give means of
+ * about 66 and 220. --prompt-scale and --output-scale shrink both for slow
+ * machines; scaling them together keeps the mix of prefill and decode.
  * Request i is the same at every level; each level runs on a fresh engine
  * (cold prefix cache), reusing the first engine's measured token budget.
  *
@@ -80,11 +85,13 @@ static void random_tokens(uint64_t *s, int *t, int n, int vocab) {
 }
 
 enum { N_SYS = 4 };
+#define USER_MEDIAN 40  /* tokens of a user turn (mean about 66) */
+#define OUT_MEDIAN  160 /* tokens of a reply (mean about 220) */
 
 /* n requests: 60 % open with one of N_SYS system prompts (the first ones
- * more often), then a user turn; outputs long-tailed too. */
-static breq *make_workload(int n, uint64_t seed, int vocab, int max_ctx, int max_out,
-                           double scale) {
+ * more often), then a user turn; replies long-tailed too, capped at max_out. */
+static breq *make_workload(int n, uint64_t seed, int vocab, int max_ctx, int max_out, double scale,
+                           double out_scale) {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
     int sys_len[N_SYS], *sys[N_SYS];
     /* System prompts stay at least two KV blocks long whatever the scale:
@@ -100,8 +107,8 @@ static breq *make_workload(int n, uint64_t seed, int vocab, int max_ctx, int max
     breq *r = calloc((size_t)n, sizeof *r);
     for (int i = 0; i < n; i++) {
         int k = rng_unit(&s) < 0.6 ? (int)(rng_unit(&s) * rng_unit(&s) * N_SYS) : -1;
-        int user = lognormal(&s, 40 * scale, 1.0, 1, (int)(1024 * scale) + 1);
-        int out = lognormal(&s, 16, 0.8, 2, max_out);
+        int user = lognormal(&s, USER_MEDIAN * scale, 1.0, 1, (int)(1024 * scale) + 1);
+        int out = lognormal(&s, OUT_MEDIAN * out_scale, 0.8, 2, max_out);
         int np = (k >= 0 ? sys_len[k] : 0) + user;
         if (np + out >= max_ctx) np = max_ctx - out - 1;
         r[i].prompt = malloc(sizeof(int) * (size_t)np);
@@ -305,9 +312,9 @@ static int parse_levels(const char *s, int *lv, int max) {
 
 int cmd_bench_serving(int argc, char **argv) {
     const char *dir = NULL, *dtype = "bf16", *levels_s = "1,4,16,64", *replay = "bounded";
-    int requests = 0, threads = 0, inv = 0, serving = 0, kv_mib = 0, max_out = 128, no_ttft = 0,
+    int requests = 0, threads = 0, inv = 0, serving = 0, kv_mib = 0, max_out = 1024, no_ttft = 0,
         no_inv = 0, no_overlap = 0;
-    float step_ms = 1000, scale = 1;
+    float step_ms = 1000, scale = 1, out_scale = 1;
     int inv_conc = 0;
     uint64_t seed = 1;
     const cli_opt opts[] = {
@@ -322,9 +329,10 @@ int cmd_bench_serving(int argc, char **argv) {
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--kv-memory", OPT_INT, &kv_mib, "KV pool MiB (default: room for the workload)"},
         {"--step-ms", OPT_FLOAT, &step_ms, "engine step budget in ms (default 1000: CPU scale)"},
-        {"--max-output", OPT_INT, &max_out, "cap on drawn output lengths (default 128)"},
+        {"--max-output", OPT_INT, &max_out, "cap on drawn output lengths (default 1024)"},
         {"--swa-replay", OPT_STR, &replay, "bounded (default) | exact"},
         {"--prompt-scale", OPT_FLOAT, &scale, "scale on the drawn prompt lengths (default 1)"},
+        {"--output-scale", OPT_FLOAT, &out_scale, "scale on the drawn output lengths (default 1)"},
         {"--invariant-concurrency", OPT_INT, &inv_conc,
          "level of the batch-invariant overhead run (default: the highest)"},
         {"--no-ttft", OPT_FLAG, &no_ttft, "skip the 2,048-token cached/uncached TTFT figure"},
@@ -338,8 +346,8 @@ int cmd_bench_serving(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     int lv[16];
     int n_lv = parse_levels(levels_s, lv, 16);
-    if (!dir || n_lv < 1 || requests < 0 || max_out < 1 || scale <= 0 || inv_conc < 0 ||
-        (strcmp(replay, "bounded") && strcmp(replay, "exact"))) {
+    if (!dir || n_lv < 1 || requests < 0 || max_out < 1 || scale <= 0 || out_scale <= 0 ||
+        inv_conc < 0 || (strcmp(replay, "bounded") && strcmp(replay, "exact"))) {
         if (n_lv < 1) fprintf(stderr, "deepinfer bench: bad --concurrency list '%s'\n", levels_s);
         cli_usage(stderr, opts, n_opts, syn);
         return 2;
@@ -393,7 +401,7 @@ int cmd_bench_serving(int argc, char **argv) {
     int max_lv = 0;
     for (int i = 0; i < n_lv; i++) {
         int n = level_requests(requests, lv[i]);
-        breq *w = make_workload(n, seed, V, info->max_context, max_out, scale);
+        breq *w = make_workload(n, seed, V, info->max_context, max_out, scale, out_scale);
         rc = run_level(m, &eo, w, n, lv[i], &res[i]);
         for (int k = 0; k < n; k++) free(w[k].prompt);
         free(w);
@@ -455,7 +463,7 @@ int cmd_bench_serving(int argc, char **argv) {
                 engine_opts o = eo;
                 o.batch_invariant = mode == 1;
                 level_result r;
-                breq *w = make_workload(n, seed, V, info->max_context, max_out, scale);
+                breq *w = make_workload(n, seed, V, info->max_context, max_out, scale, out_scale);
                 rc = run_level(m, &o, w, n, c, &r);
                 for (int k = 0; k < n; k++) free(w[k].prompt);
                 free(w);
