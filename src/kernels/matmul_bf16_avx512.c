@@ -11,7 +11,7 @@
  * arithmetic of an f32 FMA with no widening of the weights, which is what
  * batched decode and prefill are bound by.
  *
- * Four kernels, three orders of the sums:
+ * Four kernels, four orders of the sums:
  *   one token (plain mode): the rows one after another, one sequential
  *     stream per thread; per row the even and odd 32-column steps summed
  *     apart, then added and reduced (below).
@@ -29,7 +29,9 @@
  *     summed pair by pair in its own lane and added.
  *   token lanes (TL_MIN_N to TL_MAX_N tokens, and 2 to TL_MAX_N in
  *     batch-invariant mode): the GEMM's order exactly, with the lanes across
- *     the tokens and the weights broadcast in place, unpacked (below).
+ *     the tokens and the weights broadcast in place, unpacked (below); in
+ *     plain mode one group of 16 tokens sums each row's even and odd pairs
+ *     apart within a block (tl1_block), the order of its own.
  * Each order depends on the matrix shape alone — not on the tile, the
  * thread count or the token's place in the batch — so batch-invariant mode
  * keeps to the GEMM's order: the GEMM at one token (its panels side by
