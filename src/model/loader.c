@@ -364,7 +364,7 @@ static bool usable_in_place(const st_tensor *t, kern_dtype dt) {
 static void mat_in_place(model_loader *ld, kern_mat *out, const mat_src *src, size_t R, size_t C,
                          kern_dtype dt) {
     *out = (kern_mat){.dtype = dt, .rows = (int)R, .cols = (int)C, .data = src->t->data};
-    ld->weight_bytes += R * C * (dt == KT_F32 ? 4 : 2);
+    ld->weight_bytes += R * C * kern_dtype_size(dt);
 }
 
 /* Allocates rows x cols of dtype dt (and int8 scales) in the loader's memory. */

@@ -51,12 +51,12 @@ typedef struct mla_ctx {
     float scale;
     const float *q; /* n_tokens x H*qk (rope part already rotated) */
     float *attn;    /* n_tokens x H*vd: per-head outputs before o_proj */
-    int hc;         /* heads per task */
-    int n_hchunks;  /* tasks per token */
-    int max_ctx;    /* scores buffer: hc * max_ctx floats per task */
-    float *scores;  /* absorbed: n_tasks x hc x max_ctx */
-    float *qcat;    /* absorbed: n_tasks x hc x (lora + rope), the heads' queries in a row */
     /* absorbed */
+    int hc;        /* heads per task */
+    int n_hchunks; /* tasks per token */
+    int max_ctx;   /* scores buffer: hc * max_ctx floats per task */
+    float *scores; /* n_tasks x hc x max_ctx */
+    float *qcat;   /* n_tasks x hc x (lora + rope), the heads' queries in a row */
     const int *at; /* na absorbed tokens (step indices) */
     int na;
     bool fused;                      /* few tokens: each task absorbs its own heads' q and output */
