@@ -367,7 +367,8 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
  * once, R sequential streams, each prefetched TL_PF columns ahead. Each
  * output sums its pairs in order within a block of DPG_KC columns and adds
  * each block's sum in turn onto the bias: the GEMM's order, so the two give
- * the same bits at every n and batch-invariant mode may take either. */
+ * the same bits at every n and batch-invariant mode may take either. In
+ * plain mode one group of 16 tokens takes tl1_block, an order of its own. */
 #define TL_VMAX  4 /* token groups of 16 in registers: up to 64 tokens */
 #define TL_MAX_N (16 * TL_VMAX)
 /* From 12 tokens on in plain mode: below, the row blocks' dot products
