@@ -54,7 +54,6 @@
 #define DP_T        4    /* tokens per pass, in registers */
 #define DP_KC       1024 /* columns per chunk */
 #define DP_TILE_MAX 64   /* tokens per token tile, at most (partial sums on the stack) */
-#define DP1_PF      1024 /* one token: columns prefetched ahead (2 KiB) */
 /* bf16 activations of one token tile that stay in L2 */
 #define DP_TILE_BYTES (256 << 10)
 
@@ -371,12 +370,14 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
  * plain mode one group of 16 tokens takes tl1_block, an order of its own. */
 #define TL_VMAX  4 /* token groups of 16 in registers: up to 64 tokens */
 #define TL_MAX_N (16 * TL_VMAX)
-/* From 12 tokens on in plain mode: below, the row blocks' dot products
- * (no lanes idle) are faster (llama-1b decode at batch 8: 86 tok/s against
- * 68 with the token lanes; its matrices at 2 tokens 0.7 ms against 1.2).
- * Above, the token lanes (at 16 tokens 1.1-1.4 ms against 1.7-2.1, at 32
- * 1.6-2.1 against the row blocks' 3.3-3.7 and the GEMM's 2.1-3.0). */
-#define TL_MIN_N 12
+/* From 8 tokens on in plain mode: below, the row blocks' dot products (no
+ * lanes idle) are faster (a 64 MB matrix at 2 tokens: 1.1 ms against 1.7,
+ * at 4 about level). From 8 on, the token lanes, whose one group with two
+ * chains per row (tl1_block) costs about the same at 2 tokens as at 16:
+ * llama-1b decode at batch 8, alternating runs, 95-98 tok/s against 76-91
+ * with the row blocks; at 16 tokens 1.1-1.4 ms against 1.7-2.1, at 32
+ * 1.6-2.1 against the row blocks' 3.3-3.7 and the GEMM's 2.1-3.0. */
+#define TL_MIN_N 8
 #define TL_PF    512 /* columns prefetched ahead of each row (1 KiB) */
 #define TL_RMAX  8   /* rows per register tile, at most */
 
@@ -616,37 +617,50 @@ static void tl_task(void *ctx, int task, int n_tasks) {
 
 /* ---- one token (plain mode): rows one after another ----------------------- */
 /* Bound by streaming the weights, so the rows are read strictly in order:
- * one sequential stream per thread, prefetched DP1_PF columns ahead (the
- * hardware prefetcher stops at 4 KiB pages, and file-mapped weights may be
- * mapped in those), two accumulators per row (even and odd 32-column steps)
- * to cover the dot products' latency. llama-1b decode at one token: 16.2-16.5
- * tok/s against 13.5-14.4 with the 4-row blocks (4 streams a page apart), in
- * alternating runs. Its own order: the even and odd steps' sums added, then
+ * one sequential stream per thread, left to the hardware prefetchers, four
+ * accumulators per row (32-column steps in turn) to cover the dot products'
+ * latency. The weights are read in 256-bit halves: on the Zen 5 machines
+ * here, 512-bit loads from memory stream markedly slower (a plain read of
+ * llama-1b's matrices in the model: 48-52 GB/s with 512-bit loads, 60-64
+ * with 256-bit ones). Software prefetch only got in the way, with 2 MiB
+ * pages and with 4 KiB ones alike. llama-1b decode at one token, alternating
+ * runs: 20.6-21.9 tok/s against 17.0-18.7 with 512-bit loads, two
+ * accumulators and prefetch; with the model on tmpfs (4 KiB pages)
+ * 20.2-20.8 against 17.0-17.5. Its own order: step s of a row goes to
+ * accumulator s mod 4; then (a0 + a1) + (a2 + a3),
  * one reduction. */
+#define DP1_CHAINS 4
+
+/* 32 bf16 weights as two 256-bit loads */
+AI __m512bh load_w32(const uint16_t *w) {
+    __m256i lo = _mm256_loadu_si256((const __m256i *)w);
+    __m256i hi = _mm256_loadu_si256((const __m256i *)(w + 16));
+    return (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
 static void dp1_task(void *ctx, int task, int n_tasks) {
     const dp_job *j = ctx;
     const kern_mat *W = j->W;
-    int K = W->cols, K64 = K & ~63, lo, hi;
+    int K = W->cols, K128 = K & ~127, lo, hi;
     kern_split(W->rows, 1, task, n_tasks, &lo, &hi);
     const uint16_t *x = j->xb;
     for (int r = lo; r < hi; r++) {
         const uint16_t *w = (const uint16_t *)W->data + (size_t)r * K;
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        __m512 a[DP1_CHAINS];
+        for (int c = 0; c < DP1_CHAINS; c++) a[c] = _mm512_setzero_ps();
         int k = 0;
-        for (; k < K64; k += 64) {
-            _mm_prefetch((const char *)(w + k + DP1_PF), _MM_HINT_T0);
-            a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + k),
-                                  (__m512bh)_mm512_loadu_si512(x + k));
-            a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + k + 32),
-                                  (__m512bh)_mm512_loadu_si512(x + k + 32));
-        }
-        for (int h = 0; k < K; k += 32, h++) { /* the tail, masked; x is zero past K */
+        for (; k < K128; k += 128)
+#pragma GCC unroll 4
+            for (int c = 0; c < DP1_CHAINS; c++)
+                a[c] = _mm512_dpbf16_ps(a[c], load_w32(w + k + 32 * c),
+                                        (__m512bh)_mm512_loadu_si512(x + k + 32 * c));
+        for (int c = 0; k < K; k += 32, c++) { /* the tail, masked; x is zero past K */
             __mmask32 m = K - k >= 32 ? ~0u : (1u << (K - k)) - 1;
-            __m512 *a = h ? &a1 : &a0;
-            *a = _mm512_dpbf16_ps(*a, (__m512bh)_mm512_maskz_loadu_epi16(m, w + k),
-                                  (__m512bh)_mm512_loadu_si512(x + k));
+            a[c] = _mm512_dpbf16_ps(a[c], (__m512bh)_mm512_maskz_loadu_epi16(m, w + k),
+                                    (__m512bh)_mm512_loadu_si512(x + k));
         }
-        float s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+        float s = _mm512_reduce_add_ps(
+            _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
         j->y[r] = s + (j->bias ? j->bias[r] : 0.0f);
     }
 }
