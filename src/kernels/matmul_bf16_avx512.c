@@ -13,8 +13,8 @@
  *
  * Four kernels, four orders of the sums:
  *   one token (plain mode): the rows one after another, one sequential
- *     stream per thread; per row the even and odd 32-column steps summed
- *     apart, then added and reduced (below).
+ *     stream per thread; per row the 32-column steps summed in four
+ *     accumulators in turn, then added pairwise and reduced (below).
  *   row blocks (2 to TL_MIN_N - 1 tokens, plain mode). Dot-product style:
  *     a block of 4 rows stays in L1 while the tokens pass over it 4 at a
  *     time (16 accumulators in registers), column chunk by column chunk, the
