@@ -72,6 +72,23 @@ void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, 
  * by kern_quantize_act (xq n x cols, xs n x nb block scales). */
 void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const float *xs, int nb,
                             const float *bias, int r0, int R, int t_lo, int t_hi);
+/* One int8 token in plain mode on AVX-512 VNNI (matmul_avx512.c): its
+ * activations, quantized by kern_quantize_act, prepared once per call
+ * (kern_i8_one_prepare, into kern_i8_one_bytes of 64-byte aligned memory),
+ * then rows [r0, r1) of y. For weights with one scale per row or groups of
+ * a multiple of 64 columns (kern_i8_one_fits). */
+typedef struct kern_i8_one {
+    const int8_t *xq;    /* the quantized activations */
+    const float *xs;     /* their block scales */
+    const uint8_t *xa;   /* |xq| */
+    const uint64_t *neg; /* per 64 columns, the bits of the negative xq */
+    const float *sv;     /* per 64 columns, 16 scales: block 2b's in lanes 0-7, 2b + 1's in 8-15 */
+} kern_i8_one;
+bool kern_i8_one_fits(const kern_mat *W);
+size_t kern_i8_one_bytes(int cols);
+void kern_i8_one_prepare(kern_i8_one *a, void *buf, const int8_t *xq, const float *xs, int cols);
+void kern_i8_one_rows_avx512(const kern_mat *W, float *y, const kern_i8_one *a, const float *bias,
+                             int r0, int r1);
 
 /* Every bf16 matmul on CPUs with AVX-512 BF16 (matmul_bf16_avx512.c):
  * vdpbf16ps on the activations rounded to bf16; row blocks for decode, a

@@ -20,7 +20,8 @@
  * GEMM's order at every n, which runs prefill far closer to the FMA peak).
  * On AVX-512 CPUs, bf16 and (with VNNI) int8 at n >= 2 run their row
  * blocks at twice the width (matmul_avx512.c), in a fixed order of their own;
- * batch-invariant int8 takes those at every n.
+ * batch-invariant int8 takes those at every n, and plain int8 at n = 1 the
+ * one-row kernel there (kern_i8_one_rows_avx512).
  *
  * bf16 weights are widened two ways per 16 columns: a 32-bit lane holding
  * (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask, so the
@@ -65,7 +66,9 @@ typedef struct sb_job {
     const int8_t *xq; /* int8: quantized activations, n x cols */
     const float *xs;  /* their per-block scales, n x nb */
     int nb;
-    int tile; /* tokens per token tile */
+    bool i8_one;     /* one int8 token in plain mode: kern_i8_one_rows_avx512 */
+    kern_i8_one one; /* ... on these activations */
+    int tile;        /* tokens per token tile */
     int n_tasks;
 } sb_job;
 
@@ -325,6 +328,11 @@ AI void sb_rows(const sb_job *j, int r0, const int R, int t_lo, int n) {
 static void sb_task(void *ctx, int task, int n_tasks) {
     const sb_job *j = ctx;
     int lo, hi;
+    if (j->i8_one) {
+        kern_split(j->W->rows, 1, task, n_tasks, &lo, &hi);
+        kern_i8_one_rows_avx512(j->W, j->y, &j->one, j->bias, lo, hi);
+        return;
+    }
     kern_split(j->W->rows, SB_R, task, n_tasks, &lo, &hi);
     for (int t0 = 0; t0 < j->n; t0 += j->tile) {
         int t1 = t0 + j->tile < j->n ? t0 + j->tile : j->n;
@@ -440,12 +448,17 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
          * n, and takes the one that serves batches. */
         j.avx512 = kern_use_avx512_vnni() && (n >= 2 || kern_batch_inv());
         j.nb = (K + KQ_BLOCK - 1) / KQ_BLOCK;
-        int8_t *xq = kern_scratch(KERN_SCRATCH_ACT, (size_t)n * K + 32);
+        /* One token in plain mode: rows one after another (its kernel
+         * takes the activations prepared, after xq in the same scratch). */
+        j.i8_one = n == 1 && !kern_batch_inv() && kern_use_avx512_vnni() && kern_i8_one_fits(W);
+        size_t nq = ((size_t)n * K + 32 + 63) & ~(size_t)63;
+        int8_t *xq = kern_scratch(KERN_SCRATCH_ACT, nq + (j.i8_one ? kern_i8_one_bytes(K) : 0));
         float *xs = kern_scratch(KERN_SCRATCH_ACT2, (size_t)n * j.nb * sizeof(float) + 4);
         for (int t = 0; t < n; t++)
             kern_quantize_act(xq + (size_t)t * K, xs + (size_t)t * j.nb, x + (size_t)t * K, K);
         j.xq = xq;
         j.xs = xs;
+        if (j.i8_one) kern_i8_one_prepare(&j.one, xq + nq, xq, xs, K);
     }
     size_t tok_bytes = W->dtype == KT_I8 ? (size_t)K + (size_t)j.nb * 4 : (size_t)K * 4;
     size_t tile = SB_TILE_BYTES / tok_bytes;
