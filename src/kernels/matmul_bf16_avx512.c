@@ -372,7 +372,7 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
 #define TL_MAX_N (16 * TL_VMAX)
 /* From 8 tokens on in plain mode: below, the row blocks' dot products (no
  * lanes idle) are faster (a 64 MB matrix at 2 tokens: 1.1 ms against 1.7,
- * at 4 about level). From 8 on, the token lanes, whose one group with two
+ * at 4 1.3-1.6 against 1.65). From 8 on, the token lanes, whose one group with two
  * chains per row (tl1_block) costs about the same at 2 tokens as at 16:
  * llama-1b decode at batch 8, alternating runs, 95-98 tok/s against 76-91
  * with the row blocks; at 16 tokens 1.1-1.4 ms against 1.7-2.1, at 32
