@@ -372,11 +372,11 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
 #define TL_MAX_N (16 * TL_VMAX)
 /* From 8 tokens on in plain mode: below, the row blocks' dot products (no
  * lanes idle) are faster (a 64 MB matrix at 2 tokens: 1.1 ms against 1.7,
- * at 4 1.3-1.6 against 1.65). From 8 on, the token lanes, whose one group with two
- * chains per row (tl1_block) costs about the same at 2 tokens as at 16:
- * llama-1b decode at batch 8, alternating runs, 95-98 tok/s against 76-91
- * with the row blocks; at 16 tokens 1.1-1.4 ms against 1.7-2.1, at 32
- * 1.6-2.1 against the row blocks' 3.3-3.7 and the GEMM's 2.1-3.0. */
+ * at 4 1.3-1.6 against 1.65). From 8 on, the token lanes, whose one group
+ * with two chains per row (tl1_block) costs about the same at 2 tokens as
+ * at 16: llama-1b decode at batch 8, alternating runs, 95-98 tok/s against
+ * 76-91 with the row blocks; at 16 tokens 1.1-1.4 ms against 1.7-2.1, at
+ * 32 1.6-2.1 against the row blocks' 3.3-3.7 and the GEMM's 2.1-3.0. */
 #define TL_MIN_N 8
 #define TL_PF    512 /* columns prefetched ahead of each row (1 KiB) */
 #define TL_RMAX  8   /* rows per register tile, at most */
@@ -624,11 +624,10 @@ static void tl_task(void *ctx, int task, int n_tasks) {
  * llama-1b's matrices in the model: 48-52 GB/s with 512-bit loads, 60-64
  * with 256-bit ones). Software prefetch only got in the way, with 2 MiB
  * pages and with 4 KiB ones alike. llama-1b decode at one token, alternating
- * runs: 20.6-21.9 tok/s against 17.0-18.7 with 512-bit loads, two
+ * runs: 19.5-20.6 tok/s against 16.6-16.9 with 512-bit loads, two
  * accumulators and prefetch; with the model on tmpfs (4 KiB pages)
  * 20.2-20.8 against 17.0-17.5. Its own order: step s of a row goes to
- * accumulator s mod 4; then (a0 + a1) + (a2 + a3),
- * one reduction. */
+ * accumulator s mod 4; then (a0 + a1) + (a2 + a3), one reduction. */
 #define DP1_CHAINS 4
 
 /* 32 bf16 weights as two 256-bit loads */
