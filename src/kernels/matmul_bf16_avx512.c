@@ -391,6 +391,14 @@ typedef struct tl_job {
     bool plain; /* not batch-invariant: one group may take tl1_block's order */
 } tl_job;
 
+/* Columns from a weight to the one a tile of R rows prefetches in the block
+ * of columns [k0, k0 + kc): TL_PF on; in a row's last block that lies past
+ * the row, so the next tile's rows at the block's columns instead (k0 is
+ * even), whose first TL_PF columns are then in cache when that tile starts. */
+AI size_t tl_ahead(int K, int R, int k0, int kc) {
+    return k0 + kc >= K ? (size_t)R * K - (size_t)k0 : (size_t)TL_PF;
+}
+
 /* Pair q of rows w[0 .. R) times groups [0, V) onto acc; with half, the
  * pair's second column is zero (a row's odd end). */
 AI void tl_pair(const tl_job *j, const uint16_t *const *w, int q, const bool half,
@@ -421,17 +429,13 @@ AI void tl_block(const tl_job *j, int r0, const int R, const int V, int k0, int 
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_ps();
-    /* In a row's last block, its line TL_PF columns on lies past the row, so
-     * each step prefetches a line of the next tile's rows instead: their
-     * first TL_PF columns are in cache when that tile starts. */
-    bool last = k0 + kc >= K;
-    size_t next = (size_t)R * K - (size_t)2 * q0; /* from w[r] + 2q to the next tile's row */
+    size_t ahead = tl_ahead(K, R, k0, kc);
     int q = q0;
     for (; q < q1; q++) {
-        if ((q & 15) == 0) /* a cache line of each row: prefetch the one TL_PF columns on */
+        if ((q & 15) == 0) /* a cache line of each row: prefetch the one ahead */
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
-                _mm_prefetch((const char *)(w[r] + 2 * q + (last ? next : TL_PF)), _MM_HINT_T0);
+                _mm_prefetch((const char *)(w[r] + 2 * q + ahead), _MM_HINT_T0);
         tl_pair(j, w, q, false, acc, R, V);
     }
     if (kc & 1) tl_pair(j, w, q, true, acc, R, V); /* the odd end */
@@ -521,8 +525,7 @@ AI void tl1_block(const tl_job *j, int r0, int k0, int kc, float *c) {
     size_t ld = (size_t)K * 2, ld3 = 3 * ld; /* bytes from row to row */
     const char *p0 = (const char *)j->W->data + (size_t)r0 * ld + (size_t)q0 * 4;
     const uint32_t *x = j->xt + (size_t)q0 * 16;
-    /* prefetch TL_PF columns on; in a row's last block, the next tile's rows */
-    size_t pf = k0 + kc >= K ? 8 * ld - (size_t)q0 * 4 : (size_t)TL_PF * 2;
+    size_t pf = tl_ahead(K, 8, k0, kc) * 2; /* bytes */
     long lines = np / 16;
     if (lines > 0) {
         const char *p4 = p0 + 4 * ld, *f0 = p0 + pf, *f4 = p4 + pf;
