@@ -144,6 +144,15 @@ static inline void kern_start_rows(float *y, int n, int M, const float *bias, in
     }
 }
 
+/* The integer dot product of int8 columns [k0, k1) of a weight row w and
+ * quantized activations x, in scalar: the int8 kernels' tails past their
+ * last whole vector (at most one activation block; the caller scales it). */
+static inline float kern_i8_dot_tail(const int8_t *w, const int8_t *x, int k0, int k1) {
+    int32_t is = 0;
+    for (int c = k0; c < k1; c++) is += (int32_t)w[c] * x[c];
+    return (float)is;
+}
+
 /* Splits [0, total) into n_tasks contiguous ranges aligned to `align`. */
 static inline void kern_split(int total, int align, int task, int n_tasks, int *lo, int *hi) {
     int units = (total + align - 1) / align;

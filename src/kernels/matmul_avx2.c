@@ -275,11 +275,8 @@ AI void sb_i8(const sb_job *j, int r0, int t0, const int R, const int T, const b
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) {
             float s = hsum8(acc[r][t]);
-            if (K32 < K) { /* only with one scale per row: tail block of the row */
-                int32_t is = 0;
-                for (int c = K32; c < K; c++) is += (int32_t)w[r][c] * xq[t][c];
-                s += xs[t][K32 / 32] * (float)is;
-            }
+            if (K32 < K) /* only with one scale per row: tail block of the row */
+                s += xs[t][K32 / 32] * kern_i8_dot_tail(w[r], xq[t], K32, K);
             if (per_row) s *= ws[r][0];
             j->y[(size_t)(t0 + t) * W->rows + r0 + r] = s + (j->bias ? j->bias[r0 + r] : 0.0f);
         }

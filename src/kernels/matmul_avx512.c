@@ -254,12 +254,9 @@ AI void rows_i8(const kern_mat *W, float *y, const int8_t *xq, const float *xs, 
         const int8_t *w = (const int8_t *)W->data + (size_t)(r0 + r) * K;
         for (int t = t_lo; t < t_hi; t++) {
             float s = _mm512_reduce_add_ps(part[r * nt + t - t_lo]);
-            if (K32 < K) { /* only with one scale per row: tail block of the row */
-                const int8_t *xt = xq + (size_t)t * K;
-                int32_t is = 0;
-                for (int c = K32; c < K; c++) is += (int32_t)w[c] * xt[c];
-                s += xs[(size_t)t * nb + K32 / KQ_BLOCK] * (float)is;
-            }
+            if (K32 < K) /* only with one scale per row: tail block of the row */
+                s += xs[(size_t)t * nb + K32 / KQ_BLOCK] *
+                     kern_i8_dot_tail(w, xq + (size_t)t * K, K32, K);
             if (per_row) s *= W->scales[r0 + r];
             y[(size_t)t * W->rows + r0 + r] = s + (bias ? bias[r0 + r] : 0.0f);
         }
@@ -319,14 +316,6 @@ void kern_i8_one_prepare(kern_i8_one *a, void *buf, const int8_t *xq, const floa
     *a = (kern_i8_one){.xq = xq, .xs = xs, .xa = xa, .neg = neg, .sv = sv};
 }
 
-/* The integer dot product of columns [k0, k1) of a row and the token, in
- * scalar (at most one activation block: the caller scales it). */
-static float i8_tail(const int8_t *w, const int8_t *xq, int k0, int k1) {
-    int32_t is = 0;
-    for (int c = k0; c < k1; c++) is += (int32_t)w[c] * xq[c];
-    return (float)is;
-}
-
 void kern_i8_one_rows_avx512(const kern_mat *W, float *y, const kern_i8_one *a, const float *bias,
                              int r0, int r1) {
     int K = W->cols, K32 = K & ~31, K64 = K & ~63, K256 = K & ~255;
@@ -363,8 +352,8 @@ void kern_i8_one_rows_avx512(const kern_mat *W, float *y, const kern_i8_one *a, 
             _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
         /* past the last 64 columns, only with one scale per row (groups of
          * multiples of 64 divide the row): a whole block, then its tail */
-        if (K64 < K32) s += a->xs[K64 / KQ_BLOCK] * i8_tail(w, a->xq, K64, K32);
-        if (K32 < K) s += a->xs[K32 / KQ_BLOCK] * i8_tail(w, a->xq, K32, K);
+        if (K64 < K32) s += a->xs[K64 / KQ_BLOCK] * kern_i8_dot_tail(w, a->xq, K64, K32);
+        if (K32 < K) s += a->xs[K32 / KQ_BLOCK] * kern_i8_dot_tail(w, a->xq, K32, K);
         if (per_row) s *= ws[0];
         y[r] = s + (bias ? bias[r] : 0.0f);
     }
