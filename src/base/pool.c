@@ -15,6 +15,11 @@
  * costs tens of microseconds) and then sleep on a futex, so an idle server
  * does not burn its cores.
  *
+ * pool_for runs on pool_run, one task per thread: each task owns one share
+ * of the range, (front, back) in one 64-bit word taken by compare-and-swap,
+ * the owner from the front and the others, once their own share is done,
+ * from the back.
+ *
  * Global state: one thread-local flag marking "inside a pool task", so a
  * nested pool_run (from any pool) runs serially on the calling thread. */
 #include "base/pool.h"
@@ -23,6 +28,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -37,6 +43,11 @@
 
 static _Thread_local int pool_in_task;
 
+/* One thread's share of a pool_for range, in grains: front << 32 | back. */
+typedef struct {
+    _Alignas(64) _Atomic uint64_t span;
+} pool_share;
+
 struct pool {
     int n_threads; /* including the caller */
     pthread_t *threads;
@@ -49,6 +60,7 @@ struct pool {
     _Alignas(64) atomic_uint gen;         /* job generation; futex word */
     atomic_int sleepers;                  /* workers blocked (or about to) on gen */
     atomic_int quit;
+    pool_share *shares; /* n_threads, for pool_for */
 };
 
 static void futex_wait(atomic_uint *addr, unsigned val) {
@@ -123,6 +135,7 @@ pool *pool_create(int n_threads) {
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->quit, 0);
     p->threads = di_calloc((size_t)n_threads, sizeof *p->threads);
+    p->shares = di_alloc_aligned((size_t)n_threads * sizeof *p->shares);
     for (int i = 1; i < n_threads; i++) {
         if (pthread_create(&p->threads[i], NULL, pool_worker, p) != 0) {
             /* Run with the threads we have: correctness does not depend on it. */
@@ -141,6 +154,7 @@ void pool_free(pool *p) {
     futex_wake_all(&p->gen);
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
     free(p->threads);
+    di_free_aligned(p->shares);
     di_free_aligned(p);
 }
 
@@ -178,4 +192,68 @@ void pool_run(pool *p, pool_fn fn, void *ctx, int n_tasks) {
         else
             cpu_relax();
     }
+}
+
+/* --- pool_for ------------------------------------------------------------- */
+typedef struct {
+    pool_range_fn fn;
+    void *ctx;
+    int n, grain;
+    pool_share *shares;
+} for_job;
+
+/* Takes share s's first grain (front) or last grain (back) into *g. */
+static bool share_take(pool_share *s, bool front, unsigned *g) {
+    uint64_t v = atomic_load_explicit(&s->span, memory_order_relaxed);
+    for (;;) {
+        unsigned f = (unsigned)(v >> 32), b = (unsigned)v;
+        if (f >= b) return false;
+        uint64_t nv = front ? (uint64_t)(f + 1) << 32 | b : (uint64_t)f << 32 | (b - 1);
+        if (atomic_compare_exchange_weak_explicit(&s->span, &v, nv, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *g = front ? f : b - 1;
+            return true;
+        }
+    }
+}
+
+static void for_grain(const for_job *j, unsigned g) {
+    int lo = (int)g * j->grain;
+    j->fn(j->ctx, lo, j->n - lo < j->grain ? j->n : lo + j->grain);
+}
+
+static void for_task(void *ctx, int task, int n_tasks) {
+    const for_job *j = ctx;
+    unsigned g;
+    while (share_take(&j->shares[task], true, &g)) for_grain(j, g);
+    for (;;) { /* own share done: the back of the share with the most left */
+        int most = -1;
+        unsigned left = 0;
+        for (int s = 0; s < n_tasks; s++) {
+            uint64_t v = atomic_load_explicit(&j->shares[s].span, memory_order_relaxed);
+            unsigned f = (unsigned)(v >> 32), b = (unsigned)v;
+            if (f < b && b - f > left) left = b - f, most = s;
+        }
+        if (most < 0) return;
+        if (share_take(&j->shares[most], false, &g)) for_grain(j, g);
+    }
+}
+
+void pool_for(pool *p, pool_range_fn fn, void *ctx, int n, int grain) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    unsigned grains = (unsigned)((n - 1) / grain) + 1;
+    int T = p ? p->n_threads : 1;
+    if ((unsigned)T > grains) T = (int)grains;
+    if (T == 1 || pool_in_task) { /* serial, and the shares are not ours to touch */
+        for (int lo = 0; lo < n; lo += grain) fn(ctx, lo, n - lo < grain ? n : lo + grain);
+        return;
+    }
+    for (int t = 0; t < T; t++) {
+        uint64_t f = (uint64_t)grains * (unsigned)t / (unsigned)T;
+        uint64_t b = (uint64_t)grains * (unsigned)(t + 1) / (unsigned)T;
+        atomic_store_explicit(&p->shares[t].span, f << 32 | b, memory_order_relaxed);
+    }
+    for_job j = {.fn = fn, .ctx = ctx, .n = n, .grain = grain, .shares = p->shares};
+    pool_run(p, for_task, &j, T);
 }

@@ -322,14 +322,14 @@ AI void sb_rows(const sb_job *j, int r0, const int R, int t_lo, int n) {
     }
 }
 
+static void sb_one_rows(void *ctx, int lo, int hi) {
+    const sb_job *j = ctx;
+    kern_i8_one_rows_avx512(j->W, j->y, &j->one, j->bias, lo, hi);
+}
+
 static void sb_task(void *ctx, int task, int n_tasks) {
     const sb_job *j = ctx;
     int lo, hi;
-    if (j->i8_one) {
-        kern_split(j->W->rows, 1, task, n_tasks, &lo, &hi);
-        kern_i8_one_rows_avx512(j->W, j->y, &j->one, j->bias, lo, hi);
-        return;
-    }
     kern_split(j->W->rows, SB_R, task, n_tasks, &lo, &hi);
     for (int t0 = 0; t0 < j->n; t0 += j->tile) {
         int t1 = t0 + j->tile < j->n ? t0 + j->tile : j->n;
@@ -455,7 +455,12 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
             kern_quantize_act(xq + (size_t)t * K, xs + (size_t)t * j.nb, x + (size_t)t * K, K);
         j.xq = xq;
         j.xs = xs;
-        if (j.i8_one) kern_i8_one_prepare(&j.one, xq + nq, xq, xs, K);
+        if (j.i8_one) {
+            kern_i8_one_prepare(&j.one, xq + nq, xq, xs, K);
+            /* one stream per thread, the threads' ends balanced */
+            pool_for(p, sb_one_rows, &j, W->rows, kern_stream_grain(K));
+            return;
+        }
     }
     size_t tok_bytes = W->dtype == KT_I8 ? (size_t)K + (size_t)j.nb * 4 : (size_t)K * 4;
     size_t tile = SB_TILE_BYTES / tok_bytes;

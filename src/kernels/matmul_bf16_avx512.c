@@ -640,11 +640,10 @@ AI __m512bh load_w32(const uint16_t *w) {
     return (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-static void dp1_task(void *ctx, int task, int n_tasks) {
+static void dp1_rows(void *ctx, int lo, int hi) {
     const dp_job *j = ctx;
     const kern_mat *W = j->W;
-    int K = W->cols, K128 = K & ~127, lo, hi;
-    kern_split(W->rows, 1, task, n_tasks, &lo, &hi);
+    int K = W->cols, K128 = K & ~127;
     const uint16_t *x = j->xb;
     for (int r = lo; r < hi; r++) {
         const uint16_t *w = (const uint16_t *)W->data + (size_t)r * K;
@@ -734,7 +733,9 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         ctx = &tj;
         units = (W->rows + tl_tile_rows(groups) - 1) / tl_tile_rows(groups);
     } else if (n == 1) {
-        task = dp1_task, units = W->rows;
+        /* one stream per thread, the threads' ends balanced (pool_for) */
+        pool_for(p, dp1_rows, &j, W->rows, kern_stream_grain(K * (int)sizeof(uint16_t)));
+        return;
     } else {
         size_t tile = DP_TILE_BYTES / (ldx * sizeof(uint16_t));
         j.tile = tile < DP_T ? DP_T : tile > DP_TILE_MAX ? DP_TILE_MAX : (int)(tile - tile % DP_T);
