@@ -17,7 +17,8 @@
 
 #include "kernels/hsum_avx2.h"
 
-#define AI static inline __attribute__((always_inline))
+#define AI        static inline __attribute__((always_inline))
+#define DOT_AHEAD 6 /* rows prefetched ahead in kern_dot_heads */
 
 /* low + high 256-bit halves: kern_dot's s0 + s1 */
 AI __m256 halves(__m512 v) {
@@ -55,12 +56,27 @@ AI void dot4(float *out, size_t ld, const float *a, int h0, const float *b, size
     }
 }
 
+/* Row i of b, all n floats, towards L1. */
+AI void prefetch_row(const float *b, size_t stride, int i, int n) {
+    for (int k = 0; k < n; k += 16)
+        _mm_prefetch((const char *)(b + (size_t)i * stride + k), _MM_HINT_T0);
+}
+
 void kern_dot_heads_avx512(float *out, size_t ld, const float *a, int n_a, const float *b,
                            size_t stride, int m, int n) {
     int h = 0;
     for (; n % 16 == 0 && h + 4 <= n_a; h += 4) {
         int i = 0;
-        for (; i + 2 <= m; i += 2) dot4(out, ld, a, h, b, stride, i, 2, n);
+        for (; i + 2 <= m; i += 2) {
+            /* A head's cached rows lie a whole cache entry apart (every
+             * head's K and V of a token between them), a stride the hardware
+             * prefetchers do not follow: without this each row is a miss. */
+            if (h == 0 && i + DOT_AHEAD + 2 <= m) {
+                prefetch_row(b, stride, i + DOT_AHEAD, n);
+                prefetch_row(b, stride, i + DOT_AHEAD + 1, n);
+            }
+            dot4(out, ld, a, h, b, stride, i, 2, n);
+        }
         if (i < m) dot4(out, ld, a, h, b, stride, i, 1, n);
     }
     if (h < n_a) /* fewer than four heads left (or n not whole 16s) */
