@@ -202,30 +202,35 @@ typedef struct {
     pool_share *shares;
 } for_job;
 
-/* Takes share s's first grain (front) or last grain (back) into *g. */
-static bool share_take(pool_share *s, bool front, unsigned *g) {
+/* Takes grains [*g, *g + *cnt) of share s: the owner from the front, an
+ * eighth of what is left (at least one grain), so it makes few calls while
+ * what it holds stays small against what others can still take; the others
+ * one grain from the back. */
+static bool share_take(pool_share *s, bool front, unsigned *g, unsigned *cnt) {
     uint64_t v = atomic_load_explicit(&s->span, memory_order_relaxed);
     for (;;) {
         unsigned f = (unsigned)(v >> 32), b = (unsigned)v;
         if (f >= b) return false;
-        uint64_t nv = front ? (uint64_t)(f + 1) << 32 | b : (uint64_t)f << 32 | (b - 1);
+        unsigned c = front && (b - f) / 8 > 1 ? (b - f) / 8 : 1;
+        uint64_t nv = front ? (uint64_t)(f + c) << 32 | b : (uint64_t)f << 32 | (b - 1);
         if (atomic_compare_exchange_weak_explicit(&s->span, &v, nv, memory_order_relaxed,
                                                   memory_order_relaxed)) {
             *g = front ? f : b - 1;
+            *cnt = c;
             return true;
         }
     }
 }
 
-static void for_grain(const for_job *j, unsigned g) {
-    int lo = (int)g * j->grain;
-    j->fn(j->ctx, lo, j->n - lo < j->grain ? j->n : lo + j->grain);
+static void for_grains(const for_job *j, unsigned g, unsigned cnt) {
+    long lo = (long)g * j->grain, hi = lo + (long)cnt * j->grain;
+    j->fn(j->ctx, (int)lo, hi < j->n ? (int)hi : j->n);
 }
 
 static void for_task(void *ctx, int task, int n_tasks) {
     const for_job *j = ctx;
-    unsigned g;
-    while (share_take(&j->shares[task], true, &g)) for_grain(j, g);
+    unsigned g, cnt;
+    while (share_take(&j->shares[task], true, &g, &cnt)) for_grains(j, g, cnt);
     for (;;) { /* own share done: the back of the share with the most left */
         int most = -1;
         unsigned left = 0;
@@ -235,7 +240,7 @@ static void for_task(void *ctx, int task, int n_tasks) {
             if (f < b && b - f > left) left = b - f, most = s;
         }
         if (most < 0) return;
-        if (share_take(&j->shares[most], false, &g)) for_grain(j, g);
+        if (share_take(&j->shares[most], false, &g, &cnt)) for_grains(j, g, cnt);
     }
 }
 

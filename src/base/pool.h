@@ -18,13 +18,13 @@ int pool_threads(const pool *p);
 void pool_run(pool *p, pool_fn fn, void *ctx, int n_tasks);
 
 /* pool_for(p, fn, ctx, n, grain) calls fn(ctx, lo, hi) on disjoint ranges
- * that together cover [0, n), each at most `grain` long and starting at a
- * multiple of it. Each thread starts on its own contiguous share of [0, n)
- * and walks it front to back, so it reads memory as one sequential stream;
- * a thread that finishes its share takes grains from the back of the share
- * with the most left, so the threads finish together even when one streams
- * slower or starts late. For loops whose iterations stream memory in order
- * (one-token matmuls: one row per iteration). */
+ * of whole grains that together cover [0, n): lo a multiple of `grain`, hi
+ * too or n. Each thread starts on its own contiguous share of [0, n) and
+ * walks it front to back, so it reads memory as one sequential stream; a
+ * thread that finishes its share takes single grains from the back of the
+ * share with the most left, so the threads finish together even when one
+ * streams slower or starts late. For loops whose iterations stream memory in
+ * order (one-token matmuls: one row per iteration). */
 typedef void (*pool_range_fn)(void *ctx, int lo, int hi);
 void pool_for(pool *p, pool_range_fn fn, void *ctx, int n, int grain);
 

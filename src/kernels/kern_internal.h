@@ -154,15 +154,6 @@ static inline float kern_i8_dot_tail(const int8_t *w, const int8_t *x, int k0, i
 }
 
 /* Splits [0, total) into n_tasks contiguous ranges aligned to `align`. */
-/* Rows per pool_for grain for a one-token matmul whose rows are row_bytes
- * long: about 64 KB of weights, so a thread that takes grains from another's
- * share still reads long sequential runs, and the threads end within about
- * a microsecond of each other. */
-static inline int kern_stream_grain(int row_bytes) {
-    int g = (64 << 10) / (row_bytes > 0 ? row_bytes : 1);
-    return g > 0 ? g : 1;
-}
-
 static inline void kern_split(int total, int align, int task, int n_tasks, int *lo, int *hi) {
     int units = (total + align - 1) / align;
     int a = (int)((long long)units * task / n_tasks);

@@ -202,6 +202,12 @@ kern_mat kern_mat_rows(const kern_mat *W, int r0, int n) {
     return v;
 }
 
+int kern_one_token_grain(kern_dtype t, int cols) {
+    size_t row = (size_t)(cols > 0 ? cols : 1) * kern_dtype_size(t);
+    size_t g = ((64u << 10) / row + 15) / 16 * 16;
+    return g > 0 ? (int)g : 16;
+}
+
 void kern_prefetch_mat(const kern_mat *W) {
     size_t n = (size_t)W->rows * (size_t)W->cols;
     prefetch_bytes(W->data, n * kern_dtype_size(W->dtype));

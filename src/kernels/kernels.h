@@ -70,6 +70,13 @@ void kern_row_f32(float *out, const kern_mat *W, int r);
 size_t kern_dtype_size(kern_dtype t);
 /* Rows [r0, r0 + n) of W: a view sharing W's memory (and its int8 scales). */
 kern_mat kern_mat_rows(const kern_mat *W, int r0, int n);
+/* Rows per pool_for grain when one token's matmul with a matrix of `cols`
+ * columns of dtype t is split over threads: about 64 KB of weights, so a
+ * thread that takes grains from another's share still reads long sequential
+ * runs and the threads end within about a microsecond of each other; a
+ * multiple of 16 rows, so every row of a band is reduced exactly as in the
+ * whole matrix in every mode. */
+int kern_one_token_grain(kern_dtype t, int cols);
 /* Starts loading W's weights (and int8 scales) into the L2 cache, for a small
  * matrix that is about to be read cold: one request per cache line, issued
  * together, instead of a latency-bound stream. */

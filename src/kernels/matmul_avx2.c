@@ -458,7 +458,7 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
         if (j.i8_one) {
             kern_i8_one_prepare(&j.one, xq + nq, xq, xs, K);
             /* one stream per thread, the threads' ends balanced */
-            pool_for(p, sb_one_rows, &j, W->rows, kern_stream_grain(K));
+            pool_for(p, sb_one_rows, &j, W->rows, kern_one_token_grain(KT_I8, K));
             return;
         }
     }

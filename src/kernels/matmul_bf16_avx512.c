@@ -734,7 +734,7 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         units = (W->rows + tl_tile_rows(groups) - 1) / tl_tile_rows(groups);
     } else if (n == 1) {
         /* one stream per thread, the threads' ends balanced (pool_for) */
-        pool_for(p, dp1_rows, &j, W->rows, kern_stream_grain(K * (int)sizeof(uint16_t)));
+        pool_for(p, dp1_rows, &j, W->rows, kern_one_token_grain(KT_BF16, K));
         return;
     } else {
         size_t tile = DP_TILE_BYTES / (ldx * sizeof(uint16_t));

@@ -10,6 +10,7 @@
  * (kv_lora x nope), kept in kv_b's compute dtype (int8: requantized per row
  * or per int8_group columns). Everything is allocated through the loader and
  * freed with the model; weights never change after load. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,21 +34,12 @@ static const char *ds_name(ds_names *n, const char *fmt, int a) {
     return n->buf;
 }
 
-/* Row bands for one-token jobs: with one token a matmul is a GEMV; banding
- * gives the threads equal shares. Bands are multiples of 16 rows, so each row
- * is reduced exactly as in the whole matrix. */
-void deepseek_jobs_add(deepseek_jobs *js, const kern_mat *W, const float *x, float *y, int n,
-                       int bands) {
-    int step = n == 1 && bands > 1 ? (W->rows / bands + 15) / 16 * 16 : W->rows;
-    if (step <= 0) step = W->rows;
-    for (int r0 = 0; r0 < W->rows; r0 += step) {
-        int nr = W->rows - r0 < step ? W->rows - r0 : step;
-        if (js->n == js->cap) {
-            js->cap = js->cap ? 2 * js->cap : 64;
-            js->j = di_realloc(js->j, sizeof(deepseek_job) * (size_t)js->cap);
-        }
-        js->j[js->n++] = (deepseek_job){kern_mat_rows(W, r0, nr), x, y + r0, n};
+void deepseek_jobs_add(deepseek_jobs *js, const kern_mat *W, const float *x, float *y, int n) {
+    if (js->n == js->cap) {
+        js->cap = js->cap ? 2 * js->cap : 64;
+        js->j = di_realloc(js->j, sizeof(deepseek_job) * (size_t)js->cap);
     }
+    js->j[js->n++] = (deepseek_job){*W, x, y, n};
 }
 
 static void ds_job_run(void *ctx, int i, int n) {
@@ -56,9 +48,34 @@ static void ds_job_run(void *ctx, int i, int n) {
     kern_matmul(NULL, j->y, j->x, &j->W, NULL, j->n);
 }
 
+/* Rows [lo, hi) of the one-token jobs' rows laid end to end. */
+static void ds_rows_run(void *ctx, int lo, int hi) {
+    const deepseek_jobs *js = ctx;
+    for (int i = 0, base = 0; i < js->n && base < hi; base += js->j[i++].W.rows) {
+        const deepseek_job *j = &js->j[i];
+        int a = lo > base ? lo - base : 0, b = hi - base < j->W.rows ? hi - base : j->W.rows;
+        if (a >= b) continue;
+        kern_mat band = kern_mat_rows(&j->W, a, b - a);
+        kern_matmul(NULL, j->y + a, j->x, &band, NULL, 1);
+    }
+}
+
 void deepseek_jobs_run(pool *p, deepseek_jobs *js) {
     int threads = p ? pool_threads(p) : 1;
-    if (p && js->n >= 2 * threads) {
+    /* One token each, whole 16-row multiples: the rows end to end, one
+     * pool_for (bands of the grain reduce each row as the whole matrix). */
+    bool one = threads > 1 && js->n > 0;
+    int rows = 0, grain = 16;
+    for (int i = 0; i < js->n && one; i++) {
+        const kern_mat *W = &js->j[i].W;
+        one = js->j[i].n == 1 && W->rows % 16 == 0 && rows <= INT_MAX - W->rows;
+        int g = kern_one_token_grain(W->dtype, W->cols);
+        grain = g > grain ? g : grain;
+        rows += W->rows;
+    }
+    if (one) {
+        pool_for(p, ds_rows_run, js, rows, grain);
+    } else if (p && js->n >= 2 * threads) {
         pool_run(p, ds_job_run, js, js->n);
     } else {
         for (int i = 0; i < js->n; i++)

@@ -12,11 +12,14 @@
 model_layer *deepseek_layer(model *m, int l);
 
 /* A list of independent matmuls (y = x W^T over n rows) run with one pool
- * barrier: as parallel tasks, each matmul on one thread, when there are at
- * least two per thread, else one after another, each parallel over its rows.
- * add() with bands > 1 cuts a one-token matmul into that many row bands (at
- * 16-row multiples: the results are bit-identical to the whole matrix's).
- * run() empties the list; free js->j when done. */
+ * barrier. When every one is a single token's (decode) with a whole number
+ * of 16-row groups, their rows laid end to end are one pool_for: each thread
+ * streams its share of whole matrices and bands, and a thread done early
+ * takes bands from the back of the other's (bands at 16-row multiples: each
+ * row bit-identical to the whole matrix's). Otherwise as parallel tasks,
+ * each matmul on one thread, when there are at least two per thread, else
+ * one after another, each parallel over its rows. run() empties the list;
+ * free js->j when done. */
 typedef struct deepseek_job {
     kern_mat W;
     const float *x;
@@ -27,8 +30,7 @@ typedef struct deepseek_jobs {
     deepseek_job *j;
     int n, cap;
 } deepseek_jobs;
-void deepseek_jobs_add(deepseek_jobs *js, const kern_mat *W, const float *x, float *y, int n,
-                       int bands);
+void deepseek_jobs_add(deepseek_jobs *js, const kern_mat *W, const float *x, float *y, int n);
 void deepseek_jobs_run(pool *p, deepseek_jobs *js);
 
 /* How mla_attention attends over the latent cache. AUTO picks, per sequence

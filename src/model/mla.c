@@ -276,8 +276,8 @@ void mla_attention_path(model *m, const model_step *st, int l, const float *x, f
     int r = cfg->q_lora_rank;
     float *qa = r > 0 ? di_malloc(sizeof(float) * (size_t)n * r) : NULL;
     deepseek_jobs js = {0}; /* the two projections of x in one pool barrier */
-    deepseek_jobs_add(&js, r > 0 ? &L->q_a : &L->q_proj, x, r > 0 ? qa : q, n, threads);
-    deepseek_jobs_add(&js, &L->kv_a, x, kva, n, threads);
+    deepseek_jobs_add(&js, r > 0 ? &L->q_a : &L->q_proj, x, r > 0 ? qa : q, n);
+    deepseek_jobs_add(&js, &L->kv_a, x, kva, n);
     deepseek_jobs_run(p, &js);
     free(js.j);
     if (r > 0) {

@@ -18,10 +18,9 @@
  * active expert runs its SwiGLU as three kern_matmul calls over just its
  * tokens, so only active experts' weights are read and each is read once per
  * step. All experts' gate/up matmuls (and the shared experts') form one list
- * of independent jobs, then all down matmuls another: with many jobs each runs
- * on one thread as a pool task (one-token experts are cut into row bands
- * when too few to share out whole), with few each runs parallel over its
- * rows.
+ * of independent jobs, then all down matmuls another (deepseek_jobs_run: at
+ * one token the lists' rows are shared out end to end, else each job runs on
+ * one thread as a pool task, or with few jobs each parallel over its rows).
  * Two pool barriers per layer, whatever the number of experts. Expert outputs
  * land in per-(token, slot) rows and are summed per token in slot order, so
  * the result does not depend on the schedule or the thread count. No state
@@ -109,7 +108,6 @@ static void moe_chunk(model *m, const model_layer *L, const float *x, float *out
     int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok, hid = cfg->hidden_size;
     int inter = L->exp_gate[0].rows;
     pool *p = m->pool;
-    int threads = p ? pool_threads(p) : 1;
 
     float *logits = di_malloc(sizeof(float) * (size_t)n * E);
     kern_matmul(p, logits, x, &L->router, NULL, n);
@@ -149,31 +147,25 @@ static void moe_chunk(model *m, const model_layer *L, const float *x, float *out
     float *y = di_malloc(sizeof(float) * (size_t)n * K * hid);
     float *gs = g + (size_t)n * K * inter, *us = u + (size_t)n * K * inter;
     deepseek_jobs js = {0};
-    /* One-token experts are cut into row bands only when they are too few
-     * to share out whole: each band is one more stream to start (whole 1 MB
-     * experts decoded dsv3-1b 4 % faster on 2 threads). */
-    int active = 0;
-    for (int e = 0; e < E; e++) active += cnt[e] > 0;
-    int bands = 2 * active >= 4 * threads ? 1 : threads;
     for (int e = 0; e < E; e++) {
         if (!cnt[e]) continue;
         size_t r0 = (size_t)off[e];
-        deepseek_jobs_add(&js, &L->exp_gate[e], xin + r0 * hid, g + r0 * inter, cnt[e], bands);
-        deepseek_jobs_add(&js, &L->exp_up[e], xin + r0 * hid, u + r0 * inter, cnt[e], bands);
+        deepseek_jobs_add(&js, &L->exp_gate[e], xin + r0 * hid, g + r0 * inter, cnt[e]);
+        deepseek_jobs_add(&js, &L->exp_up[e], xin + r0 * hid, u + r0 * inter, cnt[e]);
     }
     if (shared) {
-        deepseek_jobs_add(&js, &L->sh_gate, x, gs, n, threads);
-        deepseek_jobs_add(&js, &L->sh_up, x, us, n, threads);
+        deepseek_jobs_add(&js, &L->sh_gate, x, gs, n);
+        deepseek_jobs_add(&js, &L->sh_up, x, us, n);
     }
     deepseek_jobs_run(p, &js);
     kern_silu_mul(g, u, n * K * inter + n * sw);
     for (int e = 0; e < E; e++)
         if (cnt[e]) {
             size_t r0 = (size_t)off[e];
-            deepseek_jobs_add(&js, &L->exp_down[e], g + r0 * inter, y + r0 * hid, cnt[e], bands);
+            deepseek_jobs_add(&js, &L->exp_down[e], g + r0 * inter, y + r0 * hid, cnt[e]);
         }
     if (shared)
-        deepseek_jobs_add(&js, &L->sh_down, gs, out, n, threads);
+        deepseek_jobs_add(&js, &L->sh_down, gs, out, n);
     else
         memset(out, 0, sizeof(float) * (size_t)n * hid);
     deepseek_jobs_run(p, &js);

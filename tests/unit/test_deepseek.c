@@ -252,6 +252,52 @@ TEST(ds_moe_batched_matches_per_token_and_naive) {
     CHECKF(worst_b <= 1e-5 * scale, "batched vs per-token: %g (scale %g)", worst_b, scale);
 }
 
+/* One token's experts are one pool_for over their rows laid end to end:
+ * whatever the threads and however the bands fall, the same bits as on one
+ * thread. Rows of 4 KB (f32, 1024 columns), so the 64 KB grains cut the
+ * 32-row gate and up matrices apart and the 1024-row downs into many. */
+TEST(ds_moe_one_token_same_bits_on_any_threads) {
+    kern_init();
+    enum { D = 1024, E = 4, K = 2, I = 32 };
+    model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = route_cfg(SCORE_SIGMOID, TOPK_NOAUX_TC, E, K, 1, 1, true, 1.0f);
+    m.cfg.hidden_size = D;
+    m.cfg.moe_intermediate_size = I;
+    m.cfg.n_shared_experts = 1;
+    float *keep[3 * E + 4];
+    int nk = 0;
+    model_layer L;
+    memset(&L, 0, sizeof L);
+    kern_mat eg[E], eu[E], ed[E];
+    for (int e = 0; e < E; e++) {
+        eg[e] = rand_mat(I, D, 0.05f, &keep[nk++]);
+        eu[e] = rand_mat(I, D, 0.05f, &keep[nk++]);
+        ed[e] = rand_mat(D, I, 0.3f, &keep[nk++]);
+    }
+    L.moe = true;
+    L.exp_gate = eg;
+    L.exp_up = eu;
+    L.exp_down = ed;
+    L.router = rand_mat(E, D, 0.05f, &keep[nk++]);
+    L.sh_gate = rand_mat(I, D, 0.05f, &keep[nk++]);
+    L.sh_up = rand_mat(I, D, 0.05f, &keep[nk++]);
+    L.sh_down = rand_mat(D, I, 0.3f, &keep[nk++]);
+    float x[D], y0[D], y[D];
+    for (int i = 0; i < D; i++) x[i] = ds_rand();
+    moe_ffn(&m, &L, x, y0, 1); /* no pool: one thread, whole matrices */
+    static const int threads[] = {1, 2, 3, 4};
+    for (int k = 0; k < 4; k++) {
+        m.pool = pool_create(threads[k]);
+        for (int rep = 0; rep < 20; rep++) {
+            moe_ffn(&m, &L, x, y, 1);
+            CHECKF(!memcmp(y, y0, sizeof y), "%d threads, run %d", threads[k], rep);
+        }
+        pool_free(m.pool);
+    }
+    for (int i = 0; i < nk; i++) free(keep[i]);
+}
+
 /* --- tiny models ------------------------------------------------------------ */
 
 static model *ds_load(const char *name, model_dtype dt) {

@@ -1,6 +1,6 @@
 /* test_pool.c — thread pool: every task runs exactly once, nesting runs
  * serially, single-thread pools, many back-to-back calls, and per-call
- * overhead; pool_for covers every index once in aligned grains, balances a
+ * overhead; pool_for covers every index once in whole grains, balances a
  * slow share by taking grains from its back, and nests serially. */
 #include "harness.h"
 
@@ -121,7 +121,7 @@ TEST(pool_overhead) {
 typedef struct for_ctx {
     atomic_int *hits; /* per index */
     int n, grain;
-    atomic_int bad;  /* ranges not grain-aligned, too long, or out of [0, n) */
+    atomic_int bad;  /* ranges not of whole grains, or out of [0, n) */
     int slow_below;  /* indices below this sleep (one grain at a time) */
     atomic_int *who; /* per grain: the thread that ran it */
 } for_ctx;
@@ -132,12 +132,14 @@ static _Thread_local int thread_id = -1;
 static void for_range(void *ctx, int lo, int hi) {
     for_ctx *c = ctx;
     if (thread_id < 0) thread_id = atomic_fetch_add(&next_thread_id, 1);
-    if (lo < 0 || hi > c->n || lo >= hi || lo % c->grain || hi - lo > c->grain)
+    if (lo < 0 || hi > c->n || lo >= hi || lo % c->grain || (hi < c->n && hi % c->grain))
         atomic_fetch_add(&c->bad, 1);
     if (lo < 0 || hi > c->n) return;
-    if (c->who) atomic_store(&c->who[lo / c->grain], thread_id);
-    if (lo < c->slow_below) usleep(2000);
-    for (int i = lo; i < hi; i++) atomic_fetch_add(&c->hits[i], 1);
+    for (int i = lo; i < hi; i++) {
+        if (c->who && i % c->grain == 0) atomic_store(&c->who[i / c->grain], thread_id);
+        if (i < c->slow_below && i % c->grain == 0) usleep(2000);
+        atomic_fetch_add(&c->hits[i], 1);
+    }
 }
 
 static int for_covers(pool *p, int n, int grain) {
