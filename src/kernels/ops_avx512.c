@@ -64,14 +64,16 @@ AI void prefetch_row(const float *b, size_t stride, int i, int n) {
 
 void kern_dot_heads_avx512(float *out, size_t ld, const float *a, int n_a, const float *b,
                            size_t stride, int m, int n) {
+    /* A GQA head's cached rows lie a whole cache entry apart (every head's
+     * K and V of a token between them), a stride the hardware prefetchers
+     * do not follow: without this each row is a miss. Dense rows (MLA's
+     * latent entries) stream by themselves, and prefetching them stalls. */
+    bool sparse = stride >= 4 * (size_t)n;
     int h = 0;
     for (; n % 16 == 0 && h + 4 <= n_a; h += 4) {
         int i = 0;
         for (; i + 2 <= m; i += 2) {
-            /* A head's cached rows lie a whole cache entry apart (every
-             * head's K and V of a token between them), a stride the hardware
-             * prefetchers do not follow: without this each row is a miss. */
-            if (h == 0 && i + DOT_AHEAD + 2 <= m) {
+            if (sparse && h == 0 && i + DOT_AHEAD + 2 <= m) {
                 prefetch_row(b, stride, i + DOT_AHEAD, n);
                 prefetch_row(b, stride, i + DOT_AHEAD + 1, n);
             }
