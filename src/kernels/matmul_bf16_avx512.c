@@ -598,10 +598,10 @@ static int tl_tile_rows(int groups) {
     return groups <= 2 ? 8 : 6;
 }
 
-static void tl_task(void *ctx, int task, int n_tasks) {
+/* Rows [lo, hi), whole tiles but the matrix's last. */
+static void tl_rows(void *ctx, int lo, int hi) {
     const tl_job *j = ctx;
-    int groups = (j->n + 15) / 16, lo, hi;
-    kern_split(j->W->rows, tl_tile_rows(groups), task, n_tasks, &lo, &hi);
+    int groups = (j->n + 15) / 16;
     switch (groups) {
     case 1:
         tl_range(j, lo, hi, 8, 1);
@@ -729,9 +729,10 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         for (int g = 0; g < groups; g++)
             dpg_pack(xt + (size_t)g * tj.gpairs * 16, &X, 16 * g, 0, (int)ldx);
         tj.xt = xt;
-        task = tl_task;
-        ctx = &tj;
-        units = (W->rows + tl_tile_rows(groups) - 1) / tl_tile_rows(groups);
+        /* whole tiles of about 64 KB of weights, the threads' ends balanced */
+        int tile = tl_tile_rows(groups), rows = kern_one_token_grain(KT_BF16, K);
+        pool_for(p, tl_rows, &tj, W->rows, (rows + tile - 1) / tile * tile);
+        return;
     } else if (n == 1) {
         /* one stream per thread, the threads' ends balanced (pool_for) */
         pool_for(p, dp1_rows, &j, W->rows, kern_one_token_grain(KT_BF16, K));
