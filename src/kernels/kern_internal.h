@@ -72,6 +72,13 @@ void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, 
  * by kern_quantize_act (xq n x cols, xs n x nb block scales). */
 void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const float *xs, int nb,
                             const float *bias, int r0, int R, int t_lo, int t_hi);
+/* bf16 weights times 2 to KERN_BF16_FEW_MAX tokens in plain mode on AVX-512
+ * BF16, 16 lanes = 8 tokens x 2 pairs (matmul_bf16_few_avx512.c); xb: the
+ * tokens' activations rounded to bf16, rows ldx apart, zero from column K
+ * to a multiple of 4. */
+#define KERN_BF16_FEW_MAX 8
+void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
+                          const float *bias, int n);
 /* One int8 token in plain mode on AVX-512 VNNI (matmul_avx512.c): its
  * activations, quantized by kern_quantize_act, prepared once per call
  * (kern_i8_one_prepare, into kern_i8_one_bytes of 64-byte aligned memory),
@@ -91,8 +98,9 @@ void kern_i8_one_rows_avx512(const kern_mat *W, float *y, const kern_i8_one *a, 
                              int r0, int r1);
 
 /* Every bf16 matmul on CPUs with AVX-512 BF16 (matmul_bf16_avx512.c):
- * vdpbf16ps on the activations rounded to bf16; row blocks for decode, a
- * packed GEMM for prefill and for every n in batch-invariant mode. */
+ * vdpbf16ps on the activations rounded to bf16; one-token rows, the
+ * few-token kernel and the token lanes for decode, a packed GEMM for
+ * prefill (batch-invariant mode: the lanes and the GEMM, one order). */
 void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *W,
                              const float *bias, int n);
 /* dst = src rounded to bf16 values (kern_f32_to_bf16, kept as f32): what a

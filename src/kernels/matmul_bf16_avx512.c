@@ -15,20 +15,14 @@
  *   one token (plain mode): the rows one after another, one sequential
  *     stream per thread; per row the 32-column steps summed in four
  *     accumulators in turn, then added pairwise and reduced (below).
- *   row blocks (2 to TL_MIN_N - 1 tokens, plain mode). Dot-product style:
- *     a block of 4 rows stays in L1 while the tokens pass over it 4 at a
- *     time (16 accumulators in registers), column chunk by column chunk, the
- *     partial sums parked in memory in between, so the rows stream in evenly
- *     while the later passes compute from L1; every pass prefetches the next
- *     row block at the same columns. Per (row, token): one 16-lane
- *     accumulator over the columns 32 at a time in order (the last step
- *     masked), one fixed reduction, the bias.
+ *   a few tokens (2 to KERN_BF16_FEW_MAX, plain mode): 16 lanes as 8 tokens
+ *     x 2 pairs, in matmul_bf16_few_avx512.c.
  *   packed GEMM (above TL_MAX_N tokens; one token in batch-invariant mode):
  *     panels of 16 rows packed as column pairs, lanes across the rows
  *     (below). Per output: the bias, then each block of DPG_KC columns
  *     summed pair by pair in its own lane and added.
- *   token lanes (TL_MIN_N to TL_MAX_N tokens, and 2 to TL_MAX_N in
- *     batch-invariant mode): the GEMM's order exactly, with the lanes across
+ *   token lanes (KERN_BF16_FEW_MAX + 1 to TL_MAX_N tokens, and 2 to
+ *     TL_MAX_N in batch-invariant mode): the GEMM's order exactly, with the lanes across
  *     the tokens and the weights broadcast in place, unpacked (below); in
  *     plain mode one group of 16 tokens sums each row's even and odd pairs
  *     apart within a block (tl1_block), the order of its own.
@@ -50,100 +44,14 @@
 
 #define AI static inline __attribute__((always_inline))
 
-#define DP_R        4    /* rows per block */
-#define DP_T        4    /* tokens per pass, in registers */
-#define DP_KC       1024 /* columns per chunk */
-#define DP_TILE_MAX 64   /* tokens per token tile, at most (partial sums on the stack) */
-/* bf16 activations of one token tile that stay in L2 */
-#define DP_TILE_BYTES (256 << 10)
-
 typedef struct dp_job {
     const kern_mat *W;
     float *y;
     const uint16_t *xb; /* n x ldx bf16 activations, zero past the columns */
     size_t ldx;
     const float *bias;
-    int n, tile;
+    int n;
 } dp_job;
-
-/* One step of 32 columns at k: acc[r][t] += rows' pairs . tokens' pairs (the
- * weights loaded under mask m, the activations zero past the row); with pf,
- * prefetches the rows `ahead` elements on. */
-AI void dp_step(const uint16_t *const *w, const uint16_t *const *x, int k, __mmask32 m,
-                __m512 acc[DP_R][DP_T], const int R, const int T, const bool pf, size_t ahead) {
-    __m512bh xv[DP_T];
-#pragma GCC unroll 4
-    for (int t = 0; t < T; t++) xv[t] = (__m512bh)_mm512_loadu_si512(x[t] + k);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        if (pf) _mm_prefetch((const char *)(w[r] + k + ahead), _MM_HINT_T0);
-        __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, w[r] + k);
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xv[t]);
-    }
-}
-
-/* Adds columns [k0, k1) (k1 - k0 a multiple of 32; past the row's end the
- * last step is masked) of rows [r0, r0 + R) times tokens [t0, t0 + T) onto
- * part[r * ld + t], prefetching the next row block at the same columns
- * (other pages, which the hardware prefetcher does not cross). Every pass
- * prefetches, not only the first, which streams the rows in: memory keeps
- * busy while the later passes compute from L1 (batch 8 streamed 5-8 %
- * faster). */
-AI void dp_pass(const dp_job *j, int r0, int t0, const int R, const int T, int k0, int k1,
-                __m512 *part, int ld) {
-    const kern_mat *W = j->W;
-    int K = W->cols, kend = k1 < (K & ~31) ? k1 : (K & ~31);
-    const uint16_t *w[DP_R], *x[DP_T];
-    for (int r = 0; r < R; r++) w[r] = (const uint16_t *)W->data + (size_t)(r0 + r) * K;
-    for (int t = 0; t < T; t++) x[t] = j->xb + (size_t)(t0 + t) * j->ldx;
-    __m512 acc[DP_R][DP_T];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) acc[r][t] = part[r * ld + t];
-    for (int k = k0; k < kend; k += 32) dp_step(w, x, k, ~0u, acc, R, T, true, (size_t)DP_R * K);
-    if (kend < k1) dp_step(w, x, kend, (1u << (K % 32)) - 1, acc, R, T, false, 0);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) part[r * ld + t] = acc[r][t];
-}
-
-/* Rows [r0, r0 + R) for tokens [t_lo, t_hi): every chunk's token passes
- * (DP_T tokens at a time, then the rest at a constant count, so that the
- * accumulators stay in registers), then the sums. */
-AI void dp_rows(const dp_job *j, int r0, const int R, int t_lo, int t_hi) {
-    const kern_mat *W = j->W;
-    int K = W->cols, K32 = (K + 31) & ~31, nt = t_hi - t_lo;
-    __m512 part[DP_R * DP_TILE_MAX];
-    for (int i = 0; i < R * nt; i++) part[i] = _mm512_setzero_ps();
-    for (int k0 = 0; k0 < K32; k0 += DP_KC) {
-        int k1 = k0 + DP_KC < K32 ? k0 + DP_KC : K32;
-        int t = t_lo;
-#define PASS(T) dp_pass(j, r0, t, R, T, k0, k1, part + (t - t_lo), nt)
-        for (; t + DP_T <= t_hi; t += DP_T) PASS(DP_T);
-        switch (t_hi - t) {
-        case 3:
-            PASS(3);
-            break;
-        case 2:
-            PASS(2);
-            break;
-        case 1:
-            PASS(1);
-            break;
-        default:
-            break;
-        }
-#undef PASS
-    }
-    for (int r = 0; r < R; r++)
-        for (int t = t_lo; t < t_hi; t++) {
-            float s = _mm512_reduce_add_ps(part[r * nt + t - t_lo]);
-            j->y[(size_t)t * W->rows + r0 + r] = s + (j->bias ? j->bias[r0 + r] : 0.0f);
-        }
-}
 
 /* ---- the packed GEMM: prefill, and batch-invariant mode above TL_MAX_N -- */
 /* Blocked like gemm_avx2.c: panels of 16 rows x DPG_KC columns are packed as
@@ -370,16 +278,14 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
  * plain mode one group of 16 tokens takes tl1_block, an order of its own. */
 #define TL_VMAX  4 /* token groups of 16 in registers: up to 64 tokens */
 #define TL_MAX_N (16 * TL_VMAX)
-/* From 8 tokens on in plain mode: below, the row blocks' dot products (no
- * lanes idle) are faster (a 64 MB matrix at 2 tokens: 1.1 ms against 1.7,
- * at 4 1.3-1.6 against 1.65). From 8 on, the token lanes, whose one group
- * with two chains per row (tl1_block) costs about the same at 2 tokens as
- * at 16: llama-1b decode at batch 8, alternating runs, 95-98 tok/s against
- * 76-91 with the row blocks; at 16 tokens 1.1-1.4 ms against 1.7-2.1, at
- * 32 1.6-2.1 against the row blocks' 3.3-3.7 and the GEMM's 2.1-3.0. */
-#define TL_MIN_N 8
-#define TL_PF    512 /* columns prefetched ahead of each row (1 KiB) */
-#define TL_RMAX  8   /* rows per register tile, at most */
+/* In plain mode from KERN_BF16_FEW_MAX + 1 tokens on: one group with two
+ * chains per row (tl1_block) costs about the same at 2 tokens as at 16, so
+ * below 9 the few-token kernel, with no lane idle at 8, is faster (see
+ * there). At 16 tokens 1.1-1.4 ms against 1.7-2.1 for 4-row blocks of dot
+ * products (since removed), at 32 1.6-2.1 against their 3.3-3.7 and the
+ * GEMM's 2.1-3.0. */
+#define TL_PF   512 /* columns prefetched ahead of each row (1 KiB) */
+#define TL_RMAX 8   /* rows per register tile, at most */
 
 typedef struct tl_job {
     const kern_mat *W;
@@ -666,20 +572,6 @@ static void dp1_rows(void *ctx, int lo, int hi) {
     }
 }
 
-/* ---- the row blocks ------------------------------------------------------ */
-
-static void dp_task(void *ctx, int task, int n_tasks) {
-    const dp_job *j = ctx;
-    int lo, hi;
-    kern_split(j->W->rows, DP_R, task, n_tasks, &lo, &hi);
-    for (int t0 = 0; t0 < j->n; t0 += j->tile) {
-        int t1 = t0 + j->tile < j->n ? t0 + j->tile : j->n;
-        int r = lo;
-        for (; r + DP_R <= hi; r += DP_R) dp_rows(j, r, DP_R, t0, t1);
-        for (; r < hi; r++) dp_rows(j, r, 1, t0, t1);
-    }
-}
-
 /* Rounds 16 floats to bf16 as kern_f32_to_bf16 does (nearest even, NaN kept
  * quiet). */
 AI __m256i round16(const float *src) {
@@ -711,17 +603,20 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         memset(dst + K, 0, (ldx - (size_t)K) * sizeof(uint16_t));
     }
     dp_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n};
-    tl_job tj;
-    /* the kernel, and the units its tasks split: one order at every n in
-     * batch-invariant mode (the token lanes' and the GEMM's are the same) */
-    pool_fn task;
-    void *ctx = &j;
-    int units;
+    /* the kernel: one order at every n in batch-invariant mode (the token
+     * lanes' and the GEMM's are the same) */
     if (n > TL_MAX_N || (n == 1 && kern_batch_inv())) {
-        task = dpg_task, units = (W->rows + DPG_NR - 1) / DPG_NR;
-    } else if (n >= TL_MIN_N || kern_batch_inv()) {
+        /* several tasks per thread, so a late-waking worker does not leave
+         * one thread with all the rows; small matrices stay on one thread */
+        int tasks = (double)W->rows * K * n < 65536 ? 1 : pool_threads(p) * 4;
+        int units = (W->rows + DPG_NR - 1) / DPG_NR;
+        pool_run(p, dpg_task, &j, tasks < units ? tasks : units);
+    } else if (n == 1) {
+        /* one stream per thread, the threads' ends balanced (pool_for) */
+        pool_for(p, dp1_rows, &j, W->rows, kern_one_token_grain(KT_BF16, K));
+    } else if (kern_batch_inv() || n > KERN_BF16_FEW_MAX) {
         int groups = (n + 15) / 16;
-        tj = (tl_job){
+        tl_job tj = {
             .W = W, .y = y, .gpairs = ldx / 2, .bias = bias, .n = n, .plain = !kern_batch_inv()};
         uint32_t *xt =
             kern_scratch(KERN_SCRATCH_ACT2, (size_t)groups * tj.gpairs * 16 * sizeof(uint32_t));
@@ -732,20 +627,9 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         /* whole tiles of about 64 KB of weights, the threads' ends balanced */
         int tile = tl_tile_rows(groups), rows = kern_one_token_grain(KT_BF16, K);
         pool_for(p, tl_rows, &tj, W->rows, (rows + tile - 1) / tile * tile);
-        return;
-    } else if (n == 1) {
-        /* one stream per thread, the threads' ends balanced (pool_for) */
-        pool_for(p, dp1_rows, &j, W->rows, kern_one_token_grain(KT_BF16, K));
-        return;
     } else {
-        size_t tile = DP_TILE_BYTES / (ldx * sizeof(uint16_t));
-        j.tile = tile < DP_T ? DP_T : tile > DP_TILE_MAX ? DP_TILE_MAX : (int)(tile - tile % DP_T);
-        task = dp_task, units = (W->rows + DP_R - 1) / DP_R;
+        kern_bf16_few_avx512(p, y, xb, ldx, W, bias, n);
     }
-    /* several tasks per thread, so a late-waking worker does not leave one
-     * thread with all the rows; small matrices stay on one thread */
-    int tasks = (double)W->rows * K * n < 65536 ? 1 : pool_threads(p) * 4;
-    pool_run(p, task, ctx, tasks < units ? tasks : units);
 }
 
 #pragma GCC pop_options

@@ -119,13 +119,15 @@ typedef struct shape {
 
 /* {29, 1100, 14}: one group of token lanes over column blocks of whole lines
  * and a block that ends in pairs past the last line, rows past whole tiles.
- * The last two: one int8 token in weight groups of 32 and 64, the second with
- * a 32-column tail. */
+ * {11, 320, 1}, {7, 352, 1}: one int8 token in weight groups of 32 and 64,
+ * the second with a 32-column tail. The last three: a few bf16 tokens
+ * (matmul_bf16_few_avx512.c) with 2, 1 and 3 columns past the last 4-column
+ * step, rows past whole tiles of 8, and whole cache lines of steps. */
 static const shape shapes[] = {
-    {1, 1, 1},      {5, 7, 1},    {13, 31, 2},   {33, 64, 3},    {17, 100, 7},
-    {40, 257, 17},  {8, 32, 64},  {70, 96, 5},   {24, 129, 16},  {19, 300, 33},
-    {50, 128, 64},  {3, 1000, 9}, {64, 64, 100}, {37, 160, 130}, {21, 333, 40},
-    {29, 1100, 14}, {9, 130, 1},  {6, 1000, 1},  {11, 320, 1},   {7, 352, 1},
+    {1, 1, 1},     {5, 7, 1},      {13, 31, 2},   {33, 64, 3},    {17, 100, 7},  {40, 257, 17},
+    {8, 32, 64},   {70, 96, 5},    {24, 129, 16}, {19, 300, 33},  {50, 128, 64}, {3, 1000, 9},
+    {64, 64, 100}, {37, 160, 130}, {21, 333, 40}, {29, 1100, 14}, {9, 130, 1},   {6, 1000, 1},
+    {11, 320, 1},  {7, 352, 1},    {21, 130, 8},  {12, 1025, 4},  {19, 67, 6},
 };
 
 static void run_matmul_suite(bool scalar, bool avx2, bool no_bf16) {
@@ -233,18 +235,19 @@ TEST(kern_gemm_avx512_equals_avx2) {
 
 /* Decode batches give each token the same bits whatever the batch size,
  * within each small-batch kernel's range: its row of y is the same at n = 2
- * as among 7, at 8 as among 16 and at 17 as among 32 (the AVX2 and int8 row
- * blocks serve 2 to KERN_GEMM_MIN_N; bf16 on AVX-512 BF16 changes kernel at
- * 8 tokens, and its order at 17). Every dtype, columns with and without
- * tails, int8 per row and grouped. */
+ * as among 8, at 12 as among 16 and at 17 as among 32 (the AVX2 and int8
+ * row blocks serve 2 to KERN_GEMM_MIN_N; bf16 on AVX-512 BF16 changes
+ * kernel after KERN_BF16_FEW_MAX = 8 tokens, and its order at 17). Every
+ * dtype, columns with and without tails (of 4, 32 and 64 columns), int8 per
+ * row and grouped. */
 TEST(kern_matmul_batched_decode_independent_of_n) {
     pool *p = pool_create(2);
-    static const int cols[] = {96, 200, 1024};
+    static const int cols[] = {96, 200, 1024, 1030};
     /* ns[i] against ref[ref_of[i]], the outputs at ref_n tokens */
-    static const int ns[] = {2, 3, 5, 8, 12, 15, 17, 31}, ref_of[] = {0, 0, 0, 1, 1, 1, 2, 2};
-    static const int ref_n[] = {7, 16, 32};
+    static const int ns[] = {2, 3, 5, 6, 12, 15, 17, 31}, ref_of[] = {0, 0, 0, 0, 1, 1, 2, 2};
+    static const int ref_n[] = {8, 16, 32};
     int bad = 0, rows = 45, nmax = KERN_GEMM_MIN_N;
-    for (int c = 0; c < 3 && !bad; c++)
+    for (int c = 0; c < 4 && !bad; c++)
         for (int d = 0; d < 5 && !bad; d++) {
             int K = cols[c], group = d == 4 ? 32 : K;
             tmat t = make_mat(d < 4 ? (kern_dtype)d : KT_I8, rows, K, group);
