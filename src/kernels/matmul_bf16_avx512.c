@@ -17,20 +17,20 @@
  *     accumulators in turn, then added pairwise and reduced (below).
  *   a few tokens (2 to KERN_BF16_FEW_MAX, plain mode): 16 lanes as 8 tokens
  *     x 2 pairs, in matmul_bf16_few_avx512.c.
- *   packed GEMM (above TL_MAX_N tokens; one token in batch-invariant mode):
+ *   packed GEMM (above TL_MAX_N tokens where the lanes' chunks do not fit
+ *     in L2; one token in batch-invariant mode):
  *     panels of 16 rows packed as column pairs, lanes across the rows
  *     (below). Per output: the bias, then each block of DPG_KC columns
  *     summed pair by pair in its own lane and added.
- *   token lanes (KERN_BF16_FEW_MAX + 1 to TL_MAX_N tokens, and 2 to
- *     TL_MAX_N in batch-invariant mode): the GEMM's order exactly, with the lanes across
- *     the tokens and the weights broadcast in place, unpacked (below); in
- *     plain mode one group of 16 tokens sums each row's even and odd pairs
- *     apart within a block (tl1_block), the order of its own.
+ *   token lanes (from KERN_BF16_FEW_MAX + 1 tokens in plain mode, from 2
+ *     in batch-invariant mode; above TL_MAX_N in chunks, where they beat
+ *     the GEMM): the GEMM's order exactly, with the lanes across the tokens
+ *     and the weights broadcast in place, unpacked (below).
  * Each order depends on the matrix shape alone — not on the tile, the
  * thread count or the token's place in the batch — so batch-invariant mode
  * keeps to the GEMM's order: the GEMM at one token (its panels side by
  * side: llama-1b decoded 10-11.5 tok/s against 8.7 with the token lanes'
- * 15 idle lanes) and above TL_MAX_N tokens, the token lanes between. */
+ * 15 idle lanes), the token lanes or the GEMM above. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -274,16 +274,16 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
  * once, R sequential streams, each prefetched TL_PF columns ahead. Each
  * output sums its pairs in order within a block of DPG_KC columns and adds
  * each block's sum in turn onto the bias: the GEMM's order, so the two give
- * the same bits at every n and batch-invariant mode may take either. In
- * plain mode one group of 16 tokens takes tl1_block, an order of its own. */
+ * the same bits at every n and batch-invariant mode may take either. */
 #define TL_VMAX  4 /* token groups of 16 in registers: up to 64 tokens */
 #define TL_MAX_N (16 * TL_VMAX)
-/* In plain mode from KERN_BF16_FEW_MAX + 1 tokens on: one group with two
- * chains per row (tl1_block) costs about the same at 2 tokens as at 16, so
- * below 9 the few-token kernel, with no lane idle at 8, is faster (see
- * there). At 16 tokens 1.1-1.4 ms against 1.7-2.1 for 4-row blocks of dot
- * products (since removed), at 32 1.6-2.1 against their 3.3-3.7 and the
- * GEMM's 2.1-3.0. */
+/* In plain mode from KERN_BF16_FEW_MAX + 1 tokens on, where two groups or
+ * more share each broadcast weight pair: with one group each pair is
+ * broadcast for 16 lanes, and the few-token kernel, which shares each
+ * 64-bit broadcast between two halves of 8 tokens, is faster (at 16 tokens
+ * a 32 MB matrix from memory: 1.00-1.15 ms against 1.12-1.17). At 32
+ * tokens the lanes take 1.6-2.1 ms against 3.3-3.7 for 4-row blocks of dot
+ * products (since removed) and the GEMM's 2.1-3.0. */
 #define TL_PF   512 /* columns prefetched ahead of each row (1 KiB) */
 #define TL_RMAX 8   /* rows per register tile, at most */
 
@@ -294,7 +294,6 @@ typedef struct tl_job {
     size_t gpairs;
     const float *bias;
     int n;
-    bool plain; /* not batch-invariant: one group may take tl1_block's order */
 } tl_job;
 
 /* Columns from a weight to the one a tile of R rows prefetches in the block
@@ -354,111 +353,6 @@ AI void tl_block(const tl_job *j, int r0, const int R, const int V, int k0, int 
         }
 }
 
-/* One group of 16 tokens in plain mode: 8 rows, each summed in two chains
- * (its even pairs and its odd pairs, added at the block's end), so 16
- * independent vdpbf16ps chains cover the instruction's latency; with one
- * chain per row the tile ran at most 8 / latency (about 72 % of the peak
- * with the rows in L2). Batch-invariant mode keeps tl_block's order.
- *
- * Inline assembly, because it pins the 16 sums in zmm0-15 and walks the 8
- * rows from two base registers (p0: rows 0-3, p4: rows 4-7, at ld and 3 ld
- * bytes apart); with intrinsics GCC spilled sums or row pointers in every
- * arrangement tried. Each weight pair is a broadcast memory operand of its
- * vdpbf16ps. With the rows in L2: 91 % of the peak against 72; llama-1b's
- * matrices at 16 tokens: 68-70 ms a step against 82-83. */
-
-/* clang-format off */
-/* Pairs 2u and 2u + 1 of one row (byte offset w = 8u in the row): */
-#define TL1_ROW(w, row, a, b)                                   \
-    "vdpbf16ps " w row "%{1to16%}, %%zmm30, %%zmm" a "\n\t"     \
-    "vdpbf16ps " w "+4" row "%{1to16%}, %%zmm31, %%zmm" b "\n\t"
-/* ... of all 8 rows, after the two pairs' activations (x = 128u): */
-#define TL1_STEP(x, w)                                          \
-    "vmovdqa64 " x "(%[x]), %%zmm30\n\t"                        \
-    "vmovdqa64 " x "+64(%[x]), %%zmm31\n\t"                     \
-    TL1_ROW(w, "(%[p0])", "0", "8")                             \
-    TL1_ROW(w, "(%[p0],%[ld])", "1", "9")                       \
-    TL1_ROW(w, "(%[p0],%[ld],2)", "2", "10")                    \
-    TL1_ROW(w, "(%[p0],%[ld3])", "3", "11")                     \
-    TL1_ROW(w, "(%[p4])", "4", "12")                            \
-    TL1_ROW(w, "(%[p4],%[ld])", "5", "13")                      \
-    TL1_ROW(w, "(%[p4],%[ld],2)", "6", "14")                    \
-    TL1_ROW(w, "(%[p4],%[ld3])", "7", "15")
-/* Row r's two sums added onto c (row r at byte offset off = 256 r): */
-#define TL1_OUT(a, b, off)                                      \
-    "vaddps %%zmm" b ", %%zmm" a ", %%zmm" a "\n\t"             \
-    "vaddps " off "(%[c]), %%zmm" a ", %%zmm" a "\n\t"          \
-    "vmovaps %%zmm" a ", " off "(%[c])\n\t"
-#define TL1_ZERO(a) "vpxord %%zmm" a ", %%zmm" a ", %%zmm" a "\n\t"
-/* The block: zero the sums; per cache line of the rows, prefetch each row's
- * line pf bytes on and take 16 pairs; then the sums out. */
-#define TL1_ASM                                                 \
-    TL1_ZERO("0") TL1_ZERO("1") TL1_ZERO("2") TL1_ZERO("3")     \
-    TL1_ZERO("4") TL1_ZERO("5") TL1_ZERO("6") TL1_ZERO("7")     \
-    TL1_ZERO("8") TL1_ZERO("9") TL1_ZERO("10") TL1_ZERO("11")   \
-    TL1_ZERO("12") TL1_ZERO("13") TL1_ZERO("14") TL1_ZERO("15") \
-    "1:\n\t"                                                    \
-    "prefetcht0 (%[f0])\n\t"                                    \
-    "prefetcht0 (%[f0],%[ld])\n\t"                              \
-    "prefetcht0 (%[f0],%[ld],2)\n\t"                            \
-    "prefetcht0 (%[f0],%[ld3])\n\t"                             \
-    "prefetcht0 (%[f4])\n\t"                                    \
-    "prefetcht0 (%[f4],%[ld])\n\t"                              \
-    "prefetcht0 (%[f4],%[ld],2)\n\t"                            \
-    "prefetcht0 (%[f4],%[ld3])\n\t"                             \
-    TL1_STEP("0", "0") TL1_STEP("128", "8")                     \
-    TL1_STEP("256", "16") TL1_STEP("384", "24")                 \
-    TL1_STEP("512", "32") TL1_STEP("640", "40")                 \
-    TL1_STEP("768", "48") TL1_STEP("896", "56")                 \
-    "add $64, %[p0]\n\t"                                        \
-    "add $64, %[p4]\n\t"                                        \
-    "add $64, %[f0]\n\t"                                        \
-    "add $64, %[f4]\n\t"                                        \
-    "add $1024, %[x]\n\t"                                       \
-    "dec %[lines]\n\t"                                          \
-    "jnz 1b\n\t"                                                \
-    TL1_OUT("0", "8", "0") TL1_OUT("1", "9", "256")             \
-    TL1_OUT("2", "10", "512") TL1_OUT("3", "11", "768")         \
-    TL1_OUT("4", "12", "1024") TL1_OUT("5", "13", "1280")       \
-    TL1_OUT("6", "14", "1536") TL1_OUT("7", "15", "1792")
-/* clang-format on */
-
-/* As tl_block at R = 8, V = 1, for whole pairs: 16 pairs (a cache line of
- * each row) per loop, the pairs left past the last whole line after it. */
-AI void tl1_block(const tl_job *j, int r0, int k0, int kc, float *c) {
-    _Static_assert(TL_MAX_N * sizeof(float) == 256, "TL1_OUT's row offsets");
-    int K = j->W->cols, q0 = k0 / 2, np = kc / 2;
-    size_t ld = (size_t)K * 2, ld3 = 3 * ld; /* bytes from row to row */
-    const char *p0 = (const char *)j->W->data + (size_t)r0 * ld + (size_t)q0 * 4;
-    const uint32_t *x = j->xt + (size_t)q0 * 16;
-    size_t pf = tl_ahead(K, 8, k0, kc) * 2; /* bytes */
-    long lines = np / 16;
-    if (lines > 0) {
-        const char *p4 = p0 + 4 * ld, *f0 = p0 + pf, *f4 = p4 + pf;
-        __asm__ volatile(TL1_ASM
-                         : [p0] "+r"(p0), [p4] "+r"(p4), [f0] "+r"(f0), [f4] "+r"(f4), [x] "+r"(x),
-                           [lines] "+r"(lines)
-                         : [ld] "r"(ld), [ld3] "r"(ld3), [c] "r"(c)
-                         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
-                           "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm30",
-                           "xmm31", "memory", "cc");
-    }
-    for (int q = np & ~15; q < np; q++, p0 += 4, x += 16) {
-        __m512bh xv = (__m512bh)_mm512_load_si512(x);
-#pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) {
-            __m512bh wb = (__m512bh)_mm512_set1_epi32(*(const int32_t *)(p0 + r * ld));
-            float *cv = c + r * TL_MAX_N;
-            _mm512_store_ps(cv, _mm512_dpbf16_ps(_mm512_load_ps(cv), xv, wb));
-        }
-    }
-}
-#undef TL1_ROW
-#undef TL1_STEP
-#undef TL1_OUT
-#undef TL1_ZERO
-#undef TL1_ASM
-
 /* Rows [r0, r0 + rows), rows <= TL_PANEL: R at a time (then one at a time),
  * each through every column block, the sums kept here and then written out
  * token by token, whole lines of y: written row by row, each store went to
@@ -473,15 +367,9 @@ AI void tl_panel(const tl_job *j, int r0, int rows, const int R, const int V) {
         for (int t = 0; t < 16 * V; t++) c[r * TL_MAX_N + t] = b;
     }
     int r = 0;
-    bool two_chains = V == 1 && R == 8 && j->plain && !(K & 1);
     for (; r + R <= rows; r += R)
-        for (int k0 = 0; k0 < K; k0 += DPG_KC) {
-            int kc = K - k0 < DPG_KC ? K - k0 : DPG_KC;
-            if (two_chains)
-                tl1_block(j, r0 + r, k0, kc, c + r * TL_MAX_N);
-            else
-                tl_block(j, r0 + r, R, V, k0, kc, c + r * TL_MAX_N);
-        }
+        for (int k0 = 0; k0 < K; k0 += DPG_KC)
+            tl_block(j, r0 + r, R, V, k0, K - k0 < DPG_KC ? K - k0 : DPG_KC, c + r * TL_MAX_N);
     for (; r < rows; r++)
         for (int k0 = 0; k0 < K; k0 += DPG_KC)
             tl_block(j, r0 + r, 1, V, k0, K - k0 < DPG_KC ? K - k0 : DPG_KC, c + r * TL_MAX_N);
@@ -633,8 +521,7 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         pool_for(p, dp1_rows, &j, W->rows, kern_one_token_grain(KT_BF16, K));
     } else if (kern_batch_inv() || n > KERN_BF16_FEW_MAX) {
         int groups = (n + 15) / 16;
-        tl_job tj = {
-            .W = W, .y = y, .gpairs = ldx / 2, .bias = bias, .n = n, .plain = !kern_batch_inv()};
+        tl_job tj = {.W = W, .y = y, .gpairs = ldx / 2, .bias = bias, .n = n};
         uint32_t *xt =
             kern_scratch(KERN_SCRATCH_ACT2, (size_t)groups * tj.gpairs * 16 * sizeof(uint32_t));
         kern_mat X = {.dtype = KT_BF16, .rows = n, .cols = (int)ldx, .data = xb};

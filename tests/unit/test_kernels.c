@@ -117,17 +117,19 @@ typedef struct shape {
     int rows, cols, n;
 } shape;
 
-/* {29, 1100, 14}: one group of token lanes over column blocks of whole lines
- * and a block that ends in pairs past the last line, rows past whole tiles.
+/* {29, 1100, 20}: two groups of token lanes over column blocks of whole
+ * lines and a block that ends in pairs past the last line, rows past whole
+ * tiles; {29, 1100, 14}: the few-token kernel's two halves, one partial.
  * {11, 320, 1}, {7, 352, 1}: one int8 token in weight groups of 32 and 64,
- * the second with a 32-column tail. The last three: a few bf16 tokens
- * (matmul_bf16_few_avx512.c) with 2, 1 and 3 columns past the last 4-column
- * step, rows past whole tiles of 8, and whole cache lines of steps. */
+ * the second with a 32-column tail. {21, 130, 8}, {12, 1025, 4},
+ * {19, 67, 6}: a few bf16 tokens (matmul_bf16_few_avx512.c) with 2, 1 and 3
+ * columns past the last 4-column step, rows past whole tiles of 8, and
+ * whole cache lines of steps. */
 static const shape shapes[] = {
     {1, 1, 1},     {5, 7, 1},      {13, 31, 2},   {33, 64, 3},    {17, 100, 7},  {40, 257, 17},
     {8, 32, 64},   {70, 96, 5},    {24, 129, 16}, {19, 300, 33},  {50, 128, 64}, {3, 1000, 9},
     {64, 64, 100}, {37, 160, 130}, {21, 333, 40}, {29, 1100, 14}, {9, 130, 1},   {6, 1000, 1},
-    {11, 320, 1},  {7, 352, 1},    {21, 130, 8},  {12, 1025, 4},  {19, 67, 6},
+    {11, 320, 1},  {7, 352, 1},    {21, 130, 8},  {12, 1025, 4},  {19, 67, 6},   {29, 1100, 20},
 };
 
 static void run_matmul_suite(bool scalar, bool avx2, bool no_bf16) {
@@ -237,7 +239,7 @@ TEST(kern_gemm_avx512_equals_avx2) {
  * within each small-batch kernel's range: its row of y is the same at n = 2
  * as among 8, at 12 as among 16 and at 17 as among 32 (the AVX2 and int8
  * row blocks serve 2 to KERN_GEMM_MIN_N; bf16 on AVX-512 BF16 changes
- * kernel after KERN_BF16_FEW_MAX = 8 tokens, and its order at 17). Every
+ * order after 8 tokens and kernel after KERN_BF16_FEW_MAX = 16). Every
  * dtype, columns with and without tails (of 4, 32 and 64 columns), int8 per
  * row and grouped. */
 TEST(kern_matmul_batched_decode_independent_of_n) {
