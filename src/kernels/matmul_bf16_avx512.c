@@ -17,20 +17,19 @@
  *     accumulators in turn, then added pairwise and reduced (below).
  *   a few tokens (2 to KERN_BF16_FEW_MAX, plain mode): 16 lanes as 8 tokens
  *     x 2 pairs, in matmul_bf16_few_avx512.c.
- *   packed GEMM (above TL_MAX_N tokens where the lanes' chunks do not fit
- *     in L2; one token in batch-invariant mode):
+ *   packed GEMM (above TL_MAX_N tokens; one token in batch-invariant mode):
  *     panels of 16 rows packed as column pairs, lanes across the rows
  *     (below). Per output: the bias, then each block of DPG_KC columns
  *     summed pair by pair in its own lane and added.
- *   token lanes (from KERN_BF16_FEW_MAX + 1 tokens in plain mode, from 2
- *     in batch-invariant mode; above TL_MAX_N in chunks, where they beat
- *     the GEMM): the GEMM's order exactly, with the lanes across the tokens
- *     and the weights broadcast in place, unpacked (below).
+ *   token lanes (KERN_BF16_FEW_MAX + 1 to TL_MAX_N tokens in plain mode, 2
+ *     to TL_MAX_N in batch-invariant mode): the GEMM's order exactly, with
+ *     the lanes across the tokens and the weights broadcast in place,
+ *     unpacked (below).
  * Each order depends on the matrix shape alone — not on the tile, the
  * thread count or the token's place in the batch — so batch-invariant mode
  * keeps to the GEMM's order: the GEMM at one token (its panels side by
  * side: llama-1b decoded 10-11.5 tok/s against 8.7 with the token lanes'
- * 15 idle lanes), the token lanes or the GEMM above. */
+ * 15 idle lanes) and above TL_MAX_N tokens, the token lanes between. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -379,53 +378,36 @@ AI void tl_panel(const tl_job *j, int r0, int rows, const int R, const int V) {
     }
 }
 
-/* Above TL_MAX_N tokens the lanes take the tokens in chunks, each panel
- * through every chunk: while a panel's rows and a chunk's activations fit in
- * L2 together, that beats the GEMM at every n (its packing of the weights
- * costs more than rereading the activations): a 32 MB matrix of 2048 columns
- * from memory, 80 to 512 tokens, 670-720 GFLOP/s against 510-625. With 8192
- * columns they do not fit, and the GEMM wins from 128 tokens on. */
-#define TL_CHUNK_L2 (512 << 10)
-static bool tl_chunks_fit(int K) {
-    return (size_t)(TL_PANEL + TL_MAX_N) * (size_t)K * 2 <= TL_CHUNK_L2;
+AI void tl_range(const tl_job *j, int lo, int hi, const int R, const int V) {
+    for (int r = lo; r < hi; r += TL_PANEL)
+        tl_panel(j, r, hi - r < TL_PANEL ? hi - r : TL_PANEL, R, V);
 }
 
-/* Rows [lo, hi) (whole panels but the matrix's last), panel by panel, each
- * through every chunk of up to TL_VMAX groups of tokens while its rows are
- * in L2. One group alone is the least efficient tile (a 32 MB matrix from
- * memory: 62 us a token at 16 tokens, 43-47 at 32, 48 or 64), so 5 groups
- * left go as 3 + 2, not 4 + 1. */
+/* Rows per register tile at 1 to 4 groups of 16 tokens: 8 x 1 and 8 x 2
+ * accumulators, then 6 x 3 and 6 x 4. More rows than 8 at one group fell
+ * behind (rows 4 KiB apart share L1 sets); 8 x 3 spilled (llama-1b
+ * matrices: 48 tokens at 5.0 ms, at 2.5 ms with 6 rows). */
+static int tl_tile_rows(int groups) {
+    return groups <= 2 ? 8 : 6;
+}
+
+/* Rows [lo, hi), whole tiles but the matrix's last. */
 static void tl_rows(void *ctx, int lo, int hi) {
     const tl_job *j = ctx;
-    for (int r = lo; r < hi; r += TL_PANEL) {
-        int rows = hi - r < TL_PANEL ? hi - r : TL_PANEL;
-        for (int t0 = 0; t0 < j->n;) {
-            int left = (j->n - t0 + 15) / 16, g = left == 5 ? 3 : left < TL_VMAX ? left : TL_VMAX;
-            tl_job c = *j;
-            c.n = j->n - t0 < 16 * g ? j->n - t0 : 16 * g;
-            c.xt = j->xt + (size_t)t0 / 16 * j->gpairs * 16;
-            c.y = j->y + (size_t)t0 * j->W->rows;
-            /* rows per register tile at 1 to 4 groups of 16 tokens: 8 x 1
-             * and 8 x 2 accumulators, then 6 x 3 and 6 x 4. More rows than 8
-             * at one group fell behind (rows 4 KiB apart share L1 sets);
-             * 8 x 3 spilled (llama-1b matrices: 48 tokens at 5.0 ms, at 2.5
-             * ms with 6 rows) */
-            switch ((c.n + 15) / 16) {
-            case 1:
-                tl_panel(&c, r, rows, 8, 1);
-                break;
-            case 2:
-                tl_panel(&c, r, rows, 8, 2);
-                break;
-            case 3:
-                tl_panel(&c, r, rows, 6, 3);
-                break;
-            default:
-                tl_panel(&c, r, rows, 6, 4);
-                break;
-            }
-            t0 += c.n;
-        }
+    int groups = (j->n + 15) / 16;
+    switch (groups) {
+    case 1:
+        tl_range(j, lo, hi, 8, 1);
+        break;
+    case 2:
+        tl_range(j, lo, hi, 8, 2);
+        break;
+    case 3:
+        tl_range(j, lo, hi, 6, 3);
+        break;
+    default:
+        tl_range(j, lo, hi, 6, 4);
+        break;
     }
 }
 
@@ -510,7 +492,7 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
     dp_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n};
     /* the kernel: one order at every n in batch-invariant mode (the token
      * lanes' and the GEMM's are the same) */
-    if ((n > TL_MAX_N && !tl_chunks_fit(K)) || (n == 1 && kern_batch_inv())) {
+    if (n > TL_MAX_N || (n == 1 && kern_batch_inv())) {
         /* several tasks per thread, so a late-waking worker does not leave
          * one thread with all the rows; small matrices stay on one thread */
         int tasks = (double)W->rows * K * n < 65536 ? 1 : pool_threads(p) * 4;
@@ -528,9 +510,9 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         for (int g = 0; g < groups; g++)
             dpg_pack(xt + (size_t)g * tj.gpairs * 16, &X, 16 * g, 0, (int)ldx);
         tj.xt = xt;
-        /* whole panels, the threads' ends balanced */
-        int rows = kern_one_token_grain(KT_BF16, K);
-        pool_for(p, tl_rows, &tj, W->rows, (rows + TL_PANEL - 1) / TL_PANEL * TL_PANEL);
+        /* whole tiles of about 64 KB of weights, the threads' ends balanced */
+        int tile = tl_tile_rows(groups), rows = kern_one_token_grain(KT_BF16, K);
+        pool_for(p, tl_rows, &tj, W->rows, (rows + tile - 1) / tile * tile);
     } else {
         kern_bf16_few_avx512(p, y, xb, ldx, W, bias, n);
     }
