@@ -251,7 +251,7 @@ void pool_for(pool *p, pool_range_fn fn, void *ctx, int n, int grain) {
     int T = p ? p->n_threads : 1;
     if ((unsigned)T > grains) T = (int)grains;
     if (T == 1 || pool_in_task) { /* serial, and the shares are not ours to touch */
-        for (int lo = 0; lo < n; lo += grain) fn(ctx, lo, n - lo < grain ? n : lo + grain);
+        fn(ctx, 0, n);
         return;
     }
     for (int t = 0; t < T; t++) {
