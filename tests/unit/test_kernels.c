@@ -124,12 +124,14 @@ typedef struct shape {
  * the second with a 32-column tail. {21, 130, 8}, {12, 1025, 4},
  * {19, 67, 6}: a few bf16 tokens (matmul_bf16_few_avx512.c) with 2, 1 and 3
  * columns past the last 4-column step, rows past whole tiles of 8, and
- * whole cache lines of steps. */
+ * whole cache lines of steps; {5, 3, 5}, {9, 2, 11}: rows shorter than one
+ * step, in one half and in two. */
 static const shape shapes[] = {
     {1, 1, 1},     {5, 7, 1},      {13, 31, 2},   {33, 64, 3},    {17, 100, 7},  {40, 257, 17},
     {8, 32, 64},   {70, 96, 5},    {24, 129, 16}, {19, 300, 33},  {50, 128, 64}, {3, 1000, 9},
     {64, 64, 100}, {37, 160, 130}, {21, 333, 40}, {29, 1100, 14}, {9, 130, 1},   {6, 1000, 1},
     {11, 320, 1},  {7, 352, 1},    {21, 130, 8},  {12, 1025, 4},  {19, 67, 6},   {29, 1100, 20},
+    {5, 3, 5},     {9, 2, 11},
 };
 
 static void run_matmul_suite(bool scalar, bool avx2, bool no_bf16) {
