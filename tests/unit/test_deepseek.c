@@ -162,6 +162,27 @@ static kern_mat rand_mat(int rows, int cols, float scale, float **keep) {
     return W;
 }
 
+/* A MoE layer of E random experts and one shared expert (hidden D,
+ * intermediate I): gate and up weights in [-in, in), down in [-down, down),
+ * the router in [-router, router); the arrays it allocates go to keep[*nk..]. */
+static void rand_moe_layer(model_layer *L, kern_mat *eg, kern_mat *eu, kern_mat *ed, int E, int D,
+                           int I, float in, float down, float router, float **keep, int *nk) {
+    memset(L, 0, sizeof *L);
+    for (int e = 0; e < E; e++) {
+        eg[e] = rand_mat(I, D, in, &keep[(*nk)++]);
+        eu[e] = rand_mat(I, D, in, &keep[(*nk)++]);
+        ed[e] = rand_mat(D, I, down, &keep[(*nk)++]);
+    }
+    L->moe = true;
+    L->exp_gate = eg;
+    L->exp_up = eu;
+    L->exp_down = ed;
+    L->router = rand_mat(E, D, router, &keep[(*nk)++]);
+    L->sh_gate = rand_mat(I, D, in, &keep[(*nk)++]);
+    L->sh_up = rand_mat(I, D, in, &keep[(*nk)++]);
+    L->sh_down = rand_mat(D, I, down, &keep[(*nk)++]);
+}
+
 static void naive_swiglu(const kern_mat *g, const kern_mat *u, const kern_mat *dn, const float *x,
                          double *acc, double wt) {
     int I = g->rows, D = g->cols;
@@ -196,21 +217,8 @@ TEST(ds_moe_batched_matches_per_token_and_naive) {
     float *keep[3 * E + 8];
     int nk = 0;
     model_layer L;
-    memset(&L, 0, sizeof L);
     kern_mat eg[E], eu[E], ed[E];
-    for (int e = 0; e < E; e++) {
-        eg[e] = rand_mat(I, D, 0.3f, &keep[nk++]);
-        eu[e] = rand_mat(I, D, 0.3f, &keep[nk++]);
-        ed[e] = rand_mat(D, I, 0.3f, &keep[nk++]);
-    }
-    L.moe = true;
-    L.exp_gate = eg;
-    L.exp_up = eu;
-    L.exp_down = ed;
-    L.router = rand_mat(E, D, 0.5f, &keep[nk++]);
-    L.sh_gate = rand_mat(I, D, 0.3f, &keep[nk++]);
-    L.sh_up = rand_mat(I, D, 0.3f, &keep[nk++]);
-    L.sh_down = rand_mat(D, I, 0.3f, &keep[nk++]);
+    rand_moe_layer(&L, eg, eu, ed, E, D, I, 0.3f, 0.3f, 0.5f, keep, &nk);
     float bias[E];
     for (int e = 0; e < E; e++) bias[e] = 0.1f * ds_rand();
     L.e_bias = bias;
@@ -268,21 +276,8 @@ TEST(ds_moe_one_token_same_bits_on_any_threads) {
     float *keep[3 * E + 4];
     int nk = 0;
     model_layer L;
-    memset(&L, 0, sizeof L);
     kern_mat eg[E], eu[E], ed[E];
-    for (int e = 0; e < E; e++) {
-        eg[e] = rand_mat(I, D, 0.05f, &keep[nk++]);
-        eu[e] = rand_mat(I, D, 0.05f, &keep[nk++]);
-        ed[e] = rand_mat(D, I, 0.3f, &keep[nk++]);
-    }
-    L.moe = true;
-    L.exp_gate = eg;
-    L.exp_up = eu;
-    L.exp_down = ed;
-    L.router = rand_mat(E, D, 0.05f, &keep[nk++]);
-    L.sh_gate = rand_mat(I, D, 0.05f, &keep[nk++]);
-    L.sh_up = rand_mat(I, D, 0.05f, &keep[nk++]);
-    L.sh_down = rand_mat(D, I, 0.3f, &keep[nk++]);
+    rand_moe_layer(&L, eg, eu, ed, E, D, I, 0.05f, 0.3f, 0.05f, keep, &nk);
     float x[D], y0[D], y[D];
     for (int i = 0; i < D; i++) x[i] = ds_rand();
     moe_ffn(&m, &L, x, y0, 1); /* no pool: one thread, whole matrices */
