@@ -136,9 +136,9 @@ void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, con
             }
         }
     few_job j = {.W = W, .y = y, .xt = xt, .U = U, .bias = bias, .n = n};
-    /* tiles of whole 8 rows, about 64 KB of weights, the threads' ends
-     * balanced */
-    int rows = kern_one_token_grain(KT_BF16, W->cols);
-    pool_for(p, few_range, &j, W->rows, (rows + FEW_R - 1) / FEW_R * FEW_R);
+    /* about 64 KB of weights per grain, the threads' ends balanced; the
+     * grain is a multiple of 16 rows, so of the 8-row tiles too */
+    _Static_assert(16 % FEW_R == 0, "grains of whole tiles");
+    pool_for(p, few_range, &j, W->rows, kern_one_token_grain(KT_BF16, W->cols));
 }
 #pragma GCC pop_options
