@@ -56,6 +56,59 @@ AI void dot4(float *out, size_t ld, const float *a, int h0, const float *b, size
     }
 }
 
+/* hsum8 of eight vectors at once, bit for bit: hsum8(v[k]) in lane k. The
+ * same adds as hsum8x4 (low + high half, then (0 + 2) + (1 + 3)), the
+ * shuffles taking two vectors' lanes at a time, the results left in
+ * registers. */
+AI __m256 hsum8x8(const __m256 v[8]) {
+    __m256 x[4], h[2];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) /* [lo + hi of 2k | of 2k + 1] */
+        x[k] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x20),
+                             _mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x31));
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; k++) /* per 128-bit lane: (e0 + e2, e1 + e3) of its two */
+        h[k] = _mm256_add_ps(_mm256_shuffle_ps(x[2 * k], x[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(x[2 * k], x[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* lanes 0-7: vectors 0, 2, 4, 6, 1, 3, 5, 7 */
+    __m256 f = _mm256_add_ps(_mm256_shuffle_ps(h[0], h[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(h[0], h[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* Heads a[h0 .. h0+4) against rows [i, i + 4): dot4's sums, sixteen
+ * accumulators (every row and query loaded once per 16 columns), and the
+ * horizontal sums in registers, each head's four scores one store. */
+AI void dot4x4(float *out, size_t ld, const float *a, int h0, const float *b, size_t stride, int i,
+               int n) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) acc[r][q] = _mm512_setzero_ps();
+    const float *aq = a + (size_t)h0 * n;
+    for (int k = 0; k < n; k += 16) {
+        __m512 bk[4], av[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) bk[r] = _mm512_loadu_ps(b + (size_t)(i + r) * stride + k);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) av[q] = _mm512_loadu_ps(aq + (size_t)q * n + k);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) acc[r][q] = _mm512_fmadd_ps(av[q], bk[r], acc[r][q]);
+    }
+#pragma GCC unroll 2
+    for (int q = 0; q < 4; q += 2) {
+        __m256 v[8];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) v[r] = halves(acc[r][q]), v[4 + r] = halves(acc[r][q + 1]);
+        __m256 s = hsum8x8(v);
+        _mm_storeu_ps(out + (size_t)(h0 + q) * ld + i, _mm256_castps256_ps128(s));
+        _mm_storeu_ps(out + (size_t)(h0 + q + 1) * ld + i, _mm256_extractf128_ps(s, 1));
+    }
+}
+
 /* Row i of b, all n floats, towards L1. */
 AI void prefetch_row(const float *b, size_t stride, int i, int n) {
     for (int k = 0; k < n; k += 16)
@@ -72,13 +125,12 @@ void kern_dot_heads_avx512(float *out, size_t ld, const float *a, int n_a, const
     int h = 0;
     for (; n % 16 == 0 && h + 4 <= n_a; h += 4) {
         int i = 0;
-        for (; i + 2 <= m; i += 2) {
-            if (sparse && h == 0 && i + DOT_AHEAD + 2 <= m) {
-                prefetch_row(b, stride, i + DOT_AHEAD, n);
-                prefetch_row(b, stride, i + DOT_AHEAD + 1, n);
-            }
-            dot4(out, ld, a, h, b, stride, i, 2, n);
+        for (; i + 4 <= m; i += 4) {
+            if (sparse && h == 0 && i + DOT_AHEAD + 4 <= m)
+                for (int r = 0; r < 4; r++) prefetch_row(b, stride, i + DOT_AHEAD + r, n);
+            dot4x4(out, ld, a, h, b, stride, i, n);
         }
+        for (; i + 2 <= m; i += 2) dot4(out, ld, a, h, b, stride, i, 2, n);
         if (i < m) dot4(out, ld, a, h, b, stride, i, 1, n);
     }
     if (h < n_a) /* fewer than four heads left (or n not whole 16s) */
