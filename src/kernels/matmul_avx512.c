@@ -316,37 +316,48 @@ void kern_i8_one_prepare(kern_i8_one *a, void *buf, const int8_t *xq, const floa
     *a = (kern_i8_one){.xq = xq, .xs = xs, .xa = xa, .neg = neg, .sv = sv};
 }
 
-void kern_i8_one_rows_avx512(const kern_mat *W, float *y, const kern_i8_one *a, const float *bias,
-                             int r0, int r1) {
-    int K = W->cols, K32 = K & ~31, K64 = K & ~63, K256 = K & ~255;
-    bool per_row = W->group <= 0 || W->group == K;
+/* Rows [r0, r1); per_row: one scale per row, else one per group of g
+ * columns (a multiple of 64). The activations' pointers walk with the
+ * weights', so a 64-column step is its loads, the masked subtract, the
+ * vpdpbusd, the conversion and one FMA. */
+AI void i8_one_rows(const kern_mat *W, float *y, const kern_i8_one *a, const float *bias, int r0,
+                    int r1, const bool per_row) {
+    int K = W->cols, K32 = K & ~31, K64 = K & ~63;
     int g = per_row ? K : W->group, ng = K / g;
-    const __m512i zero = _mm512_setzero_si512();
     for (int r = r0; r < r1; r++) {
         const int8_t *w = (const int8_t *)W->data + (size_t)r * K;
         const float *ws = W->scales + (size_t)r * ng;
         __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                          _mm512_setzero_ps()};
-#define I8_STEP(k, i)                                                                              \
+        const int8_t *wp = w;
+        const uint8_t *xa = a->xa;
+        const uint64_t *neg = a->neg;
+        const float *sv = a->sv, *wsp = ws; /* wsp: the current group's scale */
+        int in_group = 0, steps_per_group = g / 64;
+#define I8_STEP(i)                                                                                 \
     do {                                                                                           \
-        __m512i wv = _mm512_inserti64x4(                                                           \
-            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w + (k)))),                \
-            _mm256_loadu_si256((const __m256i *)(w + (k) + 32)), 1);                               \
-        __m512i ws8 = _mm512_mask_sub_epi8(wv, a->neg[(k) / 64], zero, wv);                        \
-        __m512 d =                                                                                 \
-            _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, _mm512_loadu_si512(a->xa + (k)), ws8));   \
-        __m512 sc = _mm512_load_ps(a->sv + (size_t)(k) / 64 * 16);                                 \
-        if (!per_row) sc = _mm512_mul_ps(sc, _mm512_set1_ps(ws[(k) / g]));                         \
+        __m512i wv =                                                                               \
+            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)wp)),    \
+                               _mm256_loadu_si256((const __m256i *)(wp + 32)), 1);                 \
+        __m512i ws8 = _mm512_mask_sub_epi8(wv, *neg, _mm512_setzero_si512(), wv);                  \
+        __m512 d = _mm512_cvtepi32_ps(                                                             \
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(xa), ws8));             \
+        __m512 sc = _mm512_load_ps(sv);                                                            \
+        if (!per_row) {                                                                            \
+            sc = _mm512_mul_ps(sc, _mm512_set1_ps(*wsp));                                          \
+            if (++in_group == steps_per_group) in_group = 0, wsp++;                                \
+        }                                                                                          \
         acc[i] = _mm512_fmadd_ps(d, sc, acc[i]);                                                   \
+        wp += 64, xa += 64, neg++, sv += 16;                                                       \
     } while (0)
-        int k = 0;
-        for (; k < K256; k += 256) {
-            I8_STEP(k, 0);
-            I8_STEP(k + 64, 1);
-            I8_STEP(k + 128, 2);
-            I8_STEP(k + 192, 3);
+        const int8_t *w256 = w + (K & ~255), *w64 = w + K64;
+        while (wp < w256) {
+            I8_STEP(0);
+            I8_STEP(1);
+            I8_STEP(2);
+            I8_STEP(3);
         }
-        for (int i = 0; k < K64; k += 64, i++) I8_STEP(k, i);
+        for (int i = 0; wp < w64; i++) I8_STEP(i);
 #undef I8_STEP
         float s = _mm512_reduce_add_ps(
             _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
@@ -357,5 +368,13 @@ void kern_i8_one_rows_avx512(const kern_mat *W, float *y, const kern_i8_one *a, 
         if (per_row) s *= ws[0];
         y[r] = s + (bias ? bias[r] : 0.0f);
     }
+}
+
+void kern_i8_one_rows_avx512(const kern_mat *W, float *y, const kern_i8_one *a, const float *bias,
+                             int r0, int r1) {
+    if (W->group <= 0 || W->group == W->cols)
+        i8_one_rows(W, y, a, bias, r0, r1, true);
+    else
+        i8_one_rows(W, y, a, bias, r0, r1, false);
 }
 #pragma GCC pop_options
