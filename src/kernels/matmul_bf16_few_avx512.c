@@ -72,6 +72,51 @@ AI void few_step(const char *p, size_t ld, const few_job *j, int u, __m512 acc[F
     }
 }
 
+/* v[k] lane t becomes lane k of the result t: an 8 x 8 transpose. */
+AI void transpose8(__m256 v[8]) {
+    __m256 t[8], u[8];
+#pragma GCC unroll 4
+    for (int k = 0; k < 8; k += 2)
+        t[k] = _mm256_unpacklo_ps(v[k], v[k + 1]), t[k + 1] = _mm256_unpackhi_ps(v[k], v[k + 1]);
+#pragma GCC unroll 2
+    for (int k = 0; k < 8; k += 4) {
+        u[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x20);
+        v[k + 4] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x31);
+    }
+}
+
+/* The outputs of a whole tile, as the scalar loop below computes them
+ * (bias + even-pair lane, then + odd-pair lane) but eight rows at once:
+ * the bias onto the even lanes, the odd lanes onto those, the even lanes
+ * of each row gathered (its 8 tokens), and a transpose, so each token's
+ * eight rows are one store. */
+AI void few_out8(const few_job *j, __m512 acc[FEW_R][2], int r0, const int H) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    int M = j->W->rows;
+#pragma GCC unroll 2
+    for (int h = 0; h < H; h++) {
+        __m256 v[FEW_R];
+#pragma GCC unroll 8
+        for (int r = 0; r < FEW_R; r++) {
+            __m512 s = H == 1 ? _mm512_add_ps(acc[r][0], acc[r][1]) : acc[r][h];
+            float b = j->bias ? j->bias[r0 + r] : 0.0f;
+            s = _mm512_mask_add_ps(s, 0x5555, _mm512_set1_ps(b), s);
+            s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(2, 3, 0, 1)));
+            v[r] = _mm512_castps512_ps256(_mm512_permutexvar_ps(even, s));
+        }
+        transpose8(v);
+        int nt = j->n - 8 * h < 8 ? j->n - 8 * h : 8;
+        for (int t = 0; t < nt; t++) _mm256_storeu_ps(j->y + (size_t)(8 * h + t) * M + r0, v[t]);
+    }
+}
+
 /* Rows [r0, r0 + R): every step, then the outputs. One half: two chains,
  * the even and the odd steps; two halves: one chain each. */
 AI void few_rows(const few_job *j, int r0, const int R, const int H) {
@@ -92,6 +137,10 @@ AI void few_rows(const few_job *j, int r0, const int R, const int H) {
     }
     for (; u < U; u++) few_step(p, ld, j, u, acc, R, H, H == 1 ? u & 1 : 0, 0);
     if (K % 4) few_step(p, ld, j, u, acc, R, H, H == 1 ? u & 1 : 0, K % 4);
+    if (R == FEW_R) {
+        few_out8(j, acc, r0, H);
+        return;
+    }
     for (int r = 0; r < R; r++) {
         _Alignas(64) float s[2][16];
         if (H == 1) {
