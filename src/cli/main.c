@@ -1,9 +1,11 @@
 /* main.c — the deepinfer command line: dispatches to subcommands. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "cli/cli.h"
+#include "kernels/kernels.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: deepinfer COMMAND [options]\n"
@@ -15,11 +17,30 @@ static void usage(FILE *f) {
                "  serve      serve the OpenAI and Anthropic HTTP APIs\n"
                "  kv-sim     KV store hit rates per traffic class on a synthetic trace\n"
                "  kv-bench   KV store read/write bandwidth beside the raw disk's\n"
-               "run 'deepinfer COMMAND --help' for a command's options\n");
+               "run 'deepinfer COMMAND --help' for a command's options\n"
+               "environment:\n"
+               "  DEEPINFER_ISA=avx2|scalar   run the AVX2 or the portable kernels even\n"
+               "                              where the CPU has more (to measure or compare)\n");
+}
+
+/* DEEPINFER_ISA: the kernels' instruction set, below what the CPU offers. */
+static int set_isa(void) {
+    const char *isa = getenv("DEEPINFER_ISA");
+    if (!isa || !*isa || !strcmp(isa, "native")) return 0;
+    if (!strcmp(isa, "avx2")) {
+        kern_force_avx2(true);
+    } else if (!strcmp(isa, "scalar")) {
+        kern_force_scalar(true);
+    } else {
+        fprintf(stderr, "deepinfer: DEEPINFER_ISA must be native, avx2 or scalar, not '%s'\n", isa);
+        return -1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
     di_malloc_policy();
+    if (set_isa()) return 2;
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
