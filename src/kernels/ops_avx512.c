@@ -7,10 +7,11 @@
  * columns [16j, 16j + 16) is those two FMAs lane for lane, and its halves
  * add and reduce as hsum8 does. The weighted sums are one FMA per element and
  * row, in row order, at any vector width. What the wider vectors buy is
- * fewer loads: four heads' partial dot products share each K load (the AVX2
- * helper reloads every query per row), and four heads' outputs stay in
- * registers while each V row is loaded once for all of them (the AVX2 path
- * reloads it per head). */
+ * fewer loads: four heads' partial dot products share each K load and four
+ * rows each query load (the AVX2 helper reloads every query per row), their
+ * horizontal sums done eight at a time in registers; and four heads' outputs
+ * stay in registers while each V row is loaded once for all of them (the AVX2
+ * path reloads it per head). */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
