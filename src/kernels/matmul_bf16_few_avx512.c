@@ -11,8 +11,9 @@
  * activations, every lane busy at 8 tokens. That halves the instructions of
  * the token lanes at 8 tokens. From 9 to 16 tokens two halves of 8 share
  * each broadcast, where the lanes broadcast every pair for 16 lanes. A tile
- * is 8 rows (16 accumulators), each row prefetched 1 KB ahead; the rows are
- * shared out by pool_for. A last partial step of 1 to 3 columns reads the
+ * is 8 rows (16 accumulators), each row prefetched 1 KB ahead, its outputs
+ * written eight rows to a store (few_out8); the rows are shared out by
+ * pool_for. A last partial step of 1 to 3 columns reads the
  * weights alone (the activations are zero past the row).
  *
  * Measured (256 MB of llama-1b-shaped matrices from memory): at 8 tokens
