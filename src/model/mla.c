@@ -110,6 +110,9 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
     float *sc = c->scores + (size_t)task * c->hc * c->max_ctx;
     const float *qt = c->q + (size_t)t * d->H * d->qk;
     if (c->fused) { /* q_lat = W_uk^T q_nope for this task's heads */
+        /* cold, small and read once per token: requested together, not as
+         * a stream that starts again at every head */
+        for (int h = ha; h < hb; h++) kern_prefetch_mat(&c->L->w_uk_t[h]);
         for (int h = ha; h < hb; h++)
             kern_matmul(NULL, c->qlat + ((size_t)h * c->na + i) * d->lora, qt + (size_t)h * d->qk,
                         &c->L->w_uk_t[h], NULL, 1);
