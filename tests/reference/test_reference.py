@@ -10,6 +10,9 @@ reference's 32-token greedy continuation; prefill 64, then decode one by one.
   f32:        max |err| <= 1e-4 * max |logit|  (MTP depth 0 too, dsv3-tiny)
   threads:    f32 output with --threads 1 and 2 is bit-identical
   bf16/int8:  top-1 agreement with the f32 run >= 98 % (mean KL printed)
+  ISA:        the same with DEEPINFER_ISA=avx2 (f32, bf16, int8) and
+              DEEPINFER_ISA=scalar (f32), the lower kernel sets end to end;
+              an unknown set is refused and scalar differs from native
 Prints one line per check and "N passed, N failed" last; exits 1 on failure.
 Set DI_REF_SKIP_BIN=1 to run part 1 only; DI_REF_PRESETS=a,b to narrow.
 """
@@ -447,9 +450,10 @@ def t_sensitive(name):
 # part 2: the binary
 
 
-def run_bin(name, dtype, threads, mtp=False):
+def run_bin(name, dtype, threads, mtp=False, isa="native"):
     """Returns (logits [rows, V] f32, mtp or None); raises RuntimeError with the
-    binary's own message on failure."""
+    binary's own message on failure. isa sets DEEPINFER_ISA: native, avx2 or
+    scalar kernels."""
     if name in _hung:
         raise RuntimeError("skipped: an earlier run on this model timed out")
     ids = seq(name)
@@ -461,7 +465,8 @@ def run_bin(name, dtype, threads, mtp=False):
         if mtp:
             cmd += ["--mtp-out", mout]
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=BIN_TIMEOUT)
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=BIN_TIMEOUT,
+                               env=dict(os.environ, DEEPINFER_ISA=isa))
         except subprocess.TimeoutExpired:
             _hung.add(name)
             raise RuntimeError(f"{os.path.basename(BIN)} logits timed out after {BIN_TIMEOUT} s") from None
@@ -485,6 +490,22 @@ def kl(p_logits, q_logits):
     p = torch.log_softmax(torch.as_tensor(p_logits, dtype=R.F64), -1)
     q = torch.log_softmax(torch.as_tensor(q_logits, dtype=R.F64), -1)
     return float((p.exp() * (p - q)).sum(-1).mean())
+
+
+def t_isa():
+    name = PRESETS[0]
+    r = subprocess.run([BIN, "logits", "--help"], capture_output=True, text=True, timeout=BIN_TIMEOUT,
+                       env=dict(os.environ, DEEPINFER_ISA="avx9"))
+    if r.returncode != 2 or "DEEPINFER_ISA" not in r.stderr:
+        return False, f"DEEPINFER_ISA=avx9: exit {r.returncode}, stderr {r.stderr.strip()!r}"
+    with open("/proc/cpuinfo") as f:
+        avx2 = " avx2 " in f.read()
+    if not avx2:
+        return True, "no AVX2 here: native is the portable set"
+    native, _ = run_bin(name, "f32", 2)
+    scalar, _ = run_bin(name, "f32", 2, isa="scalar")
+    differ = not np.array_equal(native.view(np.uint32), scalar.view(np.uint32))
+    return differ, "" if differ else "DEEPINFER_ISA=scalar gave the native kernels' bits"
 
 
 def binary_checks(name):
@@ -525,14 +546,27 @@ def binary_checks(name):
 
     run_check(f"{name} f32 --threads 1 == --threads 2", c_threads)
 
-    for dt in ("bf16", "int8"):
-        def c_q(dt=dt):
-            base, _ = f32_run(2)
-            got, _ = run_bin(name, dt, 2)
-            agree = float((got.argmax(-1) == base.argmax(-1)).mean())
-            return agree >= MIN_AGREE, f"top-1 agreement {agree * 100:.1f}%, mean KL(f32||{dt}) {kl(base, got):.2e}"
+    # The lower kernel sets end to end (on an AVX-512 machine they are not
+    # what runs by default; on an AVX2 one "avx2" is the default again).
+    for isa in ("native", "avx2", "scalar"):
+        if isa != "native":
+            def c_isa(isa=isa):
+                got, _ = run_bin(name, "f32", 2, isa=isa)
+                ratio = float(np.abs(got - want).max() / np.abs(want).max())
+                return ratio <= TOL, f"max|err|/max|logit| = {ratio:.2e} (limit {TOL:.0e})"
 
-        run_check(f"{name} {dt} vs f32", c_q)
+            run_check(f"{name} f32 vs reference, DEEPINFER_ISA={isa}", c_isa)
+        for dt in ("bf16", "int8"):
+            if isa == "scalar":
+                continue  # the portable kernels are checked in f32 above and by the unit tests
+
+            def c_q(dt=dt, isa=isa):
+                base, _ = f32_run(2)
+                got, _ = run_bin(name, dt, 2, isa=isa)
+                agree = float((got.argmax(-1) == base.argmax(-1)).mean())
+                return agree >= MIN_AGREE, f"top-1 agreement {agree * 100:.1f}%, mean KL(f32||{dt}) {kl(base, got):.2e}"
+
+            run_check(f"{name} {dt} vs f32" + ("" if isa == "native" else f", DEEPINFER_ISA={isa}"), c_q)
 
 
 def main():
@@ -572,6 +606,7 @@ def main():
     elif not os.access(BIN, os.X_OK):
         check(f"binary {BIN} exists", False, "build it with `make` (or set DI_BIN)")
     else:
+        run_check("DEEPINFER_ISA: an unknown set is refused, scalar is not the native kernels", t_isa)
         for name in PRESETS:
             binary_checks(name)
     print(f"# total {time.time() - t0:.1f}s")
