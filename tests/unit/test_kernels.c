@@ -121,7 +121,9 @@ typedef struct shape {
  * lines and a block that ends in pairs past the last line, rows past whole
  * tiles; {29, 1100, 14}: the few-token kernel's two halves, one partial.
  * {11, 320, 1}, {7, 352, 1}: one int8 token in weight groups of 32 and 64,
- * the second with a 32-column tail. {21, 130, 8}, {12, 1025, 4},
+ * the second with a 32-column tail; {9, 640, 1}: groups of 128, two
+ * 64-column steps per group scale, and a last 128 columns past the 256-column
+ * loop. {21, 130, 8}, {12, 1025, 4},
  * {19, 67, 6}: a few bf16 tokens (matmul_bf16_few_avx512.c) with 2, 1 and 3
  * columns past the last 4-column step, rows past whole tiles of 8, and
  * whole cache lines of steps; {5, 3, 5}, {9, 2, 11}: rows shorter than one
@@ -131,7 +133,7 @@ static const shape shapes[] = {
     {8, 32, 64},   {70, 96, 5},    {24, 129, 16}, {19, 300, 33},  {50, 128, 64}, {3, 1000, 9},
     {64, 64, 100}, {37, 160, 130}, {21, 333, 40}, {29, 1100, 14}, {9, 130, 1},   {6, 1000, 1},
     {11, 320, 1},  {7, 352, 1},    {21, 130, 8},  {12, 1025, 4},  {19, 67, 6},   {29, 1100, 20},
-    {5, 3, 5},     {9, 2, 11},
+    {5, 3, 5},     {9, 2, 11},     {9, 640, 1},
 };
 
 static void run_matmul_suite(bool scalar, bool avx2, bool no_bf16) {
@@ -141,9 +143,9 @@ static void run_matmul_suite(bool scalar, bool avx2, bool no_bf16) {
     kern_force_no_avx512_bf16(no_bf16);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         shape sh = shapes[s];
-        for (int d = 0; d < 7; d++) {
+        for (int d = 0; d < 8; d++) {
             kern_dtype dt = d < 3 ? (kern_dtype)d : KT_I8;
-            int group = d == 3 ? sh.cols : d == 4 ? 32 : d == 5 ? 16 : 64;
+            int group = d == 3 ? sh.cols : d == 4 ? 32 : d == 5 ? 16 : d == 6 ? 64 : 128;
             if (dt == KT_I8 && sh.cols % group) group = sh.cols;
             tmat t = make_mat(dt, sh.rows, sh.cols, group);
             float *x = malloc((size_t)sh.n * sh.cols * sizeof(float));
@@ -160,7 +162,7 @@ static void run_matmul_suite(bool scalar, bool avx2, bool no_bf16) {
                     fprintf(stderr, "    path=%s dtype=%d group=%d rows=%d cols=%d n=%d bias=%d\n",
                             kern_isa(), dt, group, sh.rows, sh.cols, sh.n, b);
                     s = sizeof shapes / sizeof shapes[0] - 1;
-                    d = 7;
+                    d = 8;
                     break;
                 }
             }
