@@ -73,10 +73,10 @@ void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, 
 void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const float *xs, int nb,
                             const float *bias, int r0, int R, int t_lo, int t_hi);
 /* bf16 weights times 2 to KERN_BF16_FEW_MAX tokens in plain mode on AVX-512
- * BF16, 16 lanes = 8 tokens x 2 pairs, up to two halves of 8 tokens
+ * BF16, 16 lanes = 8 tokens x 2 pairs, up to three halves of 8 tokens
  * (matmul_bf16_few_avx512.c); xb: the tokens' activations rounded to bf16,
  * rows ldx apart, zero from column K to a multiple of 4. */
-#define KERN_BF16_FEW_MAX 16
+#define KERN_BF16_FEW_MAX 24
 void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
                           const float *bias, int n);
 /* One int8 token in plain mode on AVX-512 VNNI (matmul_avx512.c): its

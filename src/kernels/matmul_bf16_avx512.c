@@ -276,11 +276,12 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
  * the same bits at every n and batch-invariant mode may take either. */
 #define TL_VMAX  4 /* token groups of 16 in registers: up to 64 tokens */
 #define TL_MAX_N (16 * TL_VMAX)
-/* In plain mode from KERN_BF16_FEW_MAX + 1 tokens on, where two groups or
- * more share each broadcast weight pair: with one group each pair is
- * broadcast for 16 lanes, and the few-token kernel, which shares each
- * 64-bit broadcast between two halves of 8 tokens, is faster (at 16 tokens
- * a 32 MB matrix from memory: 1.00-1.15 ms against 1.12-1.17). At 32
+/* In plain mode from KERN_BF16_FEW_MAX + 1 tokens on, where two whole
+ * groups or more share each broadcast weight pair: up to 24 tokens the
+ * few-token kernel, which shares each 64-bit broadcast between up to three
+ * halves of 8 tokens, does fewer products and is faster (at 16 tokens a 32
+ * MB matrix from memory: 1.00-1.15 ms against 1.12-1.17; at 24, 17 % more
+ * GFLOP/s). At 32
  * tokens the lanes take 1.6-2.1 ms against 3.3-3.7 for 4-row blocks of dot
  * products (since removed) and the GEMM's 2.1-3.0. */
 #define TL_PF   512 /* columns prefetched ahead of each row (1 KiB) */

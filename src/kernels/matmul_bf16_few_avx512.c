@@ -1,4 +1,4 @@
-/* matmul_bf16_few_avx512.c — the bf16 matmul for a few tokens (2 to 16,
+/* matmul_bf16_few_avx512.c — the bf16 matmul for a few tokens (2 to 24,
  * plain mode) on CPUs with AVX-512 BF16: batched decode at small batch.
  *
  * The token lanes (matmul_bf16_avx512.c) put one token per 32-bit lane and
@@ -10,26 +10,29 @@
  * pairs of one row (one 64-bit broadcast) against one packed vector of the
  * activations, every lane busy at 8 tokens. That halves the instructions of
  * the token lanes at 8 tokens. From 9 to 16 tokens two halves of 8 share
- * each broadcast, where the lanes broadcast every pair for 16 lanes. A tile
- * is 8 rows (16 accumulators), each row prefetched 1 KB ahead, its outputs
- * written eight rows to a store (few_out8); the rows are shared out by
- * pool_for. A last partial step of 1 to 3 columns reads the
- * weights alone (the activations are zero past the row).
+ * each broadcast, where the lanes broadcast every pair for 16 lanes; from
+ * 17 to 24 three halves, where the lanes run two groups of 16 (a quarter
+ * more products). A tile is 8 rows (16 or 24 accumulators), each row
+ * prefetched 1 KB ahead, its outputs written eight rows to a store
+ * (few_out8); the rows are shared out by pool_for. A last partial step of
+ * 1 to 3 columns reads the weights alone (the activations are zero past the
+ * row).
  *
  * Measured (256 MB of llama-1b-shaped matrices from memory): at 8 tokens
  * 0.72-0.92 ms per 32 MB against 1.06-1.23 with the token lanes, at 6
  * 0.72-0.84 against 0.92-1.14 with the 4-row dot-product blocks this
  * replaced, at 2 level; at 12 tokens 0.96-1.05 against 1.07-1.29, at 16
- * 1.00-1.15 against 1.12-1.17. The kernel streams at about 90 % of the
- * one-token rows' rate up to 8 tokens.
+ * 1.00-1.15 against 1.12-1.17; at 20 and 24 tokens (2 threads, three
+ * rounds) 504-551 and 642-652 GFLOP/s against 439-470 and 526-556. The
+ * kernel streams at about 90 % of the one-token rows' rate up to 8 tokens.
  *
  * The order of the sums (its own, as every plain-mode kernel's): up to 8
  * tokens, per (row, token) two chains, the even and the odd steps (u), each
  * with its even-pair and odd-pair lanes; at the row's end the two chains
  * added, then the bias, the even-pair lane and the odd-pair lane. From 9
  * tokens one chain per half, then the same. It depends on the shape and on
- * which of the two ranges n is in, not on the tile, the thread or the
- * token's place. */
+ * which of the two ranges n is in (up to 8, from 9), not on the tile, the
+ * thread, the number of halves or the token's place. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -42,6 +45,7 @@
 
 #define FEW_R  8    /* rows per register tile */
 #define FEW_PF 1024 /* bytes prefetched ahead in each row */
+#define FEW_H  3    /* halves of 8 tokens at most (24 tokens, 24 accumulators) */
 
 typedef struct few_job {
     const kern_mat *W;
@@ -57,10 +61,10 @@ typedef struct few_job {
 /* Step u of R rows (p: row 0's bytes, ld bytes apart) times H halves: half
  * h onto acc[.][h + c]; with tail, only the row's first `tail` columns of
  * the step (1 to 3, read alone: the 8 bytes could run past the matrix). */
-AI void few_step(const char *p, size_t ld, const few_job *j, int u, __m512 acc[FEW_R][2],
+AI void few_step(const char *p, size_t ld, const few_job *j, int u, __m512 acc[FEW_R][FEW_H],
                  const int R, const int H, const int c, int tail) {
-    __m512bh xv[2];
-#pragma GCC unroll 2
+    __m512bh xv[FEW_H];
+#pragma GCC unroll 3
     for (int h = 0; h < H; h++)
         xv[h] = (__m512bh)_mm512_load_si512(j->xt + ((size_t)h * j->U + (size_t)u) * 16);
 #pragma GCC unroll 8
@@ -68,7 +72,7 @@ AI void few_step(const char *p, size_t ld, const few_job *j, int u, __m512 acc[F
         long long w = 0;
         memcpy(&w, p + (size_t)r * ld + (size_t)u * 8, tail ? 2 * (size_t)tail : 8);
         __m512bh wv = (__m512bh)_mm512_set1_epi64(w);
-#pragma GCC unroll 2
+#pragma GCC unroll 3
         for (int h = 0; h < H; h++) acc[r][h + c] = _mm512_dpbf16_ps(acc[r][h + c], xv[h], wv);
     }
 }
@@ -98,10 +102,10 @@ AI void transpose8(__m256 v[8]) {
  * the bias onto the even lanes, the odd lanes onto those, the even lanes
  * of each row gathered (its 8 tokens), and a transpose, so each token's
  * eight rows are one store. */
-AI void few_out8(const few_job *j, __m512 acc[FEW_R][2], int r0, const int H) {
+AI void few_out8(const few_job *j, __m512 acc[FEW_R][FEW_H], int r0, const int H) {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
     int M = j->W->rows;
-#pragma GCC unroll 2
+#pragma GCC unroll 3
     for (int h = 0; h < H; h++) {
         __m256 v[FEW_R];
 #pragma GCC unroll 8
@@ -119,15 +123,17 @@ AI void few_out8(const few_job *j, __m512 acc[FEW_R][2], int r0, const int H) {
 }
 
 /* Rows [r0, r0 + R): every step, then the outputs. One half: two chains,
- * the even and the odd steps; two halves: one chain each. */
+ * the even and the odd steps; two or three halves: one chain each. */
 AI void few_rows(const few_job *j, int r0, const int R, const int H) {
     const kern_mat *W = j->W;
     int K = W->cols, M = W->rows, U = K / 4;
     size_t ld = (size_t)K * 2;
     const char *p = (const char *)W->data + (size_t)r0 * ld;
-    __m512 acc[FEW_R][2];
+    __m512 acc[FEW_R][FEW_H];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 3
+        for (int h = 0; h < FEW_H; h++) acc[r][h] = _mm512_setzero_ps();
     int u = 0;
     for (; u + 8 <= U; u += 8) { /* a cache line of each row */
 #pragma GCC unroll 8
@@ -143,13 +149,11 @@ AI void few_rows(const few_job *j, int r0, const int R, const int H) {
         return;
     }
     for (int r = 0; r < R; r++) {
-        _Alignas(64) float s[2][16];
-        if (H == 1) {
+        _Alignas(64) float s[FEW_H][16];
+        if (H == 1)
             _mm512_store_ps(s[0], _mm512_add_ps(acc[r][0], acc[r][1]));
-        } else {
-            _mm512_store_ps(s[0], acc[r][0]);
-            _mm512_store_ps(s[1], acc[r][1]);
-        }
+        else
+            for (int h = 0; h < H; h++) _mm512_store_ps(s[h], acc[r][h]);
         float b = j->bias ? j->bias[r0 + r] : 0.0f;
         for (int t = 0; t < j->n; t++)
             j->y[(size_t)t * M + r0 + r] = b + s[t / 8][2 * (t % 8)] + s[t / 8][2 * (t % 8) + 1];
@@ -159,7 +163,10 @@ AI void few_rows(const few_job *j, int r0, const int R, const int H) {
 static void few_range(void *ctx, int lo, int hi) {
     const few_job *j = ctx;
     int r = lo;
-    if (j->n > 8) {
+    if (j->n > 16) {
+        for (; r + FEW_R <= hi; r += FEW_R) few_rows(j, r, FEW_R, 3);
+        for (; r < hi; r++) few_rows(j, r, 1, 3);
+    } else if (j->n > 8) {
         for (; r + FEW_R <= hi; r += FEW_R) few_rows(j, r, FEW_R, 2);
         for (; r < hi; r++) few_rows(j, r, 1, 2);
     } else {

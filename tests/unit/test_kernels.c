@@ -117,9 +117,11 @@ typedef struct shape {
     int rows, cols, n;
 } shape;
 
-/* {29, 1100, 20}: two groups of token lanes over column blocks of whole
+/* {29, 1100, 26}: two groups of token lanes over column blocks of whole
  * lines and a block that ends in pairs past the last line, rows past whole
- * tiles; {29, 1100, 14}: the few-token kernel's two halves, one partial.
+ * tiles; {29, 1100, 14}, {29, 1100, 20}, {21, 130, 24}: the few-token
+ * kernel's two halves, one partial, and three halves, the last partial or
+ * whole.
  * {11, 320, 1}, {7, 352, 1}: one int8 token in weight groups of 32 and 64,
  * the second with a 32-column tail; {9, 640, 1}: groups of 128, two
  * 64-column steps per group scale, and a last 128 columns past the 256-column
@@ -133,7 +135,7 @@ static const shape shapes[] = {
     {8, 32, 64},   {70, 96, 5},    {24, 129, 16}, {19, 300, 33},  {50, 128, 64}, {3, 1000, 9},
     {64, 64, 100}, {37, 160, 130}, {21, 333, 40}, {29, 1100, 14}, {9, 130, 1},   {6, 1000, 1},
     {11, 320, 1},  {7, 352, 1},    {21, 130, 8},  {12, 1025, 4},  {19, 67, 6},   {29, 1100, 20},
-    {5, 3, 5},     {9, 2, 11},     {9, 640, 1},
+    {5, 3, 5},     {9, 2, 11},     {9, 640, 1},   {29, 1100, 26}, {21, 130, 24},
 };
 
 static void run_matmul_suite(bool scalar, bool avx2, bool no_bf16) {
@@ -241,17 +243,17 @@ TEST(kern_gemm_avx512_equals_avx2) {
 
 /* Decode batches give each token the same bits whatever the batch size,
  * within each small-batch kernel's range: its row of y is the same at n = 2
- * as among 8, at 12 as among 16 and at 17 as among 32 (the AVX2 and int8
- * row blocks serve 2 to KERN_GEMM_MIN_N; bf16 on AVX-512 BF16 changes
- * order after 8 tokens and kernel after KERN_BF16_FEW_MAX = 16). Every
+ * as among 8, at 12 or 17 as among 24 and at 26 as among 32 (the AVX2 and
+ * int8 row blocks serve 2 to KERN_GEMM_MIN_N; bf16 on AVX-512 BF16 changes
+ * order after 8 tokens and kernel after KERN_BF16_FEW_MAX = 24). Every
  * dtype, columns with and without tails (of 4, 32 and 64 columns), int8 per
  * row and grouped. */
 TEST(kern_matmul_batched_decode_independent_of_n) {
     pool *p = pool_create(2);
     static const int cols[] = {96, 200, 1024, 1030};
     /* ns[i] against ref[ref_of[i]], the outputs at ref_n tokens */
-    static const int ns[] = {2, 3, 5, 6, 12, 15, 17, 31}, ref_of[] = {0, 0, 0, 0, 1, 1, 2, 2};
-    static const int ref_n[] = {8, 16, 32};
+    static const int ns[] = {2, 3, 5, 6, 12, 15, 17, 23, 26, 31};
+    static const int ref_of[] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2}, ref_n[] = {8, 24, 32};
     int bad = 0, rows = 45, nmax = KERN_GEMM_MIN_N;
     for (int c = 0; c < 4 && !bad; c++)
         for (int d = 0; d < 5 && !bad; d++) {
@@ -264,7 +266,7 @@ TEST(kern_matmul_batched_decode_independent_of_n) {
                 ref[i] = malloc((size_t)nmax * rows * 4);
                 kern_matmul(p, ref[i], x, &t.m, NULL, ref_n[i]);
             }
-            for (int ni = 0; ni < 8 && !bad; ni++) {
+            for (int ni = 0; ni < 10 && !bad; ni++) {
                 kern_matmul(p, y1, x, &t.m, NULL, ns[ni]);
                 if (memcmp(ref[ref_of[ni]], y1, (size_t)ns[ni] * rows * 4))
                     bad = 1 + ni + 10 * d + 100 * c;
