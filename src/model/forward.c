@@ -68,16 +68,19 @@ void model_set_batch_invariant(model *m, bool on) {
 
 void dense_ffn(model *m, const model_layer *L, const float *x, float *out, int n) {
     size_t inter = (size_t)L->gate.rows;
-    float *g = model_scratch(m, FWD_SLOT_FFN_GATE, (size_t)n * inter);
+    float *g;
     if (L->gate_up.data) { /* one pass over x for both, rows [gate | up] */
-        float *gu = model_scratch(m, FWD_SLOT_FFN_UP, (size_t)n * 2 * inter);
-        kern_matmul(m->pool, gu, x, &L->gate_up, NULL, n);
+        g = model_scratch(m, FWD_SLOT_FFN_UP, (size_t)n * 2 * inter);
+        kern_matmul(m->pool, g, x, &L->gate_up, NULL, n);
+        /* each token's silu(gate) * up packed down in place (token 0's
+         * already is: one token, the usual decode, copies nothing) */
         for (int t = 0; t < n; t++) {
-            float *r = gu + (size_t)t * 2 * inter;
+            float *r = g + (size_t)t * 2 * inter;
             kern_silu_mul(r, r + inter, (int)inter);
-            memcpy(g + (size_t)t * inter, r, inter * sizeof(float));
+            if (t) memmove(g + (size_t)t * inter, r, inter * sizeof(float));
         }
     } else {
+        g = model_scratch(m, FWD_SLOT_FFN_GATE, (size_t)n * inter);
         float *u = model_scratch(m, FWD_SLOT_FFN_UP, (size_t)n * inter);
         kern_matmul(m->pool, g, x, &L->gate, NULL, n);
         kern_matmul(m->pool, u, x, &L->up, NULL, n);
@@ -133,6 +136,16 @@ enum { FWD_LOGIT_ROWS = 64 };
 static void flush_logits(model *m, const model_step *st, const float *rows, int k, const int *dst_b,
                          const int *dst_i) {
     size_t V = (size_t)m->cfg.vocab_size;
+    /* written in place when the rows' destinations follow one another (one
+     * row, or a sequence's consecutive positions): no copy of k x V floats */
+    float *to = st->batch[dst_b[0]].logits + (size_t)dst_i[0] * V;
+    bool in_place = true;
+    for (int j = 1; j < k && in_place; j++)
+        in_place = st->batch[dst_b[j]].logits + (size_t)dst_i[j] * V == to + (size_t)j * V;
+    if (in_place) {
+        kern_matmul(m->pool, to, rows, &m->w.lm_head, NULL, k);
+        return;
+    }
     float *logits = model_scratch(m, FWD_SLOT_LOGITS, (size_t)k * V); /* grows with k */
     kern_matmul(m->pool, logits, rows, &m->w.lm_head, NULL, k);
     for (int j = 0; j < k; j++)
