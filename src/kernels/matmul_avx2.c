@@ -66,8 +66,7 @@ typedef struct sb_job {
     const int8_t *xq; /* int8: quantized activations, n x cols */
     const float *xs;  /* their per-block scales, n x nb */
     int nb;
-    bool i8_one;     /* one int8 token in plain mode: kern_i8_one_rows_avx512 */
-    kern_i8_one one; /* ... on these activations */
+    kern_i8_one one; /* one int8 token in plain mode: its prepared activations */
     int tile;        /* tokens per token tile */
     int n_tasks;
 } sb_job;
@@ -447,15 +446,15 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
         j.nb = (K + KQ_BLOCK - 1) / KQ_BLOCK;
         /* One token in plain mode: rows one after another (its kernel
          * takes the activations prepared, after xq in the same scratch). */
-        j.i8_one = n == 1 && !kern_batch_inv() && kern_use_avx512_vnni() && kern_i8_one_fits(W);
+        bool one = n == 1 && !kern_batch_inv() && kern_use_avx512_vnni() && kern_i8_one_fits(W);
         size_t nq = ((size_t)n * K + 32 + 63) & ~(size_t)63;
-        int8_t *xq = kern_scratch(KERN_SCRATCH_ACT, nq + (j.i8_one ? kern_i8_one_bytes(K) : 0));
+        int8_t *xq = kern_scratch(KERN_SCRATCH_ACT, nq + (one ? kern_i8_one_bytes(K) : 0));
         float *xs = kern_scratch(KERN_SCRATCH_ACT2, (size_t)n * j.nb * sizeof(float) + 4);
         for (int t = 0; t < n; t++)
             kern_quantize_act(xq + (size_t)t * K, xs + (size_t)t * j.nb, x + (size_t)t * K, K);
         j.xq = xq;
         j.xs = xs;
-        if (j.i8_one) {
+        if (one) {
             kern_i8_one_prepare(&j.one, xq + nq, xq, xs, K);
             /* one stream per thread, the threads' ends balanced */
             pool_for(p, sb_one_rows, &j, W->rows, kern_one_token_grain(KT_I8, K));
