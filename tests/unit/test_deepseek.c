@@ -183,6 +183,18 @@ static void rand_moe_layer(model_layer *L, kern_mat *eg, kern_mat *eu, kern_mat 
     L->sh_down = rand_mat(D, I, down, &keep[(*nk)++]);
 }
 
+/* A model with no weights and no pool whose config routes a rand_moe_layer:
+ * E experts, top K of sigmoid scores (noaux_tc) in G groups, the best one kept,
+ * normalized and scaled by `scale`; hidden D, intermediate I, one shared
+ * expert. */
+static void moe_model(model *m, int E, int K, int G, int D, int I, float scale) {
+    memset(m, 0, sizeof *m);
+    m->cfg = route_cfg(SCORE_SIGMOID, TOPK_NOAUX_TC, E, K, G, 1, true, scale);
+    m->cfg.hidden_size = D;
+    m->cfg.moe_intermediate_size = I;
+    m->cfg.n_shared_experts = 1;
+}
+
 static void naive_swiglu(const kern_mat *g, const kern_mat *u, const kern_mat *dn, const float *x,
                          double *acc, double wt) {
     int I = g->rows, D = g->cols;
@@ -208,11 +220,7 @@ TEST(ds_moe_batched_matches_per_token_and_naive) {
     kern_init();
     enum { D = 48, E = 8, K = 2, I = 24, N = 21 };
     model m;
-    memset(&m, 0, sizeof m);
-    m.cfg = route_cfg(SCORE_SIGMOID, TOPK_NOAUX_TC, E, K, 2, 1, true, 1.5f);
-    m.cfg.hidden_size = D;
-    m.cfg.moe_intermediate_size = I;
-    m.cfg.n_shared_experts = 1;
+    moe_model(&m, E, K, 2, D, I, 1.5f);
     m.pool = pool_create(2);
     float *keep[3 * E + 8];
     int nk = 0;
@@ -268,11 +276,7 @@ TEST(ds_moe_one_token_same_bits_on_any_threads) {
     kern_init();
     enum { D = 1024, E = 4, K = 2, I = 32 };
     model m;
-    memset(&m, 0, sizeof m);
-    m.cfg = route_cfg(SCORE_SIGMOID, TOPK_NOAUX_TC, E, K, 1, 1, true, 1.0f);
-    m.cfg.hidden_size = D;
-    m.cfg.moe_intermediate_size = I;
-    m.cfg.n_shared_experts = 1;
+    moe_model(&m, E, K, 1, D, I, 1.0f);
     float *keep[3 * E + 4];
     int nk = 0;
     model_layer L;
