@@ -93,13 +93,14 @@ void di_buf_free(di_buf *b) {
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
-void *di_huge_alloc(size_t n) {
+void *di_huge_map(size_t n) {
     size_t sz = (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
     if (!sz) sz = HUGE_PAGE;
+    if (sz < n || sz + HUGE_PAGE < sz) return NULL; /* n near SIZE_MAX */
     /* Over-map by one huge page and trim, so the start is 2 MiB aligned. */
     uint8_t *raw =
         mmap(NULL, sz + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) oom(n);
+    if (raw == MAP_FAILED) return NULL;
     uint8_t *p = (uint8_t *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
     if (p > raw) munmap(raw, (size_t)(p - raw));
     size_t tail = (size_t)(raw + sz + HUGE_PAGE - (p + sz));
@@ -107,6 +108,12 @@ void *di_huge_alloc(size_t n) {
 #ifdef MADV_HUGEPAGE
     madvise(p, sz, MADV_HUGEPAGE); /* advice only: 4 KiB pages still work */
 #endif
+    return p;
+}
+
+void *di_huge_alloc(size_t n) {
+    void *p = di_huge_map(n);
+    if (!p) oom(n);
     return p;
 }
 

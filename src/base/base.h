@@ -59,12 +59,14 @@ static inline void di_buf_putc(di_buf *b, char c) {
 }
 void di_buf_free(di_buf *b);
 
-/* Large, long-lived buffers (model weights): anonymous memory aligned to 2 MiB
- * and advised for transparent huge pages, so a weight stream crosses a page
- * (and a TLB entry) every 2 MiB instead of every 4 KiB. Not zeroed beyond
- * what the kernel gives (zero pages). Aborts on failure like di_malloc.
- * Free with di_huge_free and the same size. */
+/* Large, long-lived buffers (model weights, the KV pool): anonymous memory
+ * aligned to 2 MiB and advised for transparent huge pages, so a weight
+ * stream crosses a page (and a TLB entry) every 2 MiB instead of every
+ * 4 KiB. Zero (the kernel's fresh pages). di_huge_alloc aborts on failure
+ * like di_malloc; di_huge_map returns NULL. Free either with di_huge_free and
+ * the same size. */
 void *di_huge_alloc(size_t n);
+void *di_huge_map(size_t n);
 void di_huge_free(void *p, size_t n);
 
 enum { DI_LOG_ERROR = 0, DI_LOG_WARN = 1, DI_LOG_INFO = 2, DI_LOG_DEBUG = 3 };
