@@ -154,6 +154,10 @@ PRESETS = {
         tiny=True,
         dtype="f32",
         shards=2,
+        # tensors in name order (k_proj, o_proj, q_proj, v_proj; gate, up
+        # apart), as in real checkpoints: weights used in place can't be
+        # fused then, so the separate projections are exercised too
+        sorted_names=True,
         config=_llama_like(
             "qwen3",
             "Qwen3ForCausalLM",
@@ -559,6 +563,8 @@ def stored_entries(preset):
             st, sz = ST_DTYPE[dt]
             ents = [(name, st, shape, int(np.prod(shape)) * sz)]
         out.append(((name, shape, init, fp8_ok), ents))
+    if preset.get("sorted_names"):  # as Hugging Face's writer lays files out
+        out.sort(key=lambda it: it[1][0][0])
     return out
 
 

@@ -71,9 +71,10 @@ typedef struct {
     model *m;
     const model_step *st;
     int l;
-    const float *q; /* n_tokens x n_heads*head_dim, roped */
-    float *att;     /* n_tokens x n_heads*head_dim */
-    float *scores;  /* n_tasks x group x max_len */
+    const float *q; /* token t's q heads at q + t * q_stride, roped */
+    size_t q_stride;
+    float *att;    /* n_tokens x n_heads*head_dim */
+    float *scores; /* n_tasks x group x max_len */
     int max_len, n_units;
     int split; /* each kv head's q-head group is cut into this many parts */
 } attn_job;
@@ -98,7 +99,7 @@ static void attn_task(void *ctx, int task, int n_tasks) {
         int g0 = group * part / j->split, g1 = group * (part + 1) / j->split;
         int b = j->st->seq_of[t], pos = j->st->pos[t];
         int s0 = model_attn_first(j->m, j->st, j->l, b, pos), len = pos - s0 + 1;
-        const float *q0 = j->q + (size_t)t * qd + (size_t)kh * group * hd;
+        const float *q0 = j->q + (size_t)t * j->q_stride + (size_t)kh * group * hd;
         for (int i = 0, run; i < len; i += run) {
             const float *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, len - i, &run);
             kern_dot_heads(sc + g0 * ml + i, ml, q0 + g0 * hd, g1 - g0, e + (size_t)kh * hd, E, run,
@@ -122,30 +123,32 @@ void gqa_attention(model *m, const model_step *st, int l, const float *x, float 
     const model_layer *L = &m->w.layers[l];
     int n = st->n_tokens, nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
     size_t qd = (size_t)nh * hd, kvd = (size_t)nkv * hd;
-    float *q = model_scratch(m, FWD_SLOT_FAMILY0, (size_t)n * qd);
-    float *k = model_scratch(m, FWD_SLOT_FAMILY0 + 1, (size_t)n * kvd);
-    float *v = model_scratch(m, FWD_SLOT_FAMILY0 + 2, (size_t)n * kvd);
-    float *att = model_scratch(m, FWD_SLOT_FAMILY0 + 3, (size_t)n * qd);
-    float *tmp = model_scratch(m, FWD_SLOT_FAMILY0 + 4, 2 * kvd + (size_t)hd);
-    if (L->wqkv.data) { /* one pass over x for all three, then split per token */
-        size_t w = qd + 2 * kvd;
-        float *qkv = model_scratch(m, FWD_SLOT_FAMILY0 + 6, (size_t)n * w);
+    /* Each token's row of the projection is [q | k | v], used in place: k
+     * and v, side by side, are the cache entry. */
+    size_t w = qd + 2 * kvd;
+    float *qkv = model_scratch(m, FWD_SLOT_FAMILY0, (size_t)n * w);
+    float *att = model_scratch(m, FWD_SLOT_FAMILY0 + 1, (size_t)n * qd);
+    float *rot = model_scratch(m, FWD_SLOT_FAMILY0 + 2, (size_t)hd);
+    if (L->wqkv.data) { /* one pass over x for all three */
         kern_matmul(m->pool, qkv, x, &L->wqkv, L->bqkv, n);
-        for (int t = 0; t < n; t++) {
-            const float *r = qkv + (size_t)t * w;
-            memcpy(q + (size_t)t * qd, r, qd * sizeof(float));
-            memcpy(k + (size_t)t * kvd, r + qd, kvd * sizeof(float));
-            memcpy(v + (size_t)t * kvd, r + qd + kvd, kvd * sizeof(float));
-        }
-    } else {
+    } else { /* the three stored apart in the checkpoint: each, then interleaved */
+        float *q = model_scratch(m, FWD_SLOT_FAMILY0 + 3, (size_t)n * qd);
+        float *k = model_scratch(m, FWD_SLOT_FAMILY0 + 4, (size_t)n * kvd);
+        float *v = model_scratch(m, FWD_SLOT_FAMILY0 + 5, (size_t)n * kvd);
         kern_matmul(m->pool, q, x, &L->wq, L->bq, n);
         kern_matmul(m->pool, k, x, &L->wk, L->bk, n);
         kern_matmul(m->pool, v, x, &L->wv, L->bv, n);
+        for (int t = 0; t < n; t++) {
+            float *r = qkv + (size_t)t * w;
+            memcpy(r, q + (size_t)t * qd, qd * sizeof(float));
+            memcpy(r + qd, k + (size_t)t * kvd, kvd * sizeof(float));
+            memcpy(r + qd + kvd, v + (size_t)t * kvd, kvd * sizeof(float));
+        }
     }
 
-    float *cs = tmp + 2 * kvd, *sn = cs + hd / 2;
+    float *cs = rot, *sn = cs + hd / 2;
     for (int t = 0; t < n; t++) {
-        float *qt = q + (size_t)t * qd, *kt = k + (size_t)t * kvd;
+        float *qt = qkv + (size_t)t * w, *kt = qt + qd;
         if (L->q_norm) {
             for (int h = 0; h < nh; h++)
                 kern_rmsnorm(qt + h * hd, qt + h * hd, L->q_norm, hd, c->rms_norm_eps);
@@ -155,9 +158,7 @@ void gqa_attention(model *m, const model_step *st, int l, const float *x, float 
         model_rope_at(m, st->pos[t], hd, cs, sn);
         for (int h = 0; h < nh; h++) kern_rope(qt + h * hd, cs, sn, hd, false);
         for (int h = 0; h < nkv; h++) kern_rope(kt + h * hd, cs, sn, hd, false);
-        memcpy(tmp, kt, kvd * sizeof(float));
-        memcpy(tmp + kvd, v + (size_t)t * kvd, kvd * sizeof(float));
-        model_kv_put(m, st, l, t, tmp);
+        model_kv_put(m, st, l, t, kt);
     }
 
     int max_len = 0;
@@ -167,10 +168,10 @@ void gqa_attention(model *m, const model_step *st, int l, const float *x, float 
     }
     int threads = pool_threads(m->pool), split = 1, group = nh / nkv;
     while (split < group && n * nkv * split < 2 * threads) split++;
-    attn_job j = {m, st, l, q, att, NULL, max_len, n * nkv * split, split};
+    attn_job j = {m, st, l, qkv, w, att, NULL, max_len, n * nkv * split, split};
     int n_tasks = threads * 4;
     if (n_tasks > j.n_units) n_tasks = j.n_units;
-    j.scores = model_scratch(m, FWD_SLOT_FAMILY0 + 5,
+    j.scores = model_scratch(m, FWD_SLOT_FAMILY0 + 6,
                              (size_t)n_tasks * (size_t)(nh / nkv) * (size_t)max_len);
     pool_run(m->pool, attn_task, &j, n_tasks);
     model_kv_commit(m, st, l);
