@@ -154,9 +154,9 @@ PRESETS = {
         tiny=True,
         dtype="f32",
         shards=2,
-        # tensors in name order (k_proj, o_proj, q_proj, v_proj; gate, up
-        # apart), as in real checkpoints: weights used in place can't be
-        # fused then, so the separate projections are exercised too
+        # tensors in name order (k_proj, o_proj, q_proj, v_proj), as in real
+        # checkpoints: weights used in place can't be fused then, so the
+        # separate q, k, v projections are exercised too
         sorted_names=True,
         config=_llama_like(
             "qwen3",

@@ -128,7 +128,6 @@ void gqa_attention(model *m, const model_step *st, int l, const float *x, float 
     size_t w = qd + 2 * kvd;
     float *qkv = model_scratch(m, FWD_SLOT_FAMILY0, (size_t)n * w);
     float *att = model_scratch(m, FWD_SLOT_FAMILY0 + 1, (size_t)n * qd);
-    float *rot = model_scratch(m, FWD_SLOT_FAMILY0 + 2, (size_t)hd);
     if (L->wqkv.data) { /* one pass over x for all three */
         kern_matmul(m->pool, qkv, x, &L->wqkv, L->bqkv, n);
     } else { /* the three stored apart in the checkpoint: each, then interleaved */
@@ -146,7 +145,7 @@ void gqa_attention(model *m, const model_step *st, int l, const float *x, float 
         }
     }
 
-    float *cs = rot, *sn = cs + hd / 2;
+    float *cs = model_scratch(m, FWD_SLOT_FAMILY0 + 2, (size_t)hd), *sn = cs + hd / 2;
     for (int t = 0; t < n; t++) {
         float *qt = qkv + (size_t)t * w, *kt = qt + qd;
         if (L->q_norm) {
