@@ -311,7 +311,8 @@ static int parse_levels(const char *s, int *lv, int max) {
 }
 
 int cmd_bench_serving(int argc, char **argv) {
-    const char *dir = NULL, *dtype = "bf16", *levels_s = "1,4,16,64", *replay = "bounded";
+    const char *dir = NULL, *dtype = "bf16", *kv_dtype = "auto", *levels_s = "1,4,16,64",
+               *replay = "bounded";
     int requests = 0, threads = 0, inv = 0, serving = 0, kv_mib = 0, max_out = 1024, no_ttft = 0,
         no_inv = 0, no_overlap = 0;
     float step_ms = 1000, scale = 1, out_scale = 1;
@@ -326,6 +327,7 @@ int cmd_bench_serving(int argc, char **argv) {
         {"--seed", OPT_U64, &seed, "workload seed (default 1)"},
         {"--batch-invariant", OPT_FLAG, &inv, "run the levels in batch-invariant mode"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
+        {"--kv-dtype", OPT_STR, &kv_dtype, CLI_KV_DTYPE_HELP},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--kv-memory", OPT_INT, &kv_mib, "KV pool MiB (default: room for the workload)"},
         {"--step-ms", OPT_FLOAT, &step_ms, "engine step budget in ms (default 1000: CPU scale)"},
@@ -352,7 +354,7 @@ int cmd_bench_serving(int argc, char **argv) {
         cli_usage(stderr, opts, n_opts, syn);
         return 2;
     }
-    model *m = cli_load_model(dir, dtype, threads);
+    model *m = cli_load_model(dir, dtype, kv_dtype, threads);
     if (!m) return 1;
     const model_info *info = model_get_info(m);
     int V = info->vocab_size < 32000 ? info->vocab_size : 32000;

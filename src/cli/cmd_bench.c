@@ -177,7 +177,7 @@ static void print_result(const bench_result *r, const model_info *info, bool jso
 int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--serving")) return cmd_bench_serving(argc, argv);
-    const char *dir = NULL, *dtype = "bf16";
+    const char *dir = NULL, *dtype = "bf16", *kv_dtype = "auto";
     int batch = 8, prompt_len = 512, gen_len = 32, threads = 0, json = 0, kernels = 0;
     const cli_opt opts[] = {
         {"--model", OPT_STR, &dir, "checkpoint directory"},
@@ -187,6 +187,7 @@ int cmd_bench(int argc, char **argv) {
         {"--gen-len", OPT_INT, &gen_len, "decode steps (default 32)"},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
+        {"--kv-dtype", OPT_STR, &kv_dtype, CLI_KV_DTYPE_HELP},
         {"--json", OPT_FLAG, &json, "print one JSON object"},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
@@ -206,7 +207,7 @@ int cmd_bench(int argc, char **argv) {
     }
     bench_result r = {.batch = batch, .prompt_len = prompt_len, .gen_len = gen_len};
     double t0 = di_now();
-    model *m = cli_load_model(dir, dtype, threads);
+    model *m = cli_load_model(dir, dtype, kv_dtype, threads);
     if (!m) return 1;
     r.load_s = di_now() - t0;
     r.rss_after_load_mb = cli_rss_bytes() / 1e6;

@@ -83,7 +83,7 @@ static bool is_eos(const model_info *info, const tokenizer *tok, int id) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *dir = NULL, *prompt = NULL, *dtype = "bf16";
+    const char *dir = NULL, *prompt = NULL, *dtype = "bf16", *kv_dtype = "auto";
     int max_tokens = 128, threads = 0, top_k = 0, ignore_eos = 0, no_bos = 0;
     float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f;
     uint64_t seed = 0;
@@ -100,6 +100,7 @@ int cmd_generate(int argc, char **argv) {
         {"--seed", OPT_U64, &seed, "sampling seed (default 0)"},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
+        {"--kv-dtype", OPT_STR, &kv_dtype, CLI_KV_DTYPE_HELP},
         {"--ignore-eos", OPT_FLAG, &ignore_eos, "keep going past end-of-sequence"},
         {"--no-bos", OPT_FLAG, &no_bos, "do not start with the BOS token"},
         {"--kv-store", OPT_STR, &kv_store, "persistent KV block store directory (default: none)"},
@@ -133,7 +134,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "deepinfer: %s\n", err.msg);
         return 1;
     }
-    model *m = cli_load_model(dir, dtype, threads);
+    model *m = cli_load_model(dir, dtype, kv_dtype, threads);
     if (!m) {
         tok_free(tok);
         return 1;

@@ -87,13 +87,15 @@ static int run_mtp(model *m, const int *ids, int n, float *out, di_err *err) {
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *dir = NULL, *ids_s = NULL, *out = NULL, *mtp_out = NULL, *dtype = "f32";
+    const char *dir = NULL, *ids_s = NULL, *out = NULL, *mtp_out = NULL, *dtype = "f32",
+               *kv_dtype = "auto";
     int prompt_len = 0, threads = 0;
     const cli_opt opts[] = {
         {"--model", OPT_STR, &dir, "checkpoint directory"},
         {"--ids", OPT_STR, &ids_s, "token ids, space-separated"},
         {"--prompt-len", OPT_INT, &prompt_len, "ids prefilled in one pass (default: all)"},
         {"--dtype", OPT_STR, &dtype, "bf16 | f32 | int8 (default f32)"},
+        {"--kv-dtype", OPT_STR, &kv_dtype, CLI_KV_DTYPE_HELP},
         {"--threads", OPT_INT, &threads, "threads (default: all cores)"},
         {"--out", OPT_STR, &out, "output file (raw f32 rows)"},
         {"--mtp-out", OPT_STR, &mtp_out, "also write MTP depth-0 logits here"},
@@ -106,7 +108,7 @@ int cmd_logits(int argc, char **argv) {
         cli_usage(stderr, opts, n_opts, syn);
         return 2;
     }
-    model *m = cli_load_model(dir, dtype, threads);
+    model *m = cli_load_model(dir, dtype, kv_dtype, threads);
     if (!m) return 1;
     const model_info *info = model_get_info(m);
     int *ids = NULL;

@@ -22,7 +22,8 @@
 #include "server/server.h"
 
 int cmd_serve(int argc, char **argv) {
-    const char *dir = NULL, *host = "127.0.0.1", *api_key = NULL, *name = NULL, *dtype = "bf16";
+    const char *dir = NULL, *host = "127.0.0.1", *api_key = NULL, *name = NULL, *dtype = "bf16",
+               *kv_dtype = "auto";
     const char *format = NULL, *swa_replay = "bounded";
     const char *kv_store = NULL, *kv_capacity = NULL;
     float ttl_chat_h = -1, ttl_agent_h = -1;
@@ -39,6 +40,7 @@ int cmd_serve(int argc, char **argv) {
         {"--served-model-name", OPT_STR, &name, "model name clients use (default: DIR's name)"},
         {"--format", OPT_STR, &format, "prompt format (default: guessed from the tokenizer)"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
+        {"--kv-dtype", OPT_STR, &kv_dtype, CLI_KV_DTYPE_HELP},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--kv-memory", OPT_INT, &kv_mib, "KV cache size in MiB (default 1024)"},
         {"--kv-blocks", OPT_INT, &kv_blocks, "KV cache size in 128-token blocks (overrides)"},
@@ -124,7 +126,7 @@ int cmd_serve(int argc, char **argv) {
         tok_free(tok);
         return 2;
     }
-    model *m = cli_load_model(dir, dtype, threads);
+    model *m = cli_load_model(dir, dtype, kv_dtype, threads);
     if (!m) {
         tok_free(tok);
         return 1;

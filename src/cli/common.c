@@ -25,10 +25,20 @@ int cli_parse_dtype(const char *s, model_opts *o) {
     return 0;
 }
 
-model *cli_load_model(const char *dir, const char *dtype, int threads) {
+model *cli_load_model(const char *dir, const char *dtype, const char *kv_dtype, int threads) {
     model_opts o = {.dtype = MODEL_DTYPE_BF16, .threads = threads};
     if (cli_parse_dtype(dtype, &o)) {
         fprintf(stderr, "deepinfer: unknown --dtype '%s' (bf16, f32, int8, int8:GROUP)\n", dtype);
+        return NULL;
+    }
+    if (!kv_dtype || !strcmp(kv_dtype, "auto"))
+        o.kv_dtype = MODEL_KV_AUTO;
+    else if (!strcmp(kv_dtype, "f32"))
+        o.kv_dtype = MODEL_KV_F32;
+    else if (!strcmp(kv_dtype, "bf16"))
+        o.kv_dtype = MODEL_KV_BF16;
+    else {
+        fprintf(stderr, "deepinfer: unknown --kv-dtype '%s' (auto, f32, bf16)\n", kv_dtype);
         return NULL;
     }
     di_err err = {{0}};

@@ -158,9 +158,10 @@ typedef struct engine_stats {
  * the step thread. tok may be NULL (no text, no stop strings). */
 engine *engine_create(model *m, tokenizer *tok, const engine_opts *opts, di_err *err);
 /* Opens the KV store under store_dir for this model's block layout, with
- * the fingerprint of model_dir's checkpoint and dtype_tag (the compute
- * dtype, e.g. "f32"): a store written by another model or dtype is never
- * read. ko may be NULL. Close with kvs_close after engine_free. */
+ * the fingerprint of model_dir's checkpoint, dtype_tag (the compute dtype,
+ * e.g. "f32") and the model's KV dtype: a store written by another model,
+ * compute dtype or KV dtype is never read. ko may be NULL. Close with kvs_close after engine_free.
+ */
 kvs *engine_kv_store_open(model *m, const char *model_dir, const char *dtype_tag,
                           const char *store_dir, const kvs_opts *ko, di_err *err);
 /* The same over any runner (tests: a fake model). detok may be NULL. The

@@ -10,6 +10,7 @@
  * orders, one attention path); the rest of the forward pass (per-token
  * norms and attention, expert matmuls over their own tokens) already
  * reduces in an order fixed per row. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,7 +147,8 @@ kvs *engine_kv_store_open(model *m, const char *model_dir, const char *dtype_tag
                       .n_layers = n,
                       .layer_off = off,
                       .layer_bytes = bytes};
-    if (kvs_fingerprint_model(model_dir, dtype_tag, lay.block_bytes, &lay.fingerprint, err))
-        return NULL;
+    char tag[96]; /* what the entries hold depends on both */
+    snprintf(tag, sizeof tag, "%s/kv-%s", dtype_tag, model_kv_dtype_name(m));
+    if (kvs_fingerprint_model(model_dir, tag, lay.block_bytes, &lay.fingerprint, err)) return NULL;
     return kvs_open(store_dir, &lay, ko, err);
 }

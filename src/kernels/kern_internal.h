@@ -128,11 +128,17 @@ void kern_dot_rows_avx2(float *out, const float *a, const float *b, size_t strid
 void kern_dot_heads_avx2(float *out, size_t ld, const float *a, int n_a, const float *b,
                          size_t stride, int m, int n);
 void kern_axpy_rows_avx2(float *y, const float *a, const float *x, size_t stride, int m, int n);
-/* The attention helpers with AVX-512 (ops_avx512.c): the AVX2 ones' bits. */
-void kern_dot_heads_avx512(float *out, size_t ld, const float *a, int n_a, const float *b,
+/* The attention helpers with AVX-512 (ops_avx512.c): the AVX2 ones' bits,
+ * on f32 rows, or bf16 rows (bf) widened as they are loaded. */
+void kern_dot_heads_avx512(float *out, size_t ld, const float *a, int n_a, const void *b, bool bf,
                            size_t stride, int m, int n);
 void kern_axpy_heads_avx512(float *y, size_t ldy, const float *a, size_t lda, int n_a,
-                            const float *x, size_t stride, int m, int n);
+                            const void *x, bool bf, size_t stride, int m, int n);
+/* The f32 helpers on bf16 rows widened a chunk at a time (kernels.c). */
+void kern_dot_heads_widened(float *out, size_t ld, const float *a, int n_a, const uint16_t *b,
+                            size_t stride, int m, int n);
+void kern_axpy_heads_widened(float *y, size_t ldy, const float *a, size_t lda, int n_a,
+                             const uint16_t *x, size_t stride, int m, int n);
 void kern_scale_avx2(float *y, float a, int n);
 void kern_add_avx2(float *y, const float *x, int n);
 void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);

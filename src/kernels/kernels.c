@@ -15,6 +15,8 @@
  * thread: the matmuls' scratch buffers (kern_scratch). */
 #include "kernels/kern_internal.h"
 
+#include "base/base.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -308,10 +310,11 @@ float kern_dot(const float *a, const float *b, int n) {
     return s;
 }
 
-void kern_dot_heads(float *out, size_t ld, const float *a, int n_a, const float *b, size_t stride,
-                    int m, int n) {
+/* The f32 helpers on f32 rows. */
+static void dot_heads_f32(float *out, size_t ld, const float *a, int n_a, const float *b,
+                          size_t stride, int m, int n) {
     if (kern_use_avx512()) {
-        kern_dot_heads_avx512(out, ld, a, n_a, b, stride, m, n);
+        kern_dot_heads_avx512(out, ld, a, n_a, b, false, stride, m, n);
         return;
     }
     if (kern_use_avx2()) {
@@ -323,6 +326,66 @@ void kern_dot_heads(float *out, size_t ld, const float *a, int n_a, const float 
             out[(size_t)h * ld + i] = kern_dot(a + (size_t)h * n, b + (size_t)i * stride, n);
 }
 
+static void axpy_heads_f32(float *y, size_t ldy, const float *a, size_t lda, int n_a,
+                           const float *x, size_t stride, int m, int n) {
+    if (kern_use_avx512()) {
+        kern_axpy_heads_avx512(y, ldy, a, lda, n_a, x, false, stride, m, n);
+        return;
+    }
+    for (int h = 0; h < n_a; h++) kern_axpy_rows(y + h * ldy, a + h * lda, x, stride, m, n);
+}
+
+/* bf16 rows through the f32 helpers: a chunk of rows at a time widened into
+ * a buffer on the stack, the chunks in row order (so the sums are the f32
+ * helpers' on the widened rows). Where there is no AVX-512, and for what
+ * the AVX-512 helpers leave over. */
+#define WIDEN_FLOATS 4096
+
+static float *widen_buf(float *stack, int n, int *rows) {
+    *rows = n <= WIDEN_FLOATS ? WIDEN_FLOATS / n : 1;
+    return n <= WIDEN_FLOATS ? stack : di_malloc(sizeof(float) * (size_t)n);
+}
+
+static const float *widen(float *buf, const uint16_t *b, size_t stride, int i, int r, int n) {
+    for (int k = 0; k < r; k++)
+        kern_bf16_row_to_f32(buf + (size_t)k * n, b + (size_t)(i + k) * stride, (size_t)n);
+    return buf;
+}
+
+void kern_dot_heads_widened(float *out, size_t ld, const float *a, int n_a, const uint16_t *b,
+                            size_t stride, int m, int n) {
+    float stack[WIDEN_FLOATS];
+    int rows;
+    float *buf = widen_buf(stack, n, &rows);
+    for (int i = 0; i < m; i += rows) {
+        int r = m - i < rows ? m - i : rows;
+        dot_heads_f32(out + i, ld, a, n_a, widen(buf, b, stride, i, r, n), (size_t)n, r, n);
+    }
+    if (buf != stack) free(buf);
+}
+
+void kern_axpy_heads_widened(float *y, size_t ldy, const float *a, size_t lda, int n_a,
+                             const uint16_t *x, size_t stride, int m, int n) {
+    float stack[WIDEN_FLOATS];
+    int rows;
+    float *buf = widen_buf(stack, n, &rows);
+    for (int i = 0; i < m; i += rows) {
+        int r = m - i < rows ? m - i : rows;
+        axpy_heads_f32(y, ldy, a + i, lda, n_a, widen(buf, x, stride, i, r, n), (size_t)n, r, n);
+    }
+    if (buf != stack) free(buf);
+}
+
+void kern_dot_heads(float *out, size_t ld, const float *a, int n_a, const void *b, kern_dtype bt,
+                    size_t stride, int m, int n) {
+    if (bt == KT_F32)
+        dot_heads_f32(out, ld, a, n_a, b, stride, m, n);
+    else if (kern_use_avx512())
+        kern_dot_heads_avx512(out, ld, a, n_a, b, true, stride, m, n);
+    else
+        kern_dot_heads_widened(out, ld, a, n_a, b, stride, m, n);
+}
+
 void kern_axpy_rows(float *y, const float *a, const float *x, size_t stride, int m, int n) {
     if (kern_use_avx2()) {
         kern_axpy_rows_avx2(y, a, x, stride, m, n);
@@ -331,13 +394,31 @@ void kern_axpy_rows(float *y, const float *a, const float *x, size_t stride, int
     for (int i = 0; i < m; i++) kern_axpy(y, a[i], x + (size_t)i * stride, n);
 }
 
-void kern_axpy_heads(float *y, size_t ldy, const float *a, size_t lda, int n_a, const float *x,
-                     size_t stride, int m, int n) {
-    if (kern_use_avx512()) {
-        kern_axpy_heads_avx512(y, ldy, a, lda, n_a, x, stride, m, n);
+void kern_axpy_heads(float *y, size_t ldy, const float *a, size_t lda, int n_a, const void *x,
+                     kern_dtype xt, size_t stride, int m, int n) {
+    if (xt == KT_F32)
+        axpy_heads_f32(y, ldy, a, lda, n_a, x, stride, m, n);
+    else if (kern_use_avx512())
+        kern_axpy_heads_avx512(y, ldy, a, lda, n_a, x, true, stride, m, n);
+    else
+        kern_axpy_heads_widened(y, ldy, a, lda, n_a, x, stride, m, n);
+}
+
+void kern_bf16_row_to_f32(float *dst, const uint16_t *src, size_t n) {
+    if (kern_use_avx2()) {
+        kern_row_bf16_avx2(dst, src, (int)n);
         return;
     }
-    for (int h = 0; h < n_a; h++) kern_axpy_rows(y + h * ldy, a + h * lda, x, stride, m, n);
+    for (size_t i = 0; i < n; i++) dst[i] = kern_bf16_to_f32(src[i]);
+}
+
+/* kern_f32_to_bf16 as one integer expression per element (vectorizes). */
+void kern_f32_row_to_bf16(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = f32_bits(src[i]);
+        u = (u & 0x7fffffffu) > 0x7f800000u ? u | 0x400000u : u + 0x7fffu + ((u >> 16) & 1u);
+        dst[i] = (uint16_t)(u >> 16);
+    }
 }
 
 void kern_axpy(float *y, float a, const float *x, int n) {

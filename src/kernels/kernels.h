@@ -90,14 +90,20 @@ void kern_add(float *y, const float *x, int n);           /* y += x */
 /* Attention over a run of m cache rows, each bit for bit the per-row helper:
  * for n_a query vectors a + h*n at once (each row read once for all of them)
  * out[h*ld + i] = kern_dot(a + h*n, b + i*stride, n); and y += a[i] *
- * (x + i*stride) by kern_axpy for i = 0, 1, ... m-1 in turn. */
-void kern_dot_heads(float *out, size_t ld, const float *a, int n_a, const float *b, size_t stride,
-                    int m, int n);
+ * (x + i*stride) by kern_axpy for i = 0, 1, ... m-1 in turn. The cache rows
+ * of the _heads helpers are f32 or bf16 (bt / xt is KT_F32 or KT_BF16;
+ * stride counts elements): a bf16 row counts as its f32 values, exactly. */
+void kern_dot_heads(float *out, size_t ld, const float *a, int n_a, const void *b, kern_dtype bt,
+                    size_t stride, int m, int n);
 void kern_axpy_rows(float *y, const float *a, const float *x, size_t stride, int m, int n);
 /* kern_axpy_rows for n_a heads at once (each V row read once for all):
  * y + h*ldy gets the rows weighted by a + h*lda, for h < n_a, bit for bit. */
-void kern_axpy_heads(float *y, size_t ldy, const float *a, size_t lda, int n_a, const float *x,
-                     size_t stride, int m, int n);
+void kern_axpy_heads(float *y, size_t ldy, const float *a, size_t lda, int n_a, const void *x,
+                     kern_dtype xt, size_t stride, int m, int n);
+/* Rows of bf16 values to f32 and back (kern_bf16_to_f32 / kern_f32_to_bf16
+ * per element). */
+void kern_bf16_row_to_f32(float *dst, const uint16_t *src, size_t n);
+void kern_f32_row_to_bf16(uint16_t *dst, const float *src, size_t n);
 
 /* out = x / rms(x) * w (w may be NULL: no weight). out may alias x. */
 void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps);

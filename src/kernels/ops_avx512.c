@@ -11,7 +11,11 @@
  * rows each query load (the AVX2 helper reloads every query per row), their
  * horizontal sums done eight at a time in registers; and four heads' outputs
  * stay in registers while each V row is loaded once for all of them (the AVX2
- * path reloads it per head). */
+ * path reloads it per head).
+ *
+ * The cache rows may be bf16 (bf): each 16 values are widened to f32 as they
+ * are loaded (a shift into the high half), so the arithmetic, and the bits,
+ * are those of the f32 rows the widened values make; the bytes read halve. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -21,6 +25,13 @@
 #define AI        static inline __attribute__((always_inline))
 #define DOT_AHEAD 6 /* rows prefetched ahead in kern_dot_heads */
 
+/* 16 elements of row storage from element k: f32, or bf16 widened. */
+AI __m512 load16(const void *p, size_t k, const bool bf) {
+    if (!bf) return _mm512_loadu_ps((const float *)p + k);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + k));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 /* low + high 256-bit halves: kern_dot's s0 + s1 */
 AI __m256 halves(__m512 v) {
     return _mm256_add_ps(_mm512_castps512_ps256(v),
@@ -28,8 +39,8 @@ AI __m256 halves(__m512 v) {
 }
 
 /* Heads a[h0 .. h0+4) against rows [i, i + R) (R = 1 or 2). */
-AI void dot4(float *out, size_t ld, const float *a, int h0, const float *b, size_t stride, int i,
-             const int R, int n) {
+AI void dot4(float *out, size_t ld, const float *a, int h0, const void *b, const bool bf,
+             size_t stride, int i, const int R, int n) {
     __m512 acc[2][4];
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++)
@@ -39,7 +50,7 @@ AI void dot4(float *out, size_t ld, const float *a, int h0, const float *b, size
     for (int k = 0; k < n; k += 16) {
         __m512 bk[2];
 #pragma GCC unroll 2
-        for (int r = 0; r < R; r++) bk[r] = _mm512_loadu_ps(b + (size_t)(i + r) * stride + k);
+        for (int r = 0; r < R; r++) bk[r] = load16(b, (size_t)(i + r) * stride + k, bf);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
             __m512 av = _mm512_loadu_ps(aq + (size_t)q * n + k);
@@ -80,8 +91,8 @@ AI __m256 hsum8x8(const __m256 v[8]) {
 /* Heads a[h0 .. h0+4) against rows [i, i + 4): dot4's sums, sixteen
  * accumulators (every row and query loaded once per 16 columns), and the
  * horizontal sums in registers, each head's four scores one store. */
-AI void dot4x4(float *out, size_t ld, const float *a, int h0, const float *b, size_t stride, int i,
-               int n) {
+AI void dot4x4(float *out, size_t ld, const float *a, int h0, const void *b, const bool bf,
+               size_t stride, int i, int n) {
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
@@ -91,7 +102,7 @@ AI void dot4x4(float *out, size_t ld, const float *a, int h0, const float *b, si
     for (int k = 0; k < n; k += 16) {
         __m512 bk[4], av[4];
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) bk[r] = _mm512_loadu_ps(b + (size_t)(i + r) * stride + k);
+        for (int r = 0; r < 4; r++) bk[r] = load16(b, (size_t)(i + r) * stride + k, bf);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) av[q] = _mm512_loadu_ps(aq + (size_t)q * n + k);
 #pragma GCC unroll 4
@@ -110,47 +121,61 @@ AI void dot4x4(float *out, size_t ld, const float *a, int h0, const float *b, si
     }
 }
 
-/* Row i of b, all n floats, towards L1. */
-AI void prefetch_row(const float *b, size_t stride, int i, int n) {
-    for (int k = 0; k < n; k += 16)
-        _mm_prefetch((const char *)(b + (size_t)i * stride + k), _MM_HINT_T0);
+/* Row i of b, all n elements of esize bytes, towards L1. */
+AI void prefetch_row(const void *b, size_t stride, int i, int n, size_t esize) {
+    const char *r = (const char *)b + (size_t)i * stride * esize;
+    for (size_t k = 0; k < (size_t)n * esize; k += 64) _mm_prefetch(r + k, _MM_HINT_T0);
 }
 
-void kern_dot_heads_avx512(float *out, size_t ld, const float *a, int n_a, const float *b,
-                           size_t stride, int m, int n) {
+AI void dot_heads(float *out, size_t ld, const float *a, int n_a, const void *b, const bool bf,
+                  size_t stride, int m, int n) {
     /* A GQA head's cached rows lie a whole cache entry apart (every head's
      * K and V of a token between them), a stride the hardware prefetchers
      * do not follow: without this each row is a miss. Dense rows (MLA's
      * latent entries) stream by themselves, and prefetching them stalls. */
     bool sparse = stride >= 4 * (size_t)n;
+    size_t esize = bf ? 2 : 4;
     int h = 0;
     for (; n % 16 == 0 && h + 4 <= n_a; h += 4) {
         int i = 0;
         for (; i + 4 <= m; i += 4) {
             if (sparse && h == 0 && i + DOT_AHEAD + 4 <= m)
-                for (int r = 0; r < 4; r++) prefetch_row(b, stride, i + DOT_AHEAD + r, n);
-            dot4x4(out, ld, a, h, b, stride, i, n);
+                for (int r = 0; r < 4; r++) prefetch_row(b, stride, i + DOT_AHEAD + r, n, esize);
+            dot4x4(out, ld, a, h, b, bf, stride, i, n);
         }
-        for (; i + 2 <= m; i += 2) dot4(out, ld, a, h, b, stride, i, 2, n);
-        if (i < m) dot4(out, ld, a, h, b, stride, i, 1, n);
+        for (; i + 2 <= m; i += 2) dot4(out, ld, a, h, b, bf, stride, i, 2, n);
+        if (i < m) dot4(out, ld, a, h, b, bf, stride, i, 1, n);
     }
-    if (h < n_a) /* fewer than four heads left (or n not whole 16s) */
+    if (h == n_a) return;
+    /* fewer than four heads left (or n not whole 16s) */
+    if (bf)
+        kern_dot_heads_widened(out + (size_t)h * ld, ld, a + (size_t)h * n, n_a - h, b, stride, m,
+                               n);
+    else
         kern_dot_heads_avx2(out + (size_t)h * ld, ld, a + (size_t)h * n, n_a - h, b, stride, m, n);
 }
 
+void kern_dot_heads_avx512(float *out, size_t ld, const float *a, int n_a, const void *b, bool bf,
+                           size_t stride, int m, int n) {
+    if (bf)
+        dot_heads(out, ld, a, n_a, b, true, stride, m, n);
+    else
+        dot_heads(out, ld, a, n_a, b, false, stride, m, n);
+}
+
 /* Heads [h0, h0 + H) (H <= 4), columns [c, c + 64). */
-AI void axpy64(float *y, size_t ldy, const float *a, size_t lda, int h0, const int H,
-               const float *x, size_t stride, int m, int c) {
+AI void axpy64(float *y, size_t ldy, const float *a, size_t lda, int h0, const int H, const void *x,
+               const bool bf, size_t stride, int m, int c) {
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int h = 0; h < H; h++)
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) acc[h][v] = _mm512_loadu_ps(y + (h0 + h) * ldy + c + 16 * v);
     for (int i = 0; i < m; i++) {
-        const float *r = x + (size_t)i * stride + c;
+        size_t r = (size_t)i * stride + c;
         __m512 xv[4];
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) xv[v] = _mm512_loadu_ps(r + 16 * v);
+        for (int v = 0; v < 4; v++) xv[v] = load16(x, r + 16 * v, bf);
 #pragma GCC unroll 4
         for (int h = 0; h < H; h++) {
             __m512 va = _mm512_set1_ps(a[(h0 + h) * lda + i]);
@@ -164,28 +189,41 @@ AI void axpy64(float *y, size_t ldy, const float *a, size_t lda, int h0, const i
         for (int v = 0; v < 4; v++) _mm512_storeu_ps(y + (h0 + h) * ldy + c + 16 * v, acc[h][v]);
 }
 
-void kern_axpy_heads_avx512(float *y, size_t ldy, const float *a, size_t lda, int n_a,
-                            const float *x, size_t stride, int m, int n) {
+AI void axpy_heads(float *y, size_t ldy, const float *a, size_t lda, int n_a, const void *x,
+                   const bool bf, size_t stride, int m, int n) {
     int c = 0;
     for (; n % 8 == 0 && c + 64 <= n; c += 64) {
         int h = 0;
-        for (; h + 4 <= n_a; h += 4) axpy64(y, ldy, a, lda, h, 4, x, stride, m, c);
+        for (; h + 4 <= n_a; h += 4) axpy64(y, ldy, a, lda, h, 4, x, bf, stride, m, c);
         switch (n_a - h) {
         case 3:
-            axpy64(y, ldy, a, lda, h, 3, x, stride, m, c);
+            axpy64(y, ldy, a, lda, h, 3, x, bf, stride, m, c);
             break;
         case 2:
-            axpy64(y, ldy, a, lda, h, 2, x, stride, m, c);
+            axpy64(y, ldy, a, lda, h, 2, x, bf, stride, m, c);
             break;
         case 1:
-            axpy64(y, ldy, a, lda, h, 1, x, stride, m, c);
+            axpy64(y, ldy, a, lda, h, 1, x, bf, stride, m, c);
             break;
         default:
             break;
         }
     }
-    if (c < n) /* the columns past whole 64s, as the AVX2 path does them */
+    if (c == n) return;
+    /* the columns past whole 64s, as the AVX2 path does them */
+    if (bf)
+        kern_axpy_heads_widened(y + c, ldy, a, lda, n_a, (const uint16_t *)x + c, stride, m, n - c);
+    else
         for (int h = 0; h < n_a; h++)
             for (int i = 0; i < m; i++)
-                kern_axpy_avx2(y + h * ldy + c, a[h * lda + i], x + (size_t)i * stride + c, n - c);
+                kern_axpy_avx2(y + h * ldy + c, a[h * lda + i],
+                               (const float *)x + (size_t)i * stride + c, n - c);
+}
+
+void kern_axpy_heads_avx512(float *y, size_t ldy, const float *a, size_t lda, int n_a,
+                            const void *x, bool bf, size_t stride, int m, int n) {
+    if (bf)
+        axpy_heads(y, ldy, a, lda, n_a, x, true, stride, m, n);
+    else
+        axpy_heads(y, ldy, a, lda, n_a, x, false, stride, m, n);
 }

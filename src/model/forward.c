@@ -196,7 +196,7 @@ int model_forward(model *m, model_kv_pool *kv, model_batch_seq *batch, int n_bat
         }
     }
     /* first[] has n_batch entries; n >= n_batch, so it fits in its n slots. */
-    int max_entry = 0;
+    int max_entry = 0; /* floats: an entry never takes more than that */
     for (int l = 0; l < c->n_layers; l++) {
         int e = model_kv_entry_floats(m, l);
         if (c->layer_swa[l] && e > max_entry) max_entry = e;

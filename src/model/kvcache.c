@@ -4,9 +4,15 @@
  *
  * Pool: n_blocks blocks of MODEL_KV_BLOCK positions. A block holds every
  * full-attention layer (main and MTP) for its 128 positions, layer-major:
- * [layer][position][entry], so one layer's keys are contiguous. Entries are
- * f32 for now (GQA: K then V; MLA: latent then k_pe). Free blocks sit on a
- * stack; the caller's block manager decides policy.
+ * [layer][position][entry], so one layer's keys are contiguous (GQA: K then
+ * V; MLA: latent then k_pe). Free blocks sit on a stack; the caller's block
+ * manager decides policy.
+ *
+ * Elements are the model's KV dtype (model_kv_dtype): f32 with f32 weights,
+ * else bf16 unless asked otherwise, everywhere an entry is kept (pool, rings,
+ * step staging, snapshots), so a token reads the same values of its own
+ * entry whether it came in this step or an earlier one. model_kv_put rounds
+ * (nearest even); attention reads the rows as they are stored.
  *
  * Rings: each sliding-window layer keeps window + MODEL_SWA_SPARE entries per
  * sequence at slot pos % ring; the spare lets a speculative rollback of up
@@ -33,21 +39,23 @@
 
 struct model_kv_pool {
     int n_blocks;
-    int n_all;           /* main + MTP layers */
-    size_t block_floats; /* floats per block, all full layers */
-    long *layer_off;     /* n_all: offset of the layer within a block, -1 for SWA layers */
-    int *entry;          /* n_all: model_kv_entry_floats */
-    float *data;
+    int n_all;         /* main + MTP layers */
+    size_t esize;      /* bytes per element: 4 (f32) or 2 (bf16) */
+    kern_dtype dtype;  /* KT_F32 or KT_BF16 */
+    size_t block_elts; /* elements per block, all full layers */
+    long *layer_off;   /* n_all: offset of the layer within a block, -1 for SWA layers */
+    int *entry;        /* n_all: model_kv_entry_floats */
+    unsigned char *data;
     size_t map_bytes;
     int *free_stack, n_free;
     unsigned char *in_use;
 };
 
 typedef struct {
-    int ring;      /* window + MODEL_SWA_SPARE */
-    int *cap;      /* n_all: entries allocated so far (grows up to ring; 0 for full layers) */
-    float **layer; /* n_all: the layer's ring, NULL for full layers */
-    float *zero;   /* ring entries of zeros: what positions below swa_floor read as */
+    int ring; /* window + MODEL_SWA_SPARE */
+    int *cap; /* n_all: entries allocated so far (grows up to ring; 0 for full layers) */
+    unsigned char **layer; /* n_all: the layer's ring, NULL for full layers */
+    void *zero;            /* ring entries of zeros: what positions below swa_floor read as */
 } kv_rings;
 
 static int n_all_layers(const model *m) {
@@ -62,15 +70,29 @@ int model_kv_entry_floats(const model *m, int l) {
     return 2 * c->n_kv_heads * c->head_dim;
 }
 
-static size_t block_floats(const model *m) {
-    size_t f = 0;
-    for (int l = 0; l < n_all_layers(m); l++)
-        if (!m->cfg.layer_swa[l]) f += (size_t)MODEL_KV_BLOCK * (size_t)model_kv_entry_floats(m, l);
-    return f;
+kern_dtype model_kv_dtype(const model *m) {
+    model_kv_type t = m->opts.kv_dtype;
+    if (t == MODEL_KV_AUTO) t = m->opts.dtype == MODEL_DTYPE_F32 ? MODEL_KV_F32 : MODEL_KV_BF16;
+    return t == MODEL_KV_F32 ? KT_F32 : KT_BF16;
+}
+
+const char *model_kv_dtype_name(const model *m) {
+    return model_kv_dtype(m) == KT_F32 ? "f32" : "bf16";
+}
+
+static size_t entry_bytes(const model *m, int l) {
+    return (size_t)model_kv_entry_floats(m, l) * kern_dtype_size(model_kv_dtype(m));
+}
+
+size_t model_kv_entry_bytes(const model *m, int l) {
+    return entry_bytes(m, l);
 }
 
 size_t model_kv_block_bytes(const model *m) {
-    return block_floats(m) * sizeof(float);
+    size_t b = 0;
+    for (int l = 0; l < n_all_layers(m); l++)
+        if (!m->cfg.layer_swa[l]) b += (size_t)MODEL_KV_BLOCK * entry_bytes(m, l);
+    return b;
 }
 
 model_kv_pool *model_kv_pool_create(model *m, int n_blocks, di_err *err) {
@@ -89,9 +111,11 @@ model_kv_pool *model_kv_pool_create(model *m, int n_blocks, di_err *err) {
         kv->layer_off[l] = m->cfg.layer_swa[l] ? -1 : off;
         if (!m->cfg.layer_swa[l]) off += (long)MODEL_KV_BLOCK * kv->entry[l];
     }
-    kv->block_floats = (size_t)off;
+    kv->block_elts = (size_t)off;
+    kv->dtype = model_kv_dtype(m);
+    kv->esize = kern_dtype_size(kv->dtype);
     size_t bytes;
-    if (__builtin_mul_overflow(kv->block_floats * sizeof(float), (size_t)n_blocks, &bytes)) {
+    if (__builtin_mul_overflow(kv->block_elts * kv->esize, (size_t)n_blocks, &bytes)) {
         model_kv_pool_free(kv);
         di_errf(err, "KV pool: %d blocks overflow the address space", n_blocks);
         return NULL;
@@ -200,38 +224,56 @@ static int seq_past(const model *m, const model_seq *s, int l) {
     return l >= m->cfg.n_layers ? s->mtp_n_past : s->n_past;
 }
 
-static float *full_entry(const model_kv_pool *kv, const model_seq *s, int l, int pos) {
+static unsigned char *full_entry(const model_kv_pool *kv, const model_seq *s, int l, int pos) {
     int blk = s->blocks[pos / MODEL_KV_BLOCK];
-    return kv->data + (size_t)blk * kv->block_floats + (size_t)kv->layer_off[l] +
-           (size_t)(pos % MODEL_KV_BLOCK) * (size_t)kv->entry[l];
+    return kv->data + ((size_t)blk * kv->block_elts + (size_t)kv->layer_off[l] +
+                       (size_t)(pos % MODEL_KV_BLOCK) * (size_t)kv->entry[l]) *
+                          kv->esize;
 }
 
 void model_kv_put(model *m, const model_step *st, int l, int t, const float *entry) {
     const model_kv_pool *kv = st->kv;
-    int n = kv->entry[l];
-    float *dst;
+    size_t n = (size_t)kv->entry[l];
+    void *dst;
     if (kv->layer_off[l] >= 0) {
         const model_seq *s = st->batch[st->seq_of[t]].seq;
         if (l < m->cfg.n_layers && st->pos[t] < s->kv_keep_end) return; /* replay: keep cached */
         dst = full_entry(kv, s, l, st->pos[t]);
     } else
-        dst = (float *)st->scratch + (size_t)t * (size_t)n;
-    memcpy(dst, entry, (size_t)n * sizeof(float));
+        dst = (unsigned char *)st->scratch + (size_t)t * n * kv->esize;
+    if (kv->dtype == KT_F32)
+        memcpy(dst, entry, n * sizeof(float));
+    else
+        kern_f32_row_to_bf16(dst, entry, n);
 }
 
-const float *model_kv_get(model *m, const model_step *st, int l, int b, int pos) {
+const void *model_kv_get(model *m, const model_step *st, int l, int b, int pos) {
     const model_kv_pool *kv = st->kv;
     const model_seq *s = st->batch[b].seq;
     if (kv->layer_off[l] >= 0) return full_entry(kv, s, l, pos);
     int past = seq_past(m, s, l);
-    size_t n = (size_t)kv->entry[l];
-    if (pos >= past) return (const float *)st->scratch + (size_t)(st->first[b] + pos - past) * n;
+    size_t n = (size_t)kv->entry[l] * kv->esize;
+    if (pos >= past)
+        return (const unsigned char *)st->scratch + (size_t)(st->first[b] + pos - past) * n;
     const kv_rings *r = s->swa;
     if (pos < s->swa_floor && l < m->cfg.n_layers) return r->zero;
     return r->layer[l] + (size_t)(pos % r->ring) * n;
 }
 
-const float *model_kv_run(model *m, const model_step *st, int l, int b, int pos, int want, int *n) {
+void model_kv_read(model *m, const model_step *st, int l, int b, int pos, float *out) {
+    const void *e = model_kv_get(m, st, l, b, pos);
+    size_t n = (size_t)st->kv->entry[l];
+    if (st->kv->dtype == KT_F32)
+        memcpy(out, e, n * sizeof(float));
+    else
+        kern_bf16_row_to_f32(out, e, n);
+}
+
+kern_dtype model_kv_step_dtype(const model_step *st) {
+    return st->kv->dtype;
+}
+
+const void *model_kv_run(model *m, const model_step *st, int l, int b, int pos, int want, int *n) {
     const model_kv_pool *kv = st->kv;
     const model_seq *s = st->batch[b].seq;
     int run;
@@ -255,20 +297,20 @@ const float *model_kv_run(model *m, const model_step *st, int l, int b, int pos,
 /* Rings start empty and grow with the sequence up to window + spare, so a
  * short request does not pay for a long window. While cap < ring every
  * stored position is below cap, so slot pos % ring == pos survives growth. */
-static void ring_grow(kv_rings *r, int l, int end, size_t entry) {
+static void ring_grow(kv_rings *r, int l, int end, size_t entry_bytes) {
     int want = end < r->ring ? end : r->ring;
     if (want <= r->cap[l]) return;
     int cap = r->cap[l] ? 2 * r->cap[l] : 16;
     if (cap < want) cap = want;
     if (cap > r->ring) cap = r->ring;
-    r->layer[l] = di_realloc(r->layer[l], (size_t)cap * entry * sizeof(float));
+    r->layer[l] = di_realloc(r->layer[l], (size_t)cap * entry_bytes);
     r->cap[l] = cap;
 }
 
 void model_kv_commit(model *m, const model_step *st, int l) {
     const model_kv_pool *kv = st->kv;
     if (kv->layer_off[l] >= 0) return;
-    size_t n = (size_t)kv->entry[l];
+    size_t n = (size_t)kv->entry[l] * kv->esize; /* bytes */
     for (int b = 0; b < st->n_batch; b++) {
         const model_batch_seq *bs = &st->batch[b];
         kv_rings *r = bs->seq->swa;
@@ -278,20 +320,19 @@ void model_kv_commit(model *m, const model_step *st, int l) {
         for (int i = from; i < bs->n_tokens; i++) {
             int pos = past + i;
             memcpy(r->layer[l] + (size_t)(pos % r->ring) * n,
-                   (const float *)st->scratch + (size_t)(st->first[b] + i) * n, n * sizeof(float));
+                   (const unsigned char *)st->scratch + (size_t)(st->first[b] + i) * n, n);
         }
     }
 }
 
 void model_kv_prepare(model *m, const model_step *st) {
-    int max_entry = 0;
+    size_t max_entry = 0;
     for (int l = 0; l < m->cfg.n_layers; l++)
-        if (m->cfg.layer_swa[l] && model_kv_entry_floats(m, l) > max_entry)
-            max_entry = model_kv_entry_floats(m, l);
+        if (m->cfg.layer_swa[l] && entry_bytes(m, l) > max_entry) max_entry = entry_bytes(m, l);
     for (int b = 0; b < st->n_batch; b++) {
         kv_rings *r = st->batch[b].seq->swa;
         if (r && st->batch[b].seq->swa_floor > 0 && !r->zero)
-            r->zero = di_calloc((size_t)r->ring * (size_t)max_entry, sizeof(float));
+            r->zero = di_calloc((size_t)r->ring, max_entry);
     }
 }
 
@@ -309,14 +350,14 @@ int model_attn_first(const model *m, const model_step *st, int l, int b, int pos
 }
 
 void model_kv_copy_block(model_kv_pool *kv, int dst, int src) {
-    if (dst == src || !kv->block_floats) return;
-    memcpy(kv->data + (size_t)dst * kv->block_floats, kv->data + (size_t)src * kv->block_floats,
-           kv->block_floats * sizeof(float));
+    size_t bb = kv->block_elts * kv->esize;
+    if (dst == src || !bb) return;
+    memcpy(kv->data + (size_t)dst * bb, kv->data + (size_t)src * bb, bb);
 }
 
 void *model_kv_block_data(model_kv_pool *kv, int block) {
     if (!kv || block < 0 || block >= kv->n_blocks || !kv->data) return NULL;
-    return kv->data + (size_t)block * kv->block_floats;
+    return kv->data + (size_t)block * kv->block_elts * kv->esize;
 }
 
 int model_kv_block_layout(const model *m, size_t *off, size_t *bytes, int max) {
@@ -324,7 +365,7 @@ int model_kv_block_layout(const model *m, size_t *off, size_t *bytes, int max) {
     size_t o = 0;
     for (int l = 0; l < n_all_layers(m); l++) {
         if (m->cfg.layer_swa[l]) continue;
-        size_t b = (size_t)MODEL_KV_BLOCK * (size_t)model_kv_entry_floats(m, l) * sizeof(float);
+        size_t b = (size_t)MODEL_KV_BLOCK * entry_bytes(m, l);
         if (n < max) {
             off[n] = o;
             bytes[n] = b;
@@ -341,8 +382,8 @@ int model_kv_block_layout(const model *m, size_t *off, size_t *bytes, int max) {
  * swa_floor): no later token looks further back than the window. */
 struct model_swa_state {
     int pos, keep, floor;
-    size_t floats;
-    float data[];
+    size_t bytes;
+    unsigned char data[];
 };
 
 model_swa_state *model_swa_save(model *m, const model_seq *s) {
@@ -352,20 +393,20 @@ model_swa_state *model_swa_save(model *m, const model_seq *s) {
     int keep = s->n_past - s->swa_floor;
     if (keep > c->sliding_window) keep = c->sliding_window;
     if (keep < 0) keep = 0;
-    size_t floats = 0;
+    size_t bytes = 0;
     for (int l = 0; l < c->n_layers; l++)
-        if (c->layer_swa[l]) floats += (size_t)keep * (size_t)model_kv_entry_floats(m, l);
-    model_swa_state *st = di_malloc(sizeof *st + floats * sizeof(float));
+        if (c->layer_swa[l]) bytes += (size_t)keep * entry_bytes(m, l);
+    model_swa_state *st = di_malloc(sizeof *st + bytes);
     st->pos = s->n_past;
     st->keep = keep;
     st->floor = s->n_past - keep;
-    st->floats = floats;
-    float *d = st->data;
+    st->bytes = bytes;
+    unsigned char *d = st->data;
     for (int l = 0; l < c->n_layers; l++) {
         if (!c->layer_swa[l]) continue;
-        size_t n = (size_t)model_kv_entry_floats(m, l);
+        size_t n = entry_bytes(m, l);
         for (int p = st->floor; p < st->pos; p++, d += n)
-            memcpy(d, r->layer[l] + (size_t)(p % r->ring) * n, n * sizeof(float));
+            memcpy(d, r->layer[l] + (size_t)(p % r->ring) * n, n);
     }
     return st;
 }
@@ -374,13 +415,13 @@ void model_swa_restore(model *m, model_seq *s, const model_swa_state *st) {
     kv_rings *r = s->swa;
     if (!r || !st) return;
     const model_config *c = &m->cfg;
-    const float *d = st->data;
+    const unsigned char *d = st->data;
     for (int l = 0; l < c->n_layers; l++) {
         if (!c->layer_swa[l]) continue;
-        size_t n = (size_t)model_kv_entry_floats(m, l);
+        size_t n = entry_bytes(m, l);
         ring_grow(r, l, st->pos, n);
         for (int p = st->floor; p < st->pos; p++, d += n)
-            memcpy(r->layer[l] + (size_t)(p % r->ring) * n, d, n * sizeof(float));
+            memcpy(r->layer[l] + (size_t)(p % r->ring) * n, d, n);
     }
     s->n_past = st->pos;
     s->swa_floor = st->floor;
@@ -390,7 +431,7 @@ int model_swa_state_pos(const model_swa_state *st) {
     return st->pos;
 }
 size_t model_swa_state_bytes(const model_swa_state *st) {
-    return sizeof *st + st->floats * sizeof(float);
+    return sizeof *st + st->bytes;
 }
 void model_swa_state_free(model_swa_state *st) {
     free(st);

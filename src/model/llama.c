@@ -90,6 +90,8 @@ static void attn_task(void *ctx, int task, int n_tasks) {
     int nkv = c->n_kv_heads, hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
     size_t qd = (size_t)c->n_heads * hd, kv_dim = (size_t)nkv * hd, ml = (size_t)j->max_len;
     size_t E = (size_t)model_kv_entry_floats(j->m, j->l);
+    kern_dtype kt = model_kv_step_dtype(j->st);
+    size_t es = kern_dtype_size(kt);
     float scale = 1.0f / sqrtf((float)hd);
     float *sc = j->scores + (size_t)task * group * ml;
     int p0 = (int)((long)j->n_units * task / n_tasks);
@@ -101,9 +103,9 @@ static void attn_task(void *ctx, int task, int n_tasks) {
         int s0 = model_attn_first(j->m, j->st, j->l, b, pos), len = pos - s0 + 1;
         const float *q0 = j->q + (size_t)t * j->q_stride + (size_t)kh * group * hd;
         for (int i = 0, run; i < len; i += run) {
-            const float *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, len - i, &run);
-            kern_dot_heads(sc + g0 * ml + i, ml, q0 + g0 * hd, g1 - g0, e + (size_t)kh * hd, E, run,
-                           hd);
+            const char *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, len - i, &run);
+            kern_dot_heads(sc + g0 * ml + i, ml, q0 + g0 * hd, g1 - g0, e + (size_t)kh * hd * es,
+                           kt, E, run, hd);
             for (int g = g0; g < g1; g++)
                 for (int r = 0; r < run; r++) sc[g * ml + i + r] *= scale;
         }
@@ -111,9 +113,9 @@ static void attn_task(void *ctx, int task, int n_tasks) {
         float *o0 = j->att + (size_t)t * qd + (size_t)kh * group * hd;
         memset(o0 + (size_t)g0 * hd, 0, (size_t)(g1 - g0) * hd * sizeof(float));
         for (int i = 0, run; i < len; i += run) {
-            const float *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, len - i, &run);
+            const char *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, len - i, &run);
             kern_axpy_heads(o0 + g0 * hd, (size_t)hd, sc + g0 * ml + i, ml, g1 - g0,
-                            e + kv_dim + (size_t)kh * hd, E, run, hd);
+                            e + (kv_dim + (size_t)kh * hd) * es, kt, E, run, hd);
         }
     }
 }

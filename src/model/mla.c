@@ -122,6 +122,7 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
     int nh = hb - ha;
     size_t lora = (size_t)d->lora, ml = (size_t)c->max_ctx;
     size_t E = (size_t)model_kv_entry_floats(c->m, c->l);
+    kern_dtype kt = model_kv_step_dtype(c->st);
     /* a head's query laid out as a cache entry: the latent part, then the
      * rope part, so one dot product per (head, position) covers both */
     size_t qe = lora + (size_t)d->rope;
@@ -132,8 +133,8 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
                sizeof(float) * (size_t)d->rope);
     }
     for (int j = 0, run; j < C; j += run) {
-        const float *e = model_kv_run(c->m, c->st, c->l, b, s0 + j, C - j, &run);
-        kern_dot_heads(sc + j, ml, qh, nh, e, E, run, (int)qe);
+        const void *e = model_kv_run(c->m, c->st, c->l, b, s0 + j, C - j, &run);
+        kern_dot_heads(sc + j, ml, qh, nh, e, kt, E, run, (int)qe);
     }
     for (int h = 0; h < nh; h++) {
         float *sh = sc + h * ml;
@@ -142,9 +143,9 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
         memset(c->olat + ((size_t)(ha + h) * c->na + i) * lora, 0, sizeof(float) * lora);
     }
     for (int j = 0, run; j < C; j += run) {
-        const float *e = model_kv_run(c->m, c->st, c->l, b, s0 + j, C - j, &run);
+        const void *e = model_kv_run(c->m, c->st, c->l, b, s0 + j, C - j, &run);
         kern_axpy_heads(c->olat + ((size_t)ha * c->na + i) * lora, (size_t)c->na * lora, sc + j, ml,
-                        nh, e, E, run, d->lora);
+                        nh, e, kt, E, run, d->lora);
     }
     if (c->fused) /* out_h = W_uv o_lat */
         for (int h = ha; h < hb; h++)
@@ -186,9 +187,9 @@ static void mla_expand_attend(void *vctx, int task, int n) {
         memcpy(qr + (size_t)q * d->rope, qt + d->nope, sizeof(float) * (size_t)d->rope);
     }
     const float *k = c->kvx + (size_t)jlo * kvw + hoff;
-    kern_dot_heads(s, (size_t)run, qn, nq, k, kvw, run, d->nope);
-    kern_dot_heads(sr, (size_t)run, qr, nq, c->kpe + (size_t)jlo * d->rope, (size_t)d->rope, run,
-                   d->rope);
+    kern_dot_heads(s, (size_t)run, qn, nq, k, KT_F32, kvw, run, d->nope);
+    kern_dot_heads(sr, (size_t)run, qr, nq, c->kpe + (size_t)jlo * d->rope, KT_F32, (size_t)d->rope,
+                   run, d->rope);
     for (int q = 0; q < nq; q++) {
         float *sq = s + (size_t)q * run, *rq = sr + (size_t)q * run;
         int lo = js[q] - jlo, hi = je[q] - jlo;
@@ -198,7 +199,7 @@ static void mla_expand_attend(void *vctx, int task, int n) {
         memset(o, 0, sizeof(float) * (size_t)d->vd);
     }
     kern_axpy_heads(c->attn + (size_t)(c->t0 + i0) * d->H * d->vd + (size_t)h * d->vd,
-                    (size_t)d->H * d->vd, s, (size_t)run, nq, k + d->nope, kvw, run, d->vd);
+                    (size_t)d->H * d->vd, s, (size_t)run, nq, k + d->nope, KT_F32, kvw, run, d->vd);
     free(qn);
 }
 
@@ -219,11 +220,13 @@ static void mla_expanded_seq(mla_ctx *c, int b) {
     c->C = plast - c->s0 + 1;
     float *lat = di_malloc(sizeof(float) * (size_t)c->C * d->lora);
     float *kpe = di_malloc(sizeof(float) * (size_t)c->C * d->rope);
+    float *e = di_malloc(sizeof(float) * (size_t)d->ent);
     for (int j = 0; j < c->C; j++) {
-        const float *e = model_kv_get(c->m, st, c->l, b, c->s0 + j);
+        model_kv_read(c->m, st, c->l, b, c->s0 + j, e);
         memcpy(lat + (size_t)j * d->lora, e, sizeof(float) * (size_t)d->lora);
         memcpy(kpe + (size_t)j * d->rope, e + d->lora, sizeof(float) * (size_t)d->rope);
     }
+    free(e);
     size_t per_head = (size_t)c->C * (d->nope + d->vd);
     int hg = (int)(MLA_EXPAND_FLOATS / per_head);
     hg = hg < 1 ? 1 : hg > d->H ? d->H : hg;

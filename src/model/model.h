@@ -28,10 +28,15 @@ typedef struct model_kv_pool model_kv_pool;
 
 typedef enum { MODEL_DTYPE_BF16 = 0, MODEL_DTYPE_F32, MODEL_DTYPE_INT8 } model_dtype;
 
+/* What KV cache entries are stored as. AUTO: f32 with f32 weights, else bf16
+ * (half the bytes attention reads; attention still computes in f32). */
+typedef enum { MODEL_KV_AUTO = 0, MODEL_KV_F32, MODEL_KV_BF16 } model_kv_type;
+
 typedef struct model_opts {
     model_dtype dtype; /* compute precision of the weights (activations are f32) */
-    int int8_group;    /* MODEL_DTYPE_INT8: 0 = one scale per output row, else columns per scale */
-    int threads;       /* <= 0: all online cores */
+    model_kv_type kv_dtype;
+    int int8_group; /* MODEL_DTYPE_INT8: 0 = one scale per output row, else columns per scale */
+    int threads;    /* <= 0: all online cores */
 } model_opts;
 
 typedef struct model_info {
@@ -65,6 +70,7 @@ pool *model_pool(model *m);
 model_kv_pool *model_kv_pool_create(model *m, int n_blocks, di_err *err);
 void model_kv_pool_free(model_kv_pool *kv);
 size_t model_kv_block_bytes(const model *m);
+const char *model_kv_dtype_name(const model *m); /* "f32" or "bf16" */
 int model_kv_n_free(const model_kv_pool *kv);
 int model_kv_alloc(model_kv_pool *kv); /* block id, or -1 when exhausted */
 void model_kv_release(model_kv_pool *kv, int block);

@@ -210,7 +210,7 @@ typedef struct model_step {
     const int *seq_of; /* n_tokens: index into batch of each token's sequence */
     const int *first;  /* n_batch: index of each sequence's first token in the step */
     void *scratch;     /* KV staging for SWA layers: n_tokens entries of the largest
-                          model_kv_entry_floats (forward.c's FWD_SLOT_STAGE) */
+                          model_kv_entry_bytes (forward.c's FWD_SLOT_STAGE) */
 } model_step;
 
 /* The per-token cache entry of layer l: K then V (2 * n_kv_heads * head_dim
@@ -218,19 +218,25 @@ typedef struct model_step {
  * (kv_lora_rank + qk_rope_head_dim floats) for MLA layers. Layers 0..n_layers-1
  * are the main model, n_layers + k is MTP module k. */
 int model_kv_entry_floats(const model *m, int l);
+/* What the elements are stored as (KT_F32 or KT_BF16), and an entry's bytes. */
+kern_dtype model_kv_dtype(const model *m);
+size_t model_kv_entry_bytes(const model *m, int l);
+kern_dtype model_kv_step_dtype(const model_step *st);
 /* Stores the entry of step token t for layer l (paged block for full layers,
- * step staging for sliding-window layers). */
+ * step staging for sliding-window layers), rounded to the KV dtype. */
 void model_kv_put(model *m, const model_step *st, int l, int t, const float *entry);
 /* The entry of batch sequence b at absolute position pos for layer l: the
  * cache for earlier positions, this step's entries for new ones. Valid for
  * every pos < n_past + n_tokens on full layers, and for the last
  * sliding_window positions before each of the step's tokens on SWA layers. */
-const float *model_kv_get(model *m, const model_step *st, int l, int b, int pos);
+const void *model_kv_get(model *m, const model_step *st, int l, int b, int pos);
+/* model_kv_get's entry as f32 values (model_kv_entry_floats of them). */
+void model_kv_read(model *m, const model_step *st, int l, int b, int pos, float *out);
 /* The same entries as model_kv_get, a run at a time: returns the entry of
  * position pos and sets *n (1..want) to how many consecutive positions follow
  * it in memory, one model_kv_entry_floats(l) apart. Lets attention loop over
  * plain arrays instead of calling model_kv_get per position. */
-const float *model_kv_run(model *m, const model_step *st, int l, int b, int pos, int want, int *n);
+const void *model_kv_run(model *m, const model_step *st, int l, int b, int pos, int want, int *n);
 /* After layer l's attention: moves staged sliding-window entries into the
  * sequences' ring buffers. No-op for full layers. */
 void model_kv_commit(model *m, const model_step *st, int l);

@@ -51,7 +51,7 @@ int model_mtp_forward(model *m, model_kv_pool *kv, model_seq *seq, int depth, co
 
     /* The decoder layer, as a one-token step of this sequence. */
     model_batch_seq bs = {.seq = seq, .tokens = &next_token, .n_tokens = 1};
-    float *stage = di_malloc(sizeof(float) * (size_t)model_kv_entry_floats(m, l));
+    void *stage = di_malloc(model_kv_entry_bytes(m, l));
     int seq_of = 0, first = 0;
     model_step st = {.kv = kv,
                      .batch = &bs,

@@ -9,7 +9,9 @@ preset in $DI_TEST_MODELS: 96 ids = a 64-token random prompt plus the
 reference's 32-token greedy continuation; prefill 64, then decode one by one.
   f32:        max |err| <= 1e-4 * max |logit|  (MTP depth 0 too, dsv3-tiny)
   threads:    f32 output with --threads 1 and 2 is bit-identical
-  bf16/int8:  top-1 agreement with the f32 run >= 98 % (mean KL printed)
+  bf16/int8:  top-1 agreement with the f32 run >= 98 % (mean KL printed); the
+              same for f32 weights over a bf16 KV cache and bf16 weights
+              over an f32 one
   ISA:        the same with DEEPINFER_ISA=avx2 (f32, bf16, int8) and
               DEEPINFER_ISA=scalar (f32), the lower kernel sets end to end;
               an unknown set is refused and scalar differs from native
@@ -450,10 +452,10 @@ def t_sensitive(name):
 # part 2: the binary
 
 
-def run_bin(name, dtype, threads, mtp=False, isa="native"):
+def run_bin(name, dtype, threads, mtp=False, isa="native", kv="auto"):
     """Returns (logits [rows, V] f32, mtp or None); raises RuntimeError with the
     binary's own message on failure. isa sets DEEPINFER_ISA: native, avx2 or
-    scalar kernels."""
+    scalar kernels; kv is --kv-dtype."""
     if name in _hung:
         raise RuntimeError("skipped: an earlier run on this model timed out")
     ids = seq(name)
@@ -461,7 +463,8 @@ def run_bin(name, dtype, threads, mtp=False, isa="native"):
     with tempfile.TemporaryDirectory() as d:
         out, mout = os.path.join(d, "l.bin"), os.path.join(d, "m.bin")
         cmd = [BIN, "logits", "--model", os.path.join(MODELS, name), "--ids", " ".join(map(str, ids)),
-               "--prompt-len", str(PROMPT), "--dtype", dtype, "--threads", str(threads), "--out", out]
+               "--prompt-len", str(PROMPT), "--dtype", dtype, "--kv-dtype", kv, "--threads", str(threads),
+               "--out", out]
         if mtp:
             cmd += ["--mtp-out", mout]
         try:
@@ -556,17 +559,21 @@ def binary_checks(name):
                 return ratio <= TOL, f"max|err|/max|logit| = {ratio:.2e} (limit {TOL:.0e})"
 
             run_check(f"{name} f32 vs reference, DEEPINFER_ISA={isa}", c_isa)
-        for dt in ("bf16", "int8"):
-            if isa == "scalar":
+        # bf16 and int8 keep a bf16 KV cache by default; f32 weights over a
+        # bf16 cache, and bf16 weights over an f32 one, each alone.
+        for dt, kv in (("bf16", "auto"), ("int8", "auto"), ("f32", "bf16"), ("bf16", "f32")):
+            if isa == "scalar" or (kv != "auto" and isa != "native"):
                 continue  # the portable kernels are checked in f32 above and by the unit tests
 
-            def c_q(dt=dt, isa=isa):
+            def c_q(dt=dt, isa=isa, kv=kv):
                 base, _ = f32_run(2)
-                got, _ = run_bin(name, dt, 2, isa=isa)
+                got, _ = run_bin(name, dt, 2, isa=isa, kv=kv)
                 agree = float((got.argmax(-1) == base.argmax(-1)).mean())
-                return agree >= MIN_AGREE, f"top-1 agreement {agree * 100:.1f}%, mean KL(f32||{dt}) {kl(base, got):.2e}"
+                what = dt if kv == "auto" else f"{dt}, {kv} KV"
+                return agree >= MIN_AGREE, f"top-1 agreement {agree * 100:.1f}%, mean KL(f32||{what}) {kl(base, got):.2e}"
 
-            run_check(f"{name} {dt} vs f32" + ("" if isa == "native" else f", DEEPINFER_ISA={isa}"), c_q)
+            label = dt if kv == "auto" else f"{dt} --kv-dtype {kv}"
+            run_check(f"{name} {label} vs f32" + ("" if isa == "native" else f", DEEPINFER_ISA={isa}"), c_q)
 
 
 def main():

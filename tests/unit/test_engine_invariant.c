@@ -56,12 +56,13 @@ static bool forward_mixed(model *m, model_kv_pool *kv, const int *tok, float *lg
     return ok;
 }
 
-static void model_case(const char *preset) {
+static void model_case(const char *preset, model_kv_type kt) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", harness_model_dir(), preset);
     CHECKF(!access(path, R_OK), "cannot load %s (run make models)", preset);
     di_err err;
-    model *m = model_load(path, &(model_opts){.dtype = MODEL_DTYPE_F32, .threads = 2}, &err);
+    model *m = model_load(
+        path, &(model_opts){.dtype = MODEL_DTYPE_F32, .kv_dtype = kt, .threads = 2}, &err);
     CHECKF(m, "%s", err.msg);
     int V = model_get_info(m)->vocab_size;
     model_kv_pool *kv = model_kv_pool_create(m, 16, &err);
@@ -95,25 +96,40 @@ static void model_case(const char *preset) {
 }
 
 TEST(engine_invariant_llama3_tiny) {
-    model_case("llama3-tiny");
+    model_case("llama3-tiny", MODEL_KV_AUTO);
 }
 TEST(engine_invariant_qwen2_tiny) {
-    model_case("qwen2-tiny");
+    model_case("qwen2-tiny", MODEL_KV_AUTO);
 }
 TEST(engine_invariant_qwen3_tiny) {
-    model_case("qwen3-tiny");
+    model_case("qwen3-tiny", MODEL_KV_AUTO);
 }
 TEST(engine_invariant_mistral_tiny) {
-    model_case("mistral-tiny");
+    model_case("mistral-tiny", MODEL_KV_AUTO);
 }
 TEST(engine_invariant_dsv2_tiny) {
-    model_case("dsv2-tiny");
+    model_case("dsv2-tiny", MODEL_KV_AUTO);
 }
 TEST(engine_invariant_dsv3_tiny) {
-    model_case("dsv3-tiny");
+    model_case("dsv3-tiny", MODEL_KV_AUTO);
 }
 TEST(engine_invariant_hybrid_tiny) {
-    model_case("hybrid-tiny");
+    model_case("hybrid-tiny", MODEL_KV_AUTO);
+}
+
+/* bf16 cache entries: a token reads its own entry rounded whether it came in
+ * this step or an earlier one, so any chunking gives the same bits. */
+TEST(engine_invariant_bf16_kv_llama3_tiny) {
+    model_case("llama3-tiny", MODEL_KV_BF16);
+}
+TEST(engine_invariant_bf16_kv_mistral_tiny) {
+    model_case("mistral-tiny", MODEL_KV_BF16);
+}
+TEST(engine_invariant_bf16_kv_dsv3_tiny) {
+    model_case("dsv3-tiny", MODEL_KV_BF16);
+}
+TEST(engine_invariant_bf16_kv_hybrid_tiny) {
+    model_case("hybrid-tiny", MODEL_KV_BF16);
 }
 
 /* --- through the engine ------------------------------------------------------- */

@@ -45,12 +45,13 @@ TEST(engine_swa_cache_lru_bound) {
 }
 
 /* --- the model: snapshots and replay --------------------------------------- */
-static model *load(const char *preset) {
+static model *load(const char *preset, model_kv_type kt) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", harness_model_dir(), preset);
     if (access(path, R_OK)) return NULL;
     di_err err;
-    model *m = model_load(path, &(model_opts){.dtype = MODEL_DTYPE_F32, .threads = 1}, &err);
+    model *m = model_load(
+        path, &(model_opts){.dtype = MODEL_DTYPE_F32, .kv_dtype = kt, .threads = 1}, &err);
     if (!m) fprintf(stderr, "%s: %s\n", preset, err.msg);
     return m;
 }
@@ -96,8 +97,8 @@ static int replayed_logits(model *m, model_kv_pool *kv, const model_seq *src, co
     return rc;
 }
 
-TEST(engine_swa_replay_hybrid_tiny) {
-    model *m = load("hybrid-tiny");
+static void replay_case(model_kv_type kt) {
+    model *m = load("hybrid-tiny", kt);
     CHECKF(m, "cannot load hybrid-tiny (run make models)");
     const model_info *in = model_get_info(m);
     CHECKF(in->n_swa_layers == 2 && in->sliding_window == 16, "%d SWA layers, window %d",
@@ -159,6 +160,13 @@ TEST(engine_swa_replay_hybrid_tiny) {
     model_free(m);
 }
 
+TEST(engine_swa_replay_hybrid_tiny) {
+    replay_case(MODEL_KV_AUTO);
+}
+TEST(engine_swa_replay_bf16_kv_hybrid_tiny) {
+    replay_case(MODEL_KV_BF16);
+}
+
 /* --- the engine ------------------------------------------------------------- */
 enum { GEN = 10 };
 typedef struct out {
@@ -188,8 +196,8 @@ static void run(engine *e, const int *p, int np, int n, out *o) {
     engine_wait_idle(e);
 }
 
-static void engine_case(const char *preset) {
-    model *m = load(preset);
+static void engine_case(const char *preset, model_kv_type kt) {
+    model *m = load(preset, kt);
     CHECKF(m, "cannot load %s (run make models)", preset);
     int V = model_get_info(m)->vocab_size;
     static int p[NP + 40];
@@ -259,8 +267,12 @@ static void engine_case(const char *preset) {
 }
 
 TEST(engine_swa_hybrid_tiny) {
-    engine_case("hybrid-tiny");
+    engine_case("hybrid-tiny", MODEL_KV_AUTO);
 }
 TEST(engine_swa_mistral_tiny) {
-    engine_case("mistral-tiny");
+    engine_case("mistral-tiny", MODEL_KV_AUTO);
+}
+/* Snapshots, forks and replays of bf16 rings. */
+TEST(engine_swa_bf16_kv_hybrid_tiny) {
+    engine_case("hybrid-tiny", MODEL_KV_BF16);
 }

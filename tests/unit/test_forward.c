@@ -426,3 +426,70 @@ TEST(forward_threads_agree) {
     tm_rmdir(dir);
     CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0);
 }
+
+/* A bf16 KV cache (the default with bf16 weights): half the block bytes;
+ * layer 0's entries (which no attention feeds) are the f32 cache's rounded
+ * to bf16, bit for bit, in the pool and in sliding-window rings alike; the
+ * logits stay within bf16 error of the f32 cache's. */
+TEST(forward_bf16_kv_cache) {
+    static const char *names[] = {"llama3-tiny", "mistral-tiny", "dsv3-tiny", "hybrid-tiny"};
+    for (int p = 0; p < 4; p++) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/%s", harness_model_dir(), names[p]);
+        struct stat sb;
+        if (stat(dir, &sb) != 0) continue;
+        model *m[2];
+        for (int k = 0; k < 2; k++) {
+            model_opts o = {.dtype = MODEL_DTYPE_BF16,
+                            .kv_dtype = k ? MODEL_KV_AUTO : MODEL_KV_F32,
+                            .threads = 1};
+            di_err err = {{0}};
+            m[k] = model_load(dir, &o, &err);
+            CHECKF(m[k], "%s", err.msg);
+        }
+        CHECK(!strcmp(model_kv_dtype_name(m[0]), "f32") &&
+              !strcmp(model_kv_dtype_name(m[1]), "bf16"));
+        CHECK(model_kv_block_bytes(m[0]) == 2 * model_kv_block_bytes(m[1]));
+        int V = model_get_info(m[0])->vocab_size, n = 80, chunks[] = {64, 1};
+        int *toks = malloc(sizeof(int) * (size_t)n);
+        test_tokens(toks, n, V, 7u + (unsigned)p);
+        float *lg[2];
+        model_seq s[2];
+        model_kv_pool *kv[2];
+        di_err err;
+        for (int k = 0; k < 2; k++) {
+            lg[k] = malloc(sizeof(float) * (size_t)n * V);
+            kv[k] = model_kv_pool_create(m[k], 2, &err);
+            model_seq_init(m[k], &s[k]);
+            CHECK(model_seq_reserve(kv[k], &s[k], n, &err) == 0);
+            for (int at = 0, c; at < n; at += c) {
+                c = at < chunks[0] ? chunks[0] : chunks[1];
+                model_batch_seq b = {.seq = &s[k],
+                                     .tokens = toks + at,
+                                     .n_tokens = c,
+                                     .logits = lg[k] + (size_t)at * V,
+                                     .all_logits = true};
+                CHECK(model_forward(m[k], kv[k], &b, 1, &err) == 0);
+            }
+        }
+        int E = model_kv_entry_floats(m[0], 0), win = m[0]->cfg.sliding_window, bad = 0;
+        for (int pos = m[0]->cfg.layer_swa[0] ? n - win : 0; pos < n; pos++) {
+            model_batch_seq bs[2] = {{.seq = &s[0]}, {.seq = &s[1]}};
+            model_step st0 = {.kv = kv[0], .batch = &bs[0], .n_batch = 1};
+            model_step st1 = {.kv = kv[1], .batch = &bs[1], .n_batch = 1};
+            const float *e0 = model_kv_get(m[0], &st0, 0, 0, pos);
+            const uint16_t *e1 = model_kv_get(m[1], &st1, 0, 0, pos);
+            for (int i = 0; i < E; i++) bad += e1[i] != kern_f32_to_bf16(e0[i]);
+        }
+        CHECKF(!bad, "%s: %d layer-0 entries are not the f32 ones rounded", names[p], bad);
+        double d = row_rel_diff(lg[0], lg[1], n, V);
+        CHECKF(d < 3e-2, "%s: bf16 KV logits %.3g from the f32 KV ones", names[p], d);
+        for (int k = 0; k < 2; k++) {
+            model_seq_free(m[k], kv[k], &s[k]);
+            model_kv_pool_free(kv[k]);
+            model_free(m[k]);
+            free(lg[k]);
+        }
+        free(toks);
+    }
+}

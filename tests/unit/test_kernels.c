@@ -501,53 +501,84 @@ static double rel_err(double got, double want) {
 
 /* The row-run attention helpers equal the per-row ones bit for bit, on every
  * path (AVX-512 where present, AVX2, scalar), for head sizes the fast paths
- * take and ones they hand back. */
+ * take and ones they hand back, on f32 rows and on bf16 rows (against the
+ * per-row helpers on the same values in f32; n = 4100 does not fit the
+ * widening buffer). */
 TEST(kern_rows_helpers_equal_per_row) {
-    static const int ns[] = {16, 24, 64, 72, 128, 136};
+    static const int ns[] = {16, 24, 64, 72, 128, 136, 576, 4100};
     int bad = 0;
-    for (int path = 0; path < 3 && !bad; path++) {
-        kern_force_avx2(path == 1);
-        kern_force_scalar(path == 2);
-        for (int ni = 0; ni < 6 && !bad; ni++) {
+    for (int path = 0; path < 6 && !bad; path++) {
+        bool bf = path >= 3;
+        kern_force_avx2(path % 3 == 1);
+        kern_force_scalar(path % 3 == 2);
+        for (int ni = 0; ni < 8 && !bad; ni++) {
             int n = ns[ni], stride = n * 3 + 5;
-            for (int m = 0; m <= 11 && !bad; m++) {
-                float *a = malloc(16 * 4 + (size_t)n * 4),
-                      *b = malloc(((size_t)m * stride + 1) * 4);
+            for (int m = 0; m <= (n > 1000 ? 5 : 11) && !bad; m++) {
+                size_t nb = (size_t)m * stride + 1;
+                float *a = malloc(16 * 4 + (size_t)n * 4), *b = malloc(nb * 4);
+                uint16_t *bb = malloc(nb * 2);
                 float *y1 = malloc((size_t)n * 4), *y2 = malloc((size_t)n * 4);
                 for (int i = 0; i < 16 + n; i++) a[i] = frand();
-                for (int i = 0; i < m * stride + 1; i++) b[i] = frand();
+                for (size_t i = 0; i < nb; i++) {
+                    bb[i] = kern_f32_to_bf16(frand());
+                    b[i] = bf ? kern_bf16_to_f32(bb[i]) : frand();
+                }
+                const void *rows = bf ? (const void *)bb : b;
+                kern_dtype dt = bf ? KT_BF16 : KT_F32;
                 for (int i = 0; i < n; i++) y1[i] = y2[i] = frand();
                 kern_axpy_rows(y1, a, b, (size_t)stride, m, n);
                 for (int i = 0; i < m; i++) kern_axpy(y2, a[i], b + (size_t)i * stride, n);
-                if (memcmp(y1, y2, (size_t)n * 4)) bad = 1 + m + 100 * n + 100000 * path;
+                if (memcmp(y1, y2, (size_t)n * 4)) bad = 1 + m + 100 * n + 1000000 * path;
                 for (int na = 1; na <= 6 && !bad; na++) { /* one query head, or several */
                     float *q = malloc((size_t)na * n * 4), *h1 = malloc((size_t)na * 12 * 4);
                     float *o1 = malloc((size_t)na * n * 4), *o2 = malloc((size_t)na * n * 4);
                     for (int i = 0; i < na * n; i++) q[i] = frand(), o1[i] = o2[i] = frand();
-                    kern_dot_heads(h1, 12, q, na, b, (size_t)stride, m, n);
+                    kern_dot_heads(h1, 12, q, na, rows, dt, (size_t)stride, m, n);
                     for (int h = 0; h < na && !bad; h++)
                         for (int i = 0; i < m && !bad; i++)
                             if (memcmp(&h1[h * 12 + i],
                                        &(float){
                                            kern_dot(q + (size_t)h * n, b + (size_t)i * stride, n)},
                                        4))
-                                bad = 2 + m + 100 * n + 1000 * na + 100000 * path;
+                                bad = 2 + m + 100 * n + 10000 * na + 1000000 * path;
                     /* weights: head h's m weights at q + 12 h (q has na * n >= 12 na) */
-                    kern_axpy_heads(o1, (size_t)n, q, 12, na, b, (size_t)stride, m, n);
+                    kern_axpy_heads(o1, (size_t)n, q, 12, na, rows, dt, (size_t)stride, m, n);
                     for (int h = 0; h < na; h++)
                         for (int i = 0; i < m; i++)
                             kern_axpy(o2 + (size_t)h * n, q[h * 12 + i], b + (size_t)i * stride, n);
                     if (!bad && memcmp(o1, o2, (size_t)na * n * 4))
-                        bad = 3 + m + 100 * n + 1000 * na + 100000 * path;
+                        bad = 3 + m + 100 * n + 10000 * na + 1000000 * path;
                     free(q), free(h1), free(o1), free(o2);
                 }
-                free(a), free(b), free(y1), free(y2);
+                free(a), free(b), free(bb), free(y1), free(y2);
             }
         }
     }
     kern_force_avx2(false);
     kern_force_scalar(false);
     CHECKF(!bad, "row helpers differ from per-row calls (code %d)", bad);
+}
+
+/* The bf16 row conversions are kern_f32_to_bf16 / kern_bf16_to_f32 per
+ * element, NaN and infinities included. */
+TEST(kern_bf16_rows) {
+    float src[37];
+    for (int i = 0; i < 37; i++) src[i] = frand() * 1000;
+    src[3] = NAN, src[5] = INFINITY, src[7] = -INFINITY, src[9] = -0.0f, src[11] = 1e-40f;
+    uint16_t h[37];
+    float back[37];
+    kern_f32_row_to_bf16(h, src, 37);
+    for (int path = 0; path < 2; path++) {
+        kern_force_scalar(path == 1);
+        kern_bf16_row_to_f32(back, h, 37);
+        for (int i = 0; i < 37; i++) {
+            CHECKF(h[i] == kern_f32_to_bf16(src[i]), "element %d", i);
+            uint16_t r = kern_f32_to_bf16(back[i]);
+            CHECKF(r == h[i] && !memcmp(&back[i], &(float){kern_bf16_to_f32(h[i])}, 4),
+                   "element %d (path %d)", i, path);
+        }
+    }
+    kern_force_scalar(false);
 }
 
 TEST(kern_vector_ops) {

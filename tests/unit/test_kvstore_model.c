@@ -29,16 +29,16 @@ static int full_layers(const model *m, int *ids, size_t *off, size_t *bytes) {
         if (m->cfg.layer_swa[l]) continue;
         ids[n] = l;
         off[n] = o;
-        bytes[n] = (size_t)MODEL_KV_BLOCK * (size_t)model_kv_entry_floats(m, l) * sizeof(float);
+        bytes[n] = (size_t)MODEL_KV_BLOCK * model_kv_entry_bytes(m, l);
         o += bytes[n++];
     }
     return o == model_kv_block_bytes(m) ? n : -1;
 }
 
-static float *entry(model *m, model_kv_pool *kv, model_seq *s, int l, int pos) {
+static char *entry(model *m, model_kv_pool *kv, model_seq *s, int l, int pos) {
     model_batch_seq bs = {.seq = s};
     model_step st = {.kv = kv, .batch = &bs, .n_batch = 1};
-    return (float *)model_kv_get(m, &st, l, 0, pos);
+    return (char *)model_kv_get(m, &st, l, 0, pos);
 }
 
 static int argmax(const float *v, int n) {
