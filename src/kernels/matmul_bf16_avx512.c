@@ -17,19 +17,20 @@
  *     accumulators in turn, then added pairwise and reduced (below).
  *   a few tokens (2 to KERN_BF16_FEW_MAX, plain mode): 16 lanes as 8 tokens
  *     x 2 pairs, in matmul_bf16_few_avx512.c.
- *   packed GEMM (above TL_MAX_N tokens; one token in batch-invariant mode):
+ *   packed GEMM (above TL_LANES_MAX tokens; one token in batch-invariant
+ *     mode):
  *     panels of 16 rows packed as column pairs, lanes across the rows
  *     (below). Per output: the bias, then each block of DPG_KC columns
  *     summed pair by pair in its own lane and added.
- *   token lanes (KERN_BF16_FEW_MAX + 1 to TL_MAX_N tokens in plain mode, 2
- *     to TL_MAX_N in batch-invariant mode): the GEMM's order exactly, with
- *     the lanes across the tokens and the weights broadcast in place,
- *     unpacked (below).
+ *   token lanes (KERN_BF16_FEW_MAX + 1 to TL_LANES_MAX tokens in plain
+ *     mode, 2 to TL_LANES_MAX in batch-invariant mode): the GEMM's order
+ *     exactly, with the lanes across the tokens and the weights broadcast
+ *     in place, unpacked (below).
  * Each order depends on the matrix shape alone — not on the tile, the
  * thread count or the token's place in the batch — so batch-invariant mode
  * keeps to the GEMM's order: the GEMM at one token (its panels side by
  * side: llama-1b decoded 10-11.5 tok/s against 8.7 with the token lanes'
- * 15 idle lanes) and above TL_MAX_N tokens, the token lanes between. */
+ * 15 idle lanes) and above TL_LANES_MAX tokens, the token lanes between. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -52,7 +53,7 @@ typedef struct dp_job {
     int n;
 } dp_job;
 
-/* ---- the packed GEMM: prefill, and batch-invariant mode above TL_MAX_N -- */
+/* ---- the packed GEMM: above TL_LANES_MAX tokens; one in batch-invariant mode */
 /* Blocked like gemm_avx2.c: panels of 16 rows x DPG_KC columns are packed as
  * column pairs ([pair][row], one 32-bit lane per row and pair, the layout
  * vdpbf16ps multiplies), a group of DPG_NCP panels stays in L2 while every
@@ -286,6 +287,13 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
  * products (since removed) and the GEMM's 2.1-3.0. */
 #define TL_PF   512 /* columns prefetched ahead of each row (1 KiB) */
 #define TL_RMAX 8   /* rows per register tile, at most */
+/* Up to here the token lanes, in passes of TL_MAX_N tokens at most over
+ * each panel of rows (tl_panel_chunks); above, the GEMM. llama-1b's 64 layer
+ * matrices, the two alternating in one process: the lanes 7-25 % faster from
+ * 65 to 512 tokens (622 against 499 GFLOP/s at 80, 631 against 568 at 512),
+ * 12 % at 1024, 5-7 % slower at 1536 and 2048. In the model: llama-1b
+ * prefill of 512 at 282-285 tok/s against 260-271. */
+#define TL_LANES_MAX 1024
 
 typedef struct tl_job {
     const kern_mat *W;
@@ -306,12 +314,12 @@ AI size_t tl_ahead(int K, int R, int k0, int kc) {
 
 /* Pair q of rows w[0 .. R) times groups [0, V) onto acc; with half, the
  * pair's second column is zero (a row's odd end). */
-AI void tl_pair(const tl_job *j, const uint16_t *const *w, int q, const bool half,
-                __m512 acc[TL_RMAX][TL_VMAX], const int R, const int V) {
+AI void tl_pair(const tl_job *j, const uint32_t *xt, const uint16_t *const *w, int q,
+                const bool half, __m512 acc[TL_RMAX][TL_VMAX], const int R, const int V) {
     __m512bh xv[TL_VMAX];
 #pragma GCC unroll 4
     for (int v = 0; v < V; v++)
-        xv[v] = (__m512bh)_mm512_load_si512(j->xt + ((size_t)v * j->gpairs + q) * 16);
+        xv[v] = (__m512bh)_mm512_load_si512(xt + ((size_t)v * j->gpairs + q) * 16);
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
         int32_t pair = w[r][2 * q];
@@ -322,9 +330,10 @@ AI void tl_pair(const tl_job *j, const uint16_t *const *w, int q, const bool hal
     }
 }
 
-/* Rows [r0, r0 + R) x groups [0, V) over columns [k0, k0 + kc): the block's
- * sums added onto c[r][16 v + lane] (ld TL_MAX_N). */
-AI void tl_block(const tl_job *j, int r0, const int R, const int V, int k0, int kc, float *c) {
+/* Rows [r0, r0 + R) x the V groups at xt over columns [k0, k0 + kc): the
+ * block's sums added onto c[r][16 v + lane] (ld TL_MAX_N). */
+AI void tl_block(const tl_job *j, const uint32_t *xt, int r0, const int R, const int V, int k0,
+                 int kc, float *c) {
     const kern_mat *W = j->W;
     int K = W->cols, q0 = k0 / 2, q1 = q0 + kc / 2; /* whole pairs; an odd end after */
     const uint16_t *w[TL_RMAX];
@@ -341,9 +350,9 @@ AI void tl_block(const tl_job *j, int r0, const int R, const int V, int k0, int 
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
                 _mm_prefetch((const char *)(w[r] + 2 * q + ahead), _MM_HINT_T0);
-        tl_pair(j, w, q, false, acc, R, V);
+        tl_pair(j, xt, w, q, false, acc, R, V);
     }
-    if (kc & 1) tl_pair(j, w, q, true, acc, R, V); /* the odd end */
+    if (kc & 1) tl_pair(j, xt, w, q, true, acc, R, V); /* the odd end */
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
@@ -353,14 +362,16 @@ AI void tl_block(const tl_job *j, int r0, const int R, const int V, int k0, int 
         }
 }
 
-/* Rows [r0, r0 + rows), rows <= TL_PANEL: R at a time (then one at a time),
- * each through every column block, the sums kept here and then written out
- * token by token, whole lines of y: written row by row, each store went to
- * another page of y, all in one L1 set. */
+/* Rows [r0, r0 + rows), rows <= TL_PANEL, times the V groups from group g0:
+ * R rows at a time (then one at a time), each through every column block,
+ * the sums kept here and then written out token by token, whole lines of y:
+ * written row by row, each store went to another page of y, all in one L1
+ * set. */
 #define TL_PANEL 48 /* a multiple of every tile's rows */
-AI void tl_panel(const tl_job *j, int r0, int rows, const int R, const int V) {
+AI void tl_panel(const tl_job *j, int r0, int rows, int g0, const int R, const int V) {
     const kern_mat *W = j->W;
     int K = W->cols, M = W->rows;
+    const uint32_t *xt = j->xt + (size_t)g0 * j->gpairs * 16;
     _Alignas(64) float c[TL_PANEL * TL_MAX_N];
     for (int r = 0; r < rows; r++) {
         float b = j->bias ? j->bias[r0 + r] : 0.0f;
@@ -369,25 +380,51 @@ AI void tl_panel(const tl_job *j, int r0, int rows, const int R, const int V) {
     int r = 0;
     for (; r + R <= rows; r += R)
         for (int k0 = 0; k0 < K; k0 += DPG_KC)
-            tl_block(j, r0 + r, R, V, k0, K - k0 < DPG_KC ? K - k0 : DPG_KC, c + r * TL_MAX_N);
+            tl_block(j, xt, r0 + r, R, V, k0, K - k0 < DPG_KC ? K - k0 : DPG_KC, c + r * TL_MAX_N);
     for (; r < rows; r++)
         for (int k0 = 0; k0 < K; k0 += DPG_KC)
-            tl_block(j, r0 + r, 1, V, k0, K - k0 < DPG_KC ? K - k0 : DPG_KC, c + r * TL_MAX_N);
-    for (int t = 0; t < j->n; t++) {
+            tl_block(j, xt, r0 + r, 1, V, k0, K - k0 < DPG_KC ? K - k0 : DPG_KC, c + r * TL_MAX_N);
+    int t1 = 16 * (g0 + V) < j->n ? 16 * (g0 + V) : j->n;
+    for (int t = 16 * g0; t < t1; t++) {
         float *yt = j->y + (size_t)t * M + r0;
-        for (int i = 0; i < rows; i++) yt[i] = c[i * TL_MAX_N + t];
+        for (int i = 0; i < rows; i++) yt[i] = c[i * TL_MAX_N + t - 16 * g0];
+    }
+}
+
+/* Above TL_VMAX groups the groups go TL_VMAX at a time through each panel
+ * while its rows are in L2 (a panel of llama-1b's widest rows is 768 KiB),
+ * so the weights still stream from memory once. */
+static void tl_panel_chunks(const tl_job *j, int r0, int rows, int groups) {
+    int passes = (groups + TL_VMAX - 1) / TL_VMAX;
+    for (int c = 0; c < passes; c++) {
+        int g0 = groups * c / passes, g1 = groups * (c + 1) / passes;
+        switch (g1 - g0) {
+        case 1:
+            tl_panel(j, r0, rows, g0, 6, 1);
+            break;
+        case 2:
+            tl_panel(j, r0, rows, g0, 6, 2);
+            break;
+        case 3:
+            tl_panel(j, r0, rows, g0, 6, 3);
+            break;
+        default:
+            tl_panel(j, r0, rows, g0, 6, 4);
+            break;
+        }
     }
 }
 
 AI void tl_range(const tl_job *j, int lo, int hi, const int R, const int V) {
     for (int r = lo; r < hi; r += TL_PANEL)
-        tl_panel(j, r, hi - r < TL_PANEL ? hi - r : TL_PANEL, R, V);
+        tl_panel(j, r, hi - r < TL_PANEL ? hi - r : TL_PANEL, 0, R, V);
 }
 
 /* Rows per register tile at 1 to 4 groups of 16 tokens: 8 x 1 and 8 x 2
- * accumulators, then 6 x 3 and 6 x 4. More rows than 8 at one group fell
- * behind (rows 4 KiB apart share L1 sets); 8 x 3 spilled (llama-1b
- * matrices: 48 tokens at 5.0 ms, at 2.5 ms with 6 rows). */
+ * accumulators, then 6 x 3 and 6 x 4 (and 6 rows for every pass above 4
+ * groups). More rows than 8 at one group fell behind (rows 4 KiB apart share
+ * L1 sets); 8 x 3 spilled (llama-1b matrices: 48 tokens at 5.0 ms, at 2.5
+ * ms with 6 rows). */
 static int tl_tile_rows(int groups) {
     return groups <= 2 ? 8 : 6;
 }
@@ -406,8 +443,12 @@ static void tl_rows(void *ctx, int lo, int hi) {
     case 3:
         tl_range(j, lo, hi, 6, 3);
         break;
-    default:
+    case 4:
         tl_range(j, lo, hi, 6, 4);
+        break;
+    default:
+        for (int r = lo; r < hi; r += TL_PANEL)
+            tl_panel_chunks(j, r, hi - r < TL_PANEL ? hi - r : TL_PANEL, groups);
         break;
     }
 }
@@ -493,7 +534,7 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
     dp_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n};
     /* the kernel: one order at every n in batch-invariant mode (the token
      * lanes' and the GEMM's are the same) */
-    if (n > TL_MAX_N || (n == 1 && kern_batch_inv())) {
+    if (n > TL_LANES_MAX || (n == 1 && kern_batch_inv())) {
         /* several tasks per thread, so a late-waking worker does not leave
          * one thread with all the rows; small matrices stay on one thread */
         int tasks = (double)W->rows * K * n < 65536 ? 1 : pool_threads(p) * 4;

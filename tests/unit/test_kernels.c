@@ -129,13 +129,15 @@ typedef struct shape {
  * {19, 67, 6}: a few bf16 tokens (matmul_bf16_few_avx512.c) with 2, 1 and 3
  * columns past the last 4-column step, rows past whole tiles of 8, and
  * whole cache lines of steps; {5, 3, 5}, {9, 2, 11}: rows shorter than one
- * step, in one half and in two. */
+ * step, in one half and in two. {64, 64, 100}, {37, 160, 130}: token lanes in
+ * passes over each panel (groups 3 + 4, 3 + 3 + 3); {19, 70, 1100}: past
+ * the lanes, the bf16 GEMM's tiles. */
 static const shape shapes[] = {
     {1, 1, 1},     {5, 7, 1},      {13, 31, 2},   {33, 64, 3},    {17, 100, 7},  {40, 257, 17},
     {8, 32, 64},   {70, 96, 5},    {24, 129, 16}, {19, 300, 33},  {50, 128, 64}, {3, 1000, 9},
     {64, 64, 100}, {37, 160, 130}, {21, 333, 40}, {29, 1100, 14}, {9, 130, 1},   {6, 1000, 1},
     {11, 320, 1},  {7, 352, 1},    {21, 130, 8},  {12, 1025, 4},  {19, 67, 6},   {29, 1100, 20},
-    {5, 3, 5},     {9, 2, 11},     {9, 640, 1},   {29, 1100, 26}, {21, 130, 24},
+    {5, 3, 5},     {9, 2, 11},     {9, 640, 1},   {29, 1100, 26}, {21, 130, 24}, {19, 70, 1100},
 };
 
 static void run_matmul_suite(bool scalar, bool avx2, bool no_bf16) {
@@ -303,20 +305,20 @@ TEST(kern_matmul_batch_invariant) {
     pool *p = pool_create(2);
     kern_set_batch_invariant(true);
     int bad = 0;
-    static const int ns[] = {1, 2, 3, 7, 17, 64, 150};
+    static const int ns[] = {1, 2, 3, 7, 17, 64, 150, 1030};
     for (int sc = 0; sc < 2 && !bad; sc++) {
         kern_force_scalar(sc);
         for (int d = 0; d < 5 && !bad; d++) {
             int rows = 45, cols = d == 4 ? 96 : 201; /* odd: a half pair at the end */
             tmat t = make_mat(d < 4 ? (kern_dtype)d : KT_I8, rows, cols, d == 4 ? 32 : cols);
-            int nmax = 150;
+            int nmax = 1030;
             float *x = malloc((size_t)nmax * cols * 4), *y = malloc((size_t)nmax * rows * 4);
             float *bias = malloc((size_t)rows * 4), *ref = malloc((size_t)nmax * rows * 4);
             for (int i = 0; i < nmax * cols; i++) x[i] = frand();
             for (int i = 0; i < rows; i++) bias[i] = frand();
             for (int tk = 0; tk < nmax; tk++)
                 kern_matmul(p, ref + (size_t)tk * rows, x + (size_t)tk * cols, &t.m, bias, 1);
-            for (int k = 0; k < 7 && !bad; k++) {
+            for (int k = 0; k < 8 && !bad; k++) {
                 int n = ns[k], off = (k * 13) % (nmax - n + 1);
                 kern_matmul(p, y, x + (size_t)off * cols, &t.m, bias, n);
                 if (memcmp(y, ref + (size_t)off * rows, (size_t)n * rows * 4))
