@@ -473,14 +473,14 @@ void kern_softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-void kern_silu_mul(float *gate, const float *up, int n) {
+void kern_silu_mul(float *out, const float *gate, const float *up, int n) {
     if (kern_use_avx2()) {
-        kern_silu_mul_avx2(gate, up, n);
+        kern_silu_mul_avx2(out, gate, up, n);
         return;
     }
     for (int i = 0; i < n; i++) {
         float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
     }
 }
 

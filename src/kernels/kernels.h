@@ -109,8 +109,8 @@ void kern_f32_row_to_bf16(uint16_t *dst, const float *src, size_t n);
 void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 /* In-place softmax. */
 void kern_softmax(float *x, int n);
-/* gate[i] = silu(gate[i]) * up[i] */
-void kern_silu_mul(float *gate, const float *up, int n);
+/* out[i] = silu(gate[i]) * up[i]; out may be gate */
+void kern_silu_mul(float *out, const float *gate, const float *up, int n);
 
 /* Rotary embedding on one head vector x of `dim` rotated dims, using
  * per-pair cos/sin tables (dim/2 entries each).

@@ -189,16 +189,16 @@ void kern_softmax_avx2(float *x, int n) {
     kern_scale_avx2(x, 1.0f / s, n);
 }
 
-void kern_silu_mul_avx2(float *gate, const float *up, int n) {
+void kern_silu_mul_avx2(float *out, const float *gate, const float *up, int n) {
     int i = 0;
     __m256 one = _mm256_set1_ps(1.0f);
     for (; i + 8 <= n; i += 8) {
         __m256 g = _mm256_loadu_ps(gate + i);
         __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
         __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
-        _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
     }
-    for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    for (; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
 void kern_row_bf16_avx2(float *out, const uint16_t *row, int n) {

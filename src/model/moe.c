@@ -158,7 +158,7 @@ static void moe_chunk(model *m, const model_layer *L, const float *x, float *out
         deepseek_jobs_add(&js, &L->sh_up, x, us, n);
     }
     deepseek_jobs_run(p, &js);
-    kern_silu_mul(g, u, n * K * inter + n * sw);
+    kern_silu_mul(g, g, u, n * K * inter + n * sw);
     for (int e = 0; e < E; e++)
         if (cnt[e]) {
             size_t r0 = (size_t)off[e];

@@ -626,18 +626,20 @@ TEST(kern_vector_ops) {
                 CHECKF(fabs(y[i] - want) <= 2e-6 * want + 1e-9, "softmax n=%d i=%d", n, i);
             }
 
-            memcpy(y, a, n * 4);
-            kern_silu_mul(y, b, n);
-            for (int i = 0; i < n; i++) {
-                double g = a[i], want = g / (1 + exp(-g)) * b[i];
-                CHECKF(rel_err(y[i], want) < 1e-5 || fabs(y[i] - want) < 1e-6, "silu %d", i);
+            for (int k = 0; k < 2; k++) { /* in place, and into another buffer */
+                if (k == 0) memcpy(y, a, n * 4);
+                kern_silu_mul(y, k ? a : y, b, n);
+                for (int i = 0; i < n; i++) {
+                    double g = a[i], want = g / (1 + exp(-g)) * b[i];
+                    CHECKF(rel_err(y[i], want) < 1e-5 || fabs(y[i] - want) < 1e-6, "silu %d", i);
+                }
             }
             free(a), free(b), free(y), free(w);
         }
     }
     kern_force_scalar(false);
     float big[4] = {-100, 100, 0, -50};
-    kern_silu_mul(big, (float[]){1, 1, 1, 1}, 4);
+    kern_silu_mul(big, big, (float[]){1, 1, 1, 1}, 4);
     CHECK(fabsf(big[0]) < 1e-30f && big[1] == 100 && big[2] == 0);
 }
 
