@@ -80,18 +80,14 @@ const char *model_kv_dtype_name(const model *m) {
     return model_kv_dtype(m) == KT_F32 ? "f32" : "bf16";
 }
 
-static size_t entry_bytes(const model *m, int l) {
-    return (size_t)model_kv_entry_floats(m, l) * kern_dtype_size(model_kv_dtype(m));
-}
-
 size_t model_kv_entry_bytes(const model *m, int l) {
-    return entry_bytes(m, l);
+    return (size_t)model_kv_entry_floats(m, l) * kern_dtype_size(model_kv_dtype(m));
 }
 
 size_t model_kv_block_bytes(const model *m) {
     size_t b = 0;
     for (int l = 0; l < n_all_layers(m); l++)
-        if (!m->cfg.layer_swa[l]) b += (size_t)MODEL_KV_BLOCK * entry_bytes(m, l);
+        if (!m->cfg.layer_swa[l]) b += (size_t)MODEL_KV_BLOCK * model_kv_entry_bytes(m, l);
     return b;
 }
 
@@ -328,7 +324,8 @@ void model_kv_commit(model *m, const model_step *st, int l) {
 void model_kv_prepare(model *m, const model_step *st) {
     size_t max_entry = 0;
     for (int l = 0; l < m->cfg.n_layers; l++)
-        if (m->cfg.layer_swa[l] && entry_bytes(m, l) > max_entry) max_entry = entry_bytes(m, l);
+        if (m->cfg.layer_swa[l] && model_kv_entry_bytes(m, l) > max_entry)
+            max_entry = model_kv_entry_bytes(m, l);
     for (int b = 0; b < st->n_batch; b++) {
         kv_rings *r = st->batch[b].seq->swa;
         if (r && st->batch[b].seq->swa_floor > 0 && !r->zero)
@@ -365,7 +362,7 @@ int model_kv_block_layout(const model *m, size_t *off, size_t *bytes, int max) {
     size_t o = 0;
     for (int l = 0; l < n_all_layers(m); l++) {
         if (m->cfg.layer_swa[l]) continue;
-        size_t b = (size_t)MODEL_KV_BLOCK * entry_bytes(m, l);
+        size_t b = (size_t)MODEL_KV_BLOCK * model_kv_entry_bytes(m, l);
         if (n < max) {
             off[n] = o;
             bytes[n] = b;
@@ -395,7 +392,7 @@ model_swa_state *model_swa_save(model *m, const model_seq *s) {
     if (keep < 0) keep = 0;
     size_t bytes = 0;
     for (int l = 0; l < c->n_layers; l++)
-        if (c->layer_swa[l]) bytes += (size_t)keep * entry_bytes(m, l);
+        if (c->layer_swa[l]) bytes += (size_t)keep * model_kv_entry_bytes(m, l);
     model_swa_state *st = di_malloc(sizeof *st + bytes);
     st->pos = s->n_past;
     st->keep = keep;
@@ -404,7 +401,7 @@ model_swa_state *model_swa_save(model *m, const model_seq *s) {
     unsigned char *d = st->data;
     for (int l = 0; l < c->n_layers; l++) {
         if (!c->layer_swa[l]) continue;
-        size_t n = entry_bytes(m, l);
+        size_t n = model_kv_entry_bytes(m, l);
         for (int p = st->floor; p < st->pos; p++, d += n)
             memcpy(d, r->layer[l] + (size_t)(p % r->ring) * n, n);
     }
@@ -418,7 +415,7 @@ void model_swa_restore(model *m, model_seq *s, const model_swa_state *st) {
     const unsigned char *d = st->data;
     for (int l = 0; l < c->n_layers; l++) {
         if (!c->layer_swa[l]) continue;
-        size_t n = entry_bytes(m, l);
+        size_t n = model_kv_entry_bytes(m, l);
         ring_grow(r, l, st->pos, n);
         for (int p = st->floor; p < st->pos; p++, d += n)
             memcpy(r->layer[l] + (size_t)(p % r->ring) * n, d, n);
