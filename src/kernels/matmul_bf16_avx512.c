@@ -118,10 +118,13 @@ static void dpg_pack(uint32_t *dst, const kern_mat *W, int r0, int k0, int kc) {
     }
 }
 
-/* c[i][16p .. 16p+16) += sum over pairs of x[i] times panel p, i < MR, p < NP;
- * m0, m1 mask the panels' valid rows. */
+/* c[i][16p .. 16p+16) = cin[i][16p ..] + sum over pairs of x[i] times panel
+ * p, i < MR, p < NP (cin is c, ld ldc, or for a first column block the bias
+ * or zeros, ld 0: the outputs need no start of their own); m0, m1 mask the
+ * panels' valid rows. */
 AI void dpg_tile(const uint32_t *pw, size_t pstride, const uint16_t *x, size_t ldx, int npairs,
-                 float *c, size_t ldc, const int MR, const int NP, __mmask16 m0, __mmask16 m1) {
+                 float *c, size_t ldc, const float *cin, size_t ldcin, const int MR, const int NP,
+                 __mmask16 m0, __mmask16 m1) {
     __m512 acc[DPG_MR][2];
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -141,22 +144,24 @@ AI void dpg_tile(const uint32_t *pw, size_t pstride, const uint16_t *x, size_t l
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 2
         for (int p = 0; p < NP; p++) {
-            float *ci = c + (size_t)i * ldc + DPG_NR * p;
+            const float *in = cin + (size_t)i * ldcin + DPG_NR * p;
             __mmask16 m = p ? m1 : m0;
-            _mm512_mask_storeu_ps(ci, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, ci), acc[i][p]));
+            _mm512_mask_storeu_ps(c + (size_t)i * ldc + DPG_NR * p, m,
+                                  _mm512_add_ps(_mm512_maskz_loadu_ps(m, in), acc[i][p]));
         }
 }
 
 #define DPG_CASE(mr)                                                                               \
     case mr:                                                                                       \
         if (np > 1)                                                                                \
-            dpg_tile(pw, pstride, x, ldx, npairs, c, ldc, mr, 2, m0, m1);                          \
+            dpg_tile(pw, pstride, x, ldx, npairs, c, ldc, cin, ldcin, mr, 2, m0, m1);              \
         else                                                                                       \
-            dpg_tile(pw, pstride, x, ldx, npairs, c, ldc, mr, 1, m0, m1);                          \
+            dpg_tile(pw, pstride, x, ldx, npairs, c, ldc, cin, ldcin, mr, 1, m0, m1);              \
         break;
 
 static void dpg_tile_any(const uint32_t *pw, size_t pstride, int np, const uint16_t *x, size_t ldx,
-                         int npairs, float *c, size_t ldc, int mr, __mmask16 m0, __mmask16 m1) {
+                         int npairs, float *c, size_t ldc, const float *cin, size_t ldcin, int mr,
+                         __mmask16 m0, __mmask16 m1) {
     switch (mr) { /* constant sizes: the accumulators stay in registers */
         DPG_CASE(12)
         DPG_CASE(11)
@@ -179,7 +184,7 @@ static void dpg_tile_any(const uint32_t *pw, size_t pstride, int np, const uint1
  * one token has two, which wait on the dot products' latency. The same sums
  * in the same order as dpg_tile. */
 AI void dpg_tile1(const uint32_t *pw, size_t pstride, const uint16_t *x, int npairs, float *c,
-                  const int NP, const __mmask16 *m) {
+                  const float *cin, const int NP, const __mmask16 *m) {
     __m512 acc[DPG_NCP];
 #pragma GCC unroll 8
     for (int p = 0; p < NP; p++) acc[p] = _mm512_setzero_ps();
@@ -195,17 +200,17 @@ AI void dpg_tile1(const uint32_t *pw, size_t pstride, const uint16_t *x, int npa
     }
 #pragma GCC unroll 8
     for (int p = 0; p < NP; p++) {
-        float *cp = c + DPG_NR * p;
-        _mm512_mask_storeu_ps(cp, m[p], _mm512_add_ps(_mm512_maskz_loadu_ps(m[p], cp), acc[p]));
+        _mm512_mask_storeu_ps(c + DPG_NR * p, m[p],
+                              _mm512_add_ps(_mm512_maskz_loadu_ps(m[p], cin + DPG_NR * p), acc[p]));
     }
 }
 
 static void dpg_tile1_any(const uint32_t *pw, size_t pstride, int np, const uint16_t *x, int npairs,
-                          float *c, const __mmask16 *m) {
+                          float *c, const float *cin, const __mmask16 *m) {
     switch (np) { /* constant counts: the sums stay in registers */
 #define DPG1_CASE(k)                                                                               \
     case k:                                                                                        \
-        dpg_tile1(pw, pstride, x, npairs, c, k, m);                                                \
+        dpg_tile1(pw, pstride, x, npairs, c, cin, k, m);                                           \
         break;
         DPG1_CASE(8)
         DPG1_CASE(7)
@@ -234,8 +239,7 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
     int p_lo, p_hi;
     kern_split(n_panels, 1, task, n_tasks, &p_lo, &p_hi);
     if (p_lo >= p_hi) return;
-    int r_lo = p_lo * DPG_NR, r_hi = p_hi * DPG_NR < M ? p_hi * DPG_NR : M;
-    kern_start_rows(j->y, n, M, j->bias, r_lo, r_hi);
+    static const float zeros[DPG_NCP * DPG_NR];
     size_t pstride = (size_t)DPG_KC / 2 * DPG_NR; /* u32 per packed panel */
     uint32_t *pack = kern_scratch(KERN_SCRATCH_PANEL, (size_t)DPG_NCP * pstride * sizeof(uint32_t));
     for (int g0 = p_lo; g0 < p_hi; g0 += DPG_NCP) {
@@ -247,18 +251,22 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
             for (int t0 = 0; t0 < n; t0 += DPG_MR) {
                 int mr = n - t0 < DPG_MR ? n - t0 : DPG_MR;
                 const uint16_t *xt = j->xb + (size_t)t0 * j->ldx + k0;
+                float *c = j->y + (size_t)t0 * M + g0 * DPG_NR;
+                /* the first block adds onto the bias (or zero), the others
+                 * onto the outputs so far */
+                const float *cin = k0 ? c : j->bias ? j->bias + g0 * DPG_NR : zeros;
+                size_t ldcin = k0 ? (size_t)M : 0;
                 if (mr == 1) { /* every panel of the group at once */
                     __mmask16 m[DPG_NCP];
                     for (int pi = 0; pi < np; pi++) m[pi] = dpg_rows(W, (g0 + pi) * DPG_NR);
-                    dpg_tile1_any(pack, pstride, np, xt, npairs,
-                                  j->y + (size_t)t0 * M + g0 * DPG_NR, m);
+                    dpg_tile1_any(pack, pstride, np, xt, npairs, c, cin, m);
                     continue;
                 }
                 for (int pi = 0; pi < np; pi += 2) {
                     int r0 = (g0 + pi) * DPG_NR, two = pi + 1 < np;
                     dpg_tile_any(pack + (size_t)pi * pstride, pstride, 1 + two, xt, j->ldx, npairs,
-                                 j->y + (size_t)t0 * M + r0, (size_t)M, mr, dpg_rows(W, r0),
-                                 two ? dpg_rows(W, r0 + DPG_NR) : 0);
+                                 c + pi * DPG_NR, (size_t)M, cin + pi * DPG_NR, ldcin, mr,
+                                 dpg_rows(W, r0), two ? dpg_rows(W, r0 + DPG_NR) : 0);
                 }
             }
         }
@@ -513,6 +521,41 @@ AI __m256i round16(const float *src) {
     return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
 }
 
+/* The activations of tokens [lo, hi) rounded into their bf16 rows (zero past
+ * column K), and, for the token lanes, each whole group of 16 packed. */
+typedef struct prep_job {
+    const float *x;
+    uint16_t *xb;
+    size_t ldx;
+    int K, n;
+    uint32_t *xt; /* NULL: rows only */
+} prep_job;
+
+static void prep_rows(void *ctx, int lo, int hi) {
+    const prep_job *j = ctx;
+    for (int t = lo; t < hi; t++) {
+        const float *src = j->x + (size_t)t * j->K;
+        uint16_t *dst = j->xb + (size_t)t * j->ldx;
+        int k = 0;
+        for (; k + 16 <= j->K; k += 16) _mm256_storeu_si256((__m256i *)(dst + k), round16(src + k));
+        for (; k < j->K; k++) dst[k] = kern_f32_to_bf16(src[k]);
+        memset(dst + j->K, 0, (j->ldx - (size_t)j->K) * sizeof(uint16_t));
+    }
+}
+
+static void prep_groups(void *ctx, int lo, int hi) {
+    const prep_job *j = ctx;
+    prep_rows(ctx, 16 * lo, 16 * hi < j->n ? 16 * hi : j->n);
+    kern_mat X = {.dtype = KT_BF16, .rows = j->n, .cols = (int)j->ldx, .data = j->xb};
+    for (int g = lo; g < hi; g++)
+        dpg_pack(j->xt + (size_t)g * j->ldx / 2 * 16, &X, 16 * g, 0, (int)j->ldx);
+}
+
+/* From this many tokens the rounding (and packing) runs on the pool: at
+ * 1024 tokens of 8192 columns it was 2.5 % of the GEMM's time on the calling
+ * thread alone. */
+#define PREP_POOL_N 32
+
 void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *W,
                              const float *bias, int n) {
     int K = W->cols;
@@ -523,13 +566,13 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
      * activations one cache line (misaligned, the one-token rows streamed
      * 15-20 % slower) */
     uint16_t *xb = kern_scratch(KERN_SCRATCH_ACT, (size_t)n * ldx * sizeof(uint16_t));
-    for (int t = 0; t < n; t++) {
-        const float *src = x + (size_t)t * K;
-        uint16_t *dst = xb + (size_t)t * ldx;
-        int k = 0;
-        for (; k + 16 <= K; k += 16) _mm256_storeu_si256((__m256i *)(dst + k), round16(src + k));
-        for (; k < K; k++) dst[k] = kern_f32_to_bf16(src[k]);
-        memset(dst + K, 0, (ldx - (size_t)K) * sizeof(uint16_t));
+    prep_job pj = {.x = x, .xb = xb, .ldx = ldx, .K = K, .n = n};
+    bool lanes = n > 1 && n <= TL_LANES_MAX && (kern_batch_inv() || n > KERN_BF16_FEW_MAX);
+    if (!lanes) {
+        if (n >= PREP_POOL_N)
+            pool_for(p, prep_rows, &pj, n, 1);
+        else
+            prep_rows(&pj, 0, n);
     }
     dp_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n};
     /* the kernel: one order at every n in batch-invariant mode (the token
@@ -543,15 +586,15 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
     } else if (n == 1) {
         /* one stream per thread, the threads' ends balanced (pool_for) */
         pool_for(p, dp1_rows, &j, W->rows, kern_one_token_grain(KT_BF16, K));
-    } else if (kern_batch_inv() || n > KERN_BF16_FEW_MAX) {
+    } else if (lanes) {
         int groups = (n + 15) / 16;
         tl_job tj = {.W = W, .y = y, .gpairs = ldx / 2, .bias = bias, .n = n};
-        uint32_t *xt =
-            kern_scratch(KERN_SCRATCH_ACT2, (size_t)groups * tj.gpairs * 16 * sizeof(uint32_t));
-        kern_mat X = {.dtype = KT_BF16, .rows = n, .cols = (int)ldx, .data = xb};
-        for (int g = 0; g < groups; g++)
-            dpg_pack(xt + (size_t)g * tj.gpairs * 16, &X, 16 * g, 0, (int)ldx);
-        tj.xt = xt;
+        pj.xt = kern_scratch(KERN_SCRATCH_ACT2, (size_t)groups * tj.gpairs * 16 * sizeof(uint32_t));
+        if (n >= PREP_POOL_N) /* each group's rows rounded and packed by one thread */
+            pool_for(p, prep_groups, &pj, groups, 1);
+        else
+            prep_groups(&pj, 0, groups);
+        tj.xt = pj.xt;
         /* whole tiles of about 64 KB of weights, the threads' ends balanced */
         int tile = tl_tile_rows(groups), rows = kern_one_token_grain(KT_BF16, K);
         pool_for(p, tl_rows, &tj, W->rows, (rows + tile - 1) / tile * tile);
