@@ -149,15 +149,17 @@ uint16_t kern_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-/* kern_f32_to_bf16 then back, in one integer expression per element (it runs
- * over every activation of every bf16 matmul where there is no AVX-512
- * BF16, so no calls per element). */
+/* f's bits rounded so that the high half is its bf16 (nearest even, NaN
+ * kept quiet): one integer expression, so the loops over it vectorize. */
+static inline uint32_t bf16_rounded_bits(float f) {
+    uint32_t u = f32_bits(f);
+    return (u & 0x7fffffffu) > 0x7f800000u ? u | 0x400000u : u + 0x7fffu + ((u >> 16) & 1u);
+}
+
+/* kern_f32_to_bf16 then back (it runs over every activation of every bf16
+ * matmul where there is no AVX-512 BF16, so no calls per element). */
 void kern_round_bf16(float *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = f32_bits(src[i]);
-        u = (u & 0x7fffffffu) > 0x7f800000u ? u | 0x400000u : u + 0x7fffu + ((u >> 16) & 1u);
-        dst[i] = bits_f32(u & 0xffff0000u);
-    }
+    for (size_t i = 0; i < n; i++) dst[i] = bits_f32(bf16_rounded_bits(src[i]) & 0xffff0000u);
 }
 
 float kern_f16_to_f32(uint16_t h) {
@@ -412,13 +414,8 @@ void kern_bf16_row_to_f32(float *dst, const uint16_t *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = kern_bf16_to_f32(src[i]);
 }
 
-/* kern_f32_to_bf16 as one integer expression per element (vectorizes). */
 void kern_f32_row_to_bf16(uint16_t *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = f32_bits(src[i]);
-        u = (u & 0x7fffffffu) > 0x7f800000u ? u | 0x400000u : u + 0x7fffu + ((u >> 16) & 1u);
-        dst[i] = (uint16_t)(u >> 16);
-    }
+    for (size_t i = 0; i < n; i++) dst[i] = (uint16_t)(bf16_rounded_bits(src[i]) >> 16);
 }
 
 void kern_axpy(float *y, float a, const float *x, int n) {
