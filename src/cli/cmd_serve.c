@@ -161,6 +161,10 @@ int cmd_serve(int argc, char **argv) {
         tok_free(tok);
         return 1;
     }
+    engine_stats es = engine_get_stats(e);
+    fprintf(stderr, "deepinfer serve: KV cache of %d blocks of %d tokens, %s entries (%.0f MiB)\n",
+            es.blocks_total, MODEL_KV_BLOCK, model_kv_dtype_name(m),
+            (double)es.blocks_total * (double)model_kv_block_bytes(m) / (1 << 20));
     srv_opts so = {.host = host,
                    .port = port,
                    .api_key = api_key,
