@@ -232,44 +232,63 @@ static __mmask16 dpg_rows(const kern_mat *W, int r0) {
     return v >= DPG_NR ? (__mmask16)0xffff : v <= 0 ? 0 : (__mmask16)((1u << v) - 1);
 }
 
+/* Panels [g0, g0 + np) (one group) times tokens [t_lo, t_hi), every column
+ * block: each packed once, then every token tile through it. */
+static void dpg_group(const dp_job *j, uint32_t *pack, int g0, int np, int t_lo, int t_hi) {
+    static const float zeros[DPG_NCP * DPG_NR];
+    const kern_mat *W = j->W;
+    int M = W->rows, K = W->cols;
+    size_t pstride = (size_t)DPG_KC / 2 * DPG_NR; /* u32 per packed panel */
+    for (int k0 = 0; k0 < K; k0 += DPG_KC) {
+        int kc = K - k0 < DPG_KC ? K - k0 : DPG_KC, npairs = (kc + 1) / 2;
+        for (int pi = 0; pi < np; pi++)
+            dpg_pack(pack + (size_t)pi * pstride, W, (g0 + pi) * DPG_NR, k0, kc);
+        for (int t0 = t_lo; t0 < t_hi; t0 += DPG_MR) {
+            int mr = t_hi - t0 < DPG_MR ? t_hi - t0 : DPG_MR;
+            const uint16_t *xt = j->xb + (size_t)t0 * j->ldx + k0;
+            float *c = j->y + (size_t)t0 * M + g0 * DPG_NR;
+            /* the first block adds onto the bias (or zero), the others
+             * onto the outputs so far */
+            const float *cin = k0 ? c : j->bias ? j->bias + g0 * DPG_NR : zeros;
+            size_t ldcin = k0 ? (size_t)M : 0;
+            if (mr == 1) { /* every panel of the group at once */
+                __mmask16 m[DPG_NCP];
+                for (int pi = 0; pi < np; pi++) m[pi] = dpg_rows(W, (g0 + pi) * DPG_NR);
+                dpg_tile1_any(pack, pstride, np, xt, npairs, c, cin, m);
+                continue;
+            }
+            for (int pi = 0; pi < np; pi += 2) {
+                int r0 = (g0 + pi) * DPG_NR, two = pi + 1 < np;
+                dpg_tile_any(pack + (size_t)pi * pstride, pstride, 1 + two, xt, j->ldx, npairs,
+                             c + pi * DPG_NR, (size_t)M, cin + pi * DPG_NR, ldcin, mr,
+                             dpg_rows(W, r0), two ? dpg_rows(W, r0 + DPG_NR) : 0);
+            }
+        }
+    }
+}
+
+/* The tokens go through in blocks of at most DPG_NT, each block through
+ * every panel group: a group's outputs for a block (128 rows x 512 tokens,
+ * 256 KiB) and the block's activations at one column block (512 KiB) stay
+ * in L2 from one column block to the next, where all n tokens' spilled (at
+ * 2048 tokens, 1 MiB of outputs per group and 2 MiB of activations). The
+ * weights are packed once per block instead of once. llama-1b's four
+ * shapes, alternating in one process: 679 against 594 GFLOP/s at 2048
+ * tokens, 683 against 517 at 4096, 673 against 619 at 1536. */
+#define DPG_NT 512
 static void dpg_task(void *ctx, int task, int n_tasks) {
     const dp_job *j = ctx;
-    const kern_mat *W = j->W;
-    int M = W->rows, K = W->cols, n = j->n, n_panels = (M + DPG_NR - 1) / DPG_NR;
+    int n = j->n, n_panels = (j->W->rows + DPG_NR - 1) / DPG_NR;
     int p_lo, p_hi;
     kern_split(n_panels, 1, task, n_tasks, &p_lo, &p_hi);
     if (p_lo >= p_hi) return;
-    static const float zeros[DPG_NCP * DPG_NR];
-    size_t pstride = (size_t)DPG_KC / 2 * DPG_NR; /* u32 per packed panel */
+    size_t pstride = (size_t)DPG_KC / 2 * DPG_NR;
     uint32_t *pack = kern_scratch(KERN_SCRATCH_PANEL, (size_t)DPG_NCP * pstride * sizeof(uint32_t));
-    for (int g0 = p_lo; g0 < p_hi; g0 += DPG_NCP) {
-        int np = p_hi - g0 < DPG_NCP ? p_hi - g0 : DPG_NCP;
-        for (int k0 = 0; k0 < K; k0 += DPG_KC) {
-            int kc = K - k0 < DPG_KC ? K - k0 : DPG_KC, npairs = (kc + 1) / 2;
-            for (int pi = 0; pi < np; pi++)
-                dpg_pack(pack + (size_t)pi * pstride, W, (g0 + pi) * DPG_NR, k0, kc);
-            for (int t0 = 0; t0 < n; t0 += DPG_MR) {
-                int mr = n - t0 < DPG_MR ? n - t0 : DPG_MR;
-                const uint16_t *xt = j->xb + (size_t)t0 * j->ldx + k0;
-                float *c = j->y + (size_t)t0 * M + g0 * DPG_NR;
-                /* the first block adds onto the bias (or zero), the others
-                 * onto the outputs so far */
-                const float *cin = k0 ? c : j->bias ? j->bias + g0 * DPG_NR : zeros;
-                size_t ldcin = k0 ? (size_t)M : 0;
-                if (mr == 1) { /* every panel of the group at once */
-                    __mmask16 m[DPG_NCP];
-                    for (int pi = 0; pi < np; pi++) m[pi] = dpg_rows(W, (g0 + pi) * DPG_NR);
-                    dpg_tile1_any(pack, pstride, np, xt, npairs, c, cin, m);
-                    continue;
-                }
-                for (int pi = 0; pi < np; pi += 2) {
-                    int r0 = (g0 + pi) * DPG_NR, two = pi + 1 < np;
-                    dpg_tile_any(pack + (size_t)pi * pstride, pstride, 1 + two, xt, j->ldx, npairs,
-                                 c + pi * DPG_NR, (size_t)M, cin + pi * DPG_NR, ldcin, mr,
-                                 dpg_rows(W, r0), two ? dpg_rows(W, r0 + DPG_NR) : 0);
-                }
-            }
-        }
+    int blocks = (n + DPG_NT - 1) / DPG_NT;
+    for (int b = 0; b < blocks; b++) {
+        int t_lo = (int)((long)n * b / blocks), t_hi = (int)((long)n * (b + 1) / blocks);
+        for (int g0 = p_lo; g0 < p_hi; g0 += DPG_NCP)
+            dpg_group(j, pack, g0, p_hi - g0 < DPG_NCP ? p_hi - g0 : DPG_NCP, t_lo, t_hi);
     }
 }
 
@@ -299,8 +318,9 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
  * each panel of rows (tl_panel_chunks); above, the GEMM. llama-1b's 64 layer
  * matrices, the two alternating in one process: the lanes 7-25 % faster from
  * 65 to 512 tokens (622 against 499 GFLOP/s at 80, 631 against 568 at 512),
- * 12 % at 1024, 5-7 % slower at 1536 and 2048. In the model: llama-1b
- * prefill of 512 at 282-285 tok/s against 260-271. */
+ * 12 % at 1024 (level with the GEMM once it blocked its tokens, DPG_NT),
+ * 5-7 % slower at 1536 and 2048 (13-20 % against the blocked GEMM). In the
+ * model: llama-1b prefill of 512 at 282-285 tok/s against 260-271. */
 #define TL_LANES_MAX 1024
 
 typedef struct tl_job {
