@@ -3,7 +3,7 @@
  * y (n x M) = x (n x K) * W^T, W row-major M x K. FLOP-bound, so it is laid
  * out for reuse: weight panels of 16 rows x KC columns are converted to f32
  * and transposed once ([k][16], so one k is two vector loads), a group of
- * GEMM_NCP panels stays in L2 while every token of the call streams past it,
+ * GEMM_NCP panels stays in L2 while a block of GEMM_NT tokens streams past it,
  * and a 6-token x 16-row register tile (12 accumulators, 6 broadcasts and 2
  * loads per k) does the FMAs (on AVX-512 CPUs gemm_avx512.c's 12-token x
  * 32-row tile, same arithmetic). Threads split the output rows in whole panels.
@@ -29,13 +29,20 @@
 
 #include "base/base.h"
 
-#define GEMM_MR    6   /* tokens per register tile */
-#define GEMM_NR    16  /* weight rows per panel / register tile */
-#define GEMM_KC    512 /* columns per K block */
-#define GEMM_NCP   4   /* panels per L2-resident group (64 rows) */
-#define GEMV_G     2   /* small n: 8-row groups in flight (16 rows per block) */
-#define GEMV_T     8   /* small n: tokens per pass over a block (bf16; else 4) */
-#define GEMV_MAX_N 8   /* small-n path up to this many tokens */
+#define GEMM_MR  6   /* tokens per register tile */
+#define GEMM_NR  16  /* weight rows per panel / register tile */
+#define GEMM_KC  512 /* columns per K block */
+#define GEMM_NCP 4   /* panels per L2-resident group (64 rows) */
+/* Tokens per block: each block goes through every panel group, so a group's
+ * outputs for it (64 rows x 512 tokens, 128 KiB) stay in L2 from one K
+ * block to the next rather than all n tokens' (the panels are packed once
+ * per block). llama-1b's four shapes: int8 weights 355-360 against 319-324
+ * GFLOP/s at 2048 tokens, 361 against 303-316 at 4096; f32 356-358 against
+ * 326-333 at 2048. 128 and 256 tokens per block did less. */
+#define GEMM_NT    512
+#define GEMV_G     2 /* small n: 8-row groups in flight (16 rows per block) */
+#define GEMV_T     8 /* small n: tokens per pass over a block (bf16; else 4) */
+#define GEMV_MAX_N 8 /* small-n path up to this many tokens */
 /* ... with the AVX-512 tile, which packs and multiplies so much faster that
  * from 5 tokens on the packed GEMM streamed the weights faster: at 8 tokens,
  * 1.5x (batch-invariant decode of the llama-1b matrices, from memory) */
@@ -233,39 +240,45 @@ static void gemm_task(void *ctx, int task, int n_tasks) {
     int mr_max = wide ? KERN_GEMM512_MR : GEMM_MR;
     size_t pstride = (size_t)GEMM_KC * GEMM_NR;
     float tmp[KERN_GEMM512_MR * GEMM_NR];
-    for (int g0 = p_lo; g0 < p_hi; g0 += GEMM_NCP) {
-        int np = p_hi - g0 < GEMM_NCP ? p_hi - g0 : GEMM_NCP;
-        for (int k0 = 0; k0 < K; k0 += GEMM_KC) {
-            int kc = K - k0 < GEMM_KC ? K - k0 : GEMM_KC;
-            for (int pi = 0; pi < np; pi++)
-                pack_panel(pack + (size_t)pi * pstride, W, (g0 + pi) * GEMM_NR, k0, kc);
-            for (int t0 = 0; t0 < n; t0 += mr_max) {
-                int mr = n - t0 < mr_max ? n - t0 : mr_max;
-                const float *xt = j->x + (size_t)t0 * K + k0;
-                for (int pi = 0; pi < np; pi++) {
-                    const float *pw = pack + (size_t)pi * pstride;
-                    int r0 = (g0 + pi) * GEMM_NR;
-                    float *c = j->y + (size_t)t0 * M + r0;
-                    if (r0 + GEMM_NR <= M) {
-                        int two = wide && pi + 1 < np && r0 + 2 * GEMM_NR <= M;
+    int blocks = (n + GEMM_NT - 1) / GEMM_NT;
+    for (int b = 0; b < blocks; b++) {
+        int t_lo = (int)((long)n * b / blocks), t_hi = (int)((long)n * (b + 1) / blocks);
+        for (int g0 = p_lo; g0 < p_hi; g0 += GEMM_NCP) {
+            int np = p_hi - g0 < GEMM_NCP ? p_hi - g0 : GEMM_NCP;
+            for (int k0 = 0; k0 < K; k0 += GEMM_KC) {
+                int kc = K - k0 < GEMM_KC ? K - k0 : GEMM_KC;
+                for (int pi = 0; pi < np; pi++)
+                    pack_panel(pack + (size_t)pi * pstride, W, (g0 + pi) * GEMM_NR, k0, kc);
+                for (int t0 = t_lo; t0 < t_hi; t0 += mr_max) {
+                    int mr = t_hi - t0 < mr_max ? t_hi - t0 : mr_max;
+                    const float *xt = j->x + (size_t)t0 * K + k0;
+                    for (int pi = 0; pi < np; pi++) {
+                        const float *pw = pack + (size_t)pi * pstride;
+                        int r0 = (g0 + pi) * GEMM_NR;
+                        float *c = j->y + (size_t)t0 * M + r0;
+                        if (r0 + GEMM_NR <= M) {
+                            int two = wide && pi + 1 < np && r0 + 2 * GEMM_NR <= M;
+                            if (wide)
+                                kern_gemm_tile_avx512(pw, pstride, 1 + two, xt, (size_t)K, kc, c,
+                                                      (size_t)M, mr);
+                            else
+                                micro_any(pw, xt, (size_t)K, kc, c, (size_t)M, mr);
+                            pi += two;
+                            continue;
+                        }
+                        int vr = M - r0; /* last, partial panel: go through a 16-wide copy */
+                        for (int i = 0; i < mr; i++)
+                            for (int q = 0; q < GEMM_NR; q++)
+                                tmp[i * GEMM_NR + q] = q < vr ? c[(size_t)i * M + q] : 0.0f;
                         if (wide)
-                            kern_gemm_tile_avx512(pw, pstride, 1 + two, xt, (size_t)K, kc, c,
-                                                  (size_t)M, mr);
+                            kern_gemm_tile_avx512(pw, pstride, 1, xt, (size_t)K, kc, tmp, GEMM_NR,
+                                                  mr);
                         else
-                            micro_any(pw, xt, (size_t)K, kc, c, (size_t)M, mr);
-                        pi += two;
-                        continue;
+                            micro_any(pw, xt, (size_t)K, kc, tmp, GEMM_NR, mr);
+                        for (int i = 0; i < mr; i++)
+                            for (int q = 0; q < vr; q++)
+                                c[(size_t)i * M + q] = tmp[i * GEMM_NR + q];
                     }
-                    int vr = M - r0; /* last, partial panel: go through a 16-wide copy */
-                    for (int i = 0; i < mr; i++)
-                        for (int q = 0; q < GEMM_NR; q++)
-                            tmp[i * GEMM_NR + q] = q < vr ? c[(size_t)i * M + q] : 0.0f;
-                    if (wide)
-                        kern_gemm_tile_avx512(pw, pstride, 1, xt, (size_t)K, kc, tmp, GEMM_NR, mr);
-                    else
-                        micro_any(pw, xt, (size_t)K, kc, tmp, GEMM_NR, mr);
-                    for (int i = 0; i < mr; i++)
-                        for (int q = 0; q < vr; q++) c[(size_t)i * M + q] = tmp[i * GEMM_NR + q];
                 }
             }
         }

@@ -56,11 +56,11 @@ typedef struct dp_job {
 /* ---- the packed GEMM: above TL_LANES_MAX tokens; one in batch-invariant mode */
 /* Blocked like gemm_avx2.c: panels of 16 rows x DPG_KC columns are packed as
  * column pairs ([pair][row], one 32-bit lane per row and pair, the layout
- * vdpbf16ps multiplies), a group of DPG_NCP panels stays in L2 while every
- * token passes, and a register tile of up to 12 tokens x 2 panels takes one
- * broadcast pair of activations per token and pair of columns. Each output
- * starts from the bias, sums its pairs in order within a column block and
- * adds each block's sum in turn. */
+ * vdpbf16ps multiplies), a group of DPG_NCP panels stays in L2 while a block
+ * of DPG_NT tokens passes, and a register tile of up to 12 tokens x 2
+ * panels takes one broadcast pair of activations per token and pair of
+ * columns. Each output starts from the bias, sums its pairs in order within
+ * a column block and adds each block's sum in turn. */
 #define DPG_KC  512 /* columns per block (256 pairs) */
 #define DPG_NR  16  /* rows per panel */
 #define DPG_NCP 8   /* panels per L2-resident group */
