@@ -134,6 +134,9 @@ void kern_dot_heads_avx512(float *out, size_t ld, const float *a, int n_a, const
                            size_t stride, int m, int n);
 void kern_axpy_heads_avx512(float *y, size_t ldy, const float *a, size_t lda, int n_a,
                             const void *x, bool bf, size_t stride, int m, int n);
+/* Softmax and SiLU with 16 lanes (ops_avx512.c): the AVX2 ones' bits. */
+void kern_softmax_avx512(float *x, int n, float scale);
+void kern_silu_mul_avx512(float *out, const float *gate, const float *up, int n);
 /* The f32 helpers on bf16 rows widened a chunk at a time (kernels.c). */
 void kern_dot_heads_widened(float *out, size_t ld, const float *a, int n_a, const uint16_t *b,
                             size_t stride, int m, int n);
@@ -142,7 +145,7 @@ void kern_axpy_heads_widened(float *y, size_t ldy, const float *a, size_t lda, i
 void kern_scale_avx2(float *y, float a, int n);
 void kern_add_avx2(float *y, const float *x, int n);
 void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);
-void kern_softmax_avx2(float *x, int n);
+void kern_softmax_avx2(float *x, int n, float scale);
 void kern_silu_mul_avx2(float *out, const float *gate, const float *up, int n);
 void kern_row_bf16_avx2(float *out, const uint16_t *row, int n);
 

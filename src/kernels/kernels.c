@@ -454,16 +454,24 @@ void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps) 
 }
 
 void kern_softmax(float *x, int n) {
+    kern_softmax_scaled(x, n, 1.0f);
+}
+
+void kern_softmax_scaled(float *x, int n, float scale) {
     if (n <= 0) return;
-    if (kern_use_avx2()) {
-        kern_softmax_avx2(x, n);
+    if (kern_use_avx512()) {
+        kern_softmax_avx512(x, n, scale);
         return;
     }
-    float m = x[0];
-    for (int i = 1; i < n; i++) m = fmaxf(m, x[i]);
+    if (kern_use_avx2()) {
+        kern_softmax_avx2(x, n, scale);
+        return;
+    }
+    float m = x[0] * scale;
+    for (int i = 1; i < n; i++) m = fmaxf(m, x[i] * scale);
     float s = 0;
     for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - m);
+        x[i] = expf(x[i] * scale - m);
         s += x[i];
     }
     float inv = 1.0f / s;
@@ -471,6 +479,10 @@ void kern_softmax(float *x, int n) {
 }
 
 void kern_silu_mul(float *out, const float *gate, const float *up, int n) {
+    if (kern_use_avx512()) {
+        kern_silu_mul_avx512(out, gate, up, n);
+        return;
+    }
     if (kern_use_avx2()) {
         kern_silu_mul_avx2(out, gate, up, n);
         return;

@@ -107,8 +107,10 @@ void kern_f32_row_to_bf16(uint16_t *dst, const float *src, size_t n);
 
 /* out = x / rms(x) * w (w may be NULL: no weight). out may alias x. */
 void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
-/* In-place softmax. */
+/* In-place softmax; the _scaled one of x[i] * scale (the products rounded
+ * as a separate pass would round them: the same bits, one pass fewer). */
 void kern_softmax(float *x, int n);
+void kern_softmax_scaled(float *x, int n, float scale);
 /* out[i] = silu(gate[i]) * up[i]; out may be gate */
 void kern_silu_mul(float *out, const float *gate, const float *up, int n);
 

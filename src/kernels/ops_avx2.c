@@ -169,21 +169,21 @@ void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float 
     for (; i < n; i++) out[i] = x[i] * inv * (w ? w[i] : 1.0f);
 }
 
-void kern_softmax_avx2(float *x, int n) {
+void kern_softmax_avx2(float *x, int n, float scale) {
     int i = 0;
-    __m256 vm = _mm256_set1_ps(-INFINITY);
-    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
+    __m256 vm = _mm256_set1_ps(-INFINITY), vsc = _mm256_set1_ps(scale);
+    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_mul_ps(_mm256_loadu_ps(x + i), vsc));
     float m = hmax8(vm);
-    for (; i < n; i++) m = fmaxf(m, x[i]);
+    for (; i < n; i++) m = fmaxf(m, x[i] * scale);
     __m256 mm = _mm256_set1_ps(m), vs = _mm256_setzero_ps();
     for (i = 0; i + 8 <= n; i += 8) {
-        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mm));
+        __m256 e = exp8(_mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vsc), mm));
         _mm256_storeu_ps(x + i, e);
         vs = _mm256_add_ps(vs, e);
     }
     float s = hsum8(vs);
     for (; i < n; i++) {
-        x[i] = expf(x[i] - m);
+        x[i] = expf(x[i] * scale - m);
         s += x[i];
     }
     kern_scale_avx2(x, 1.0f / s, n);

@@ -19,6 +19,7 @@
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 #include "kernels/hsum_avx2.h"
 
@@ -226,4 +227,93 @@ void kern_axpy_heads_avx512(float *y, size_t ldy, const float *a, size_t lda, in
         axpy_heads(y, ldy, a, lda, n_a, x, true, stride, m, n);
     else
         axpy_heads(y, ldy, a, lda, n_a, x, false, stride, m, n);
+}
+
+/* ---- softmax and SiLU: ops_avx2.c's, 16 lanes at a time -------------------- */
+/* e^x as ops_avx2.c's exp8, lane for lane the same operations (so the same
+ * bits): clamped, x = n ln2 + r, the degree-5 polynomial, 2^n, and zero
+ * below the range. */
+AI __m512 exp16(__m512 x) {
+    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3365447504f), _CMP_LT_OQ);
+    x = _mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f));
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3365447504f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
+}
+
+AI __m256 lo8(__m512 v) {
+    return _mm512_castps512_ps256(v);
+}
+
+AI __m256 hi8(__m512 v) {
+    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+/* kern_softmax_avx2's bits: the maximum (exact in any order), each e^(x s -
+ * m) by exp16, the sum in the AVX2 loop's order (one 8-lane sum, each
+ * 8-column chunk added in turn; then the libm tail), the same 1 / sum. */
+void kern_softmax_avx512(float *x, int n, float scale) {
+    const __m512 vsc = _mm512_set1_ps(scale);
+    int i = 0, n8 = n & ~7;
+    __m512 vm = _mm512_set1_ps(-INFINITY);
+    for (; i + 16 <= n8; i += 16)
+        vm = _mm512_max_ps(vm, _mm512_mul_ps(_mm512_loadu_ps(x + i), vsc));
+    __m256 vm8 = _mm256_max_ps(lo8(vm), hi8(vm));
+    if (i < n8)
+        vm8 = _mm256_max_ps(vm8, lo8(_mm512_mul_ps(_mm512_maskz_loadu_ps(0xff, x + i), vsc)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(vm8), _mm256_extractf128_ps(vm8, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    float m = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+    for (i = n8; i < n; i++) m = fmaxf(m, x[i] * scale);
+    const __m512 mm = _mm512_set1_ps(m);
+    __m256 vs = _mm256_setzero_ps();
+    for (i = 0; i + 16 <= n8; i += 16) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), vsc), mm));
+        _mm512_storeu_ps(x + i, e);
+        vs = _mm256_add_ps(_mm256_add_ps(vs, lo8(e)), hi8(e));
+    }
+    if (i < n8) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(0xff, x + i), vsc), mm));
+        _mm256_storeu_ps(x + i, lo8(e));
+        vs = _mm256_add_ps(vs, lo8(e));
+    }
+    float s = hsum8(vs);
+    for (i = n8; i < n; i++) {
+        x[i] = expf(x[i] * scale - m);
+        s += x[i];
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / s);
+    for (i = 0; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+    if (i < n) {
+        __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
+    }
+}
+
+/* kern_silu_mul_avx2's bits: g / (1 + e^-g) * up per element, exp16 for
+ * exp8, the tail past whole 8s in libm as there. */
+void kern_silu_mul_avx512(float *out, const float *gate, const float *up, int n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    int i = 0, n8 = n & ~7;
+    for (; i < n8; i += 16) {
+        __mmask16 k = n8 - i >= 16 ? (__mmask16)0xffff : (__mmask16)0xff;
+        __m512 g = _mm512_maskz_loadu_ps(k, gate + i);
+        __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
+        _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(k, up + i)));
+    }
+    for (i = n8; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }

@@ -135,8 +135,6 @@ static void attn_task(void *ctx, int task, int n_tasks) {
         for (int i = 0, run; i < span; i += run) {
             const char *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, span - i, &run);
             kern_dot_heads(sc + i, ml, q, rows, e + (size_t)kh * hd * es, kt, E, run, hd);
-            for (int r = 0; r < rows; r++)
-                for (int k = 0; k < run; k++) sc[r * ml + i + k] *= scale;
         }
         for (int i = 0; i < nt; i++) {
             int pos = j->st->pos[t0 + i];
@@ -144,7 +142,7 @@ static void attn_task(void *ctx, int task, int n_tasks) {
             for (int g = 0; g < gn; g++) {
                 float *row = sc + (size_t)(i * gn + g) * ml;
                 memset(row, 0, sizeof(float) * (size_t)lo);
-                kern_softmax(row + lo, hi - lo);
+                kern_softmax_scaled(row + lo, hi - lo, scale);
                 memset(row + hi, 0, sizeof(float) * (size_t)(span - hi));
             }
         }

@@ -138,8 +138,7 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
     }
     for (int h = 0; h < nh; h++) {
         float *sh = sc + h * ml;
-        for (int j = 0; j < C; j++) sh[j] *= c->scale;
-        kern_softmax(sh, C);
+        kern_softmax_scaled(sh, C, c->scale);
         memset(c->olat + ((size_t)(ha + h) * c->na + i) * lora, 0, sizeof(float) * lora);
     }
     for (int j = 0, run; j < C; j += run) {

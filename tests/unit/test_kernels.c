@@ -645,6 +645,42 @@ TEST(kern_vector_ops) {
     CHECK(fabsf(big[0]) < 1e-30f && big[1] == 100 && big[2] == 0);
 }
 
+/* Softmax and SiLU give the same bits on AVX-512 as on AVX2 (lane for lane
+ * the same exp, the sum in the same order), at lengths around the vector
+ * widths and with masked (-inf) entries; kern_softmax_scaled equals scaling
+ * first on every path. */
+TEST(kern_softmax_silu_paths_agree) {
+    static const int ns[] = {1, 7, 8, 9, 15, 16, 17, 23, 24, 31, 100, 1027, 4099};
+    int bad = 0;
+    for (int k = 0; k < 13 && !bad; k++) {
+        int n = ns[k];
+        float *a = malloc(n * 4), *b = malloc(n * 4), *y[3], *z[2];
+        for (int i = 0; i < n; i++) a[i] = frand() * 40, b[i] = frand() * 4;
+        if (n > 3) a[2] = -INFINITY;
+        for (int v = 0; v < 3; v++) y[v] = malloc(n * 4);
+        for (int v = 0; v < 2; v++) z[v] = malloc(n * 4);
+        for (int path = 0; path < 3 && !bad; path++) {
+            kern_force_avx2(path == 1);
+            kern_force_scalar(path == 2);
+            float *pre = malloc(n * 4);
+            for (int i = 0; i < n; i++) pre[i] = a[i] * 0.125f;
+            memcpy(y[path], a, n * 4);
+            kern_softmax_scaled(y[path], n, 0.125f);
+            kern_softmax(pre, n);
+            if (memcmp(pre, y[path], n * 4)) bad = 1 + 10 * path + 100 * n;
+            if (path < 2) kern_silu_mul(z[path], b, a, n);
+            free(pre);
+        }
+        if (!bad && memcmp(y[0], y[1], n * 4)) bad = 2 + 100 * n;
+        if (!bad && memcmp(z[0], z[1], n * 4)) bad = 3 + 100 * n;
+        for (int v = 0; v < 3; v++) free(y[v]);
+        free(z[0]), free(z[1]), free(a), free(b);
+    }
+    kern_force_avx2(false);
+    kern_force_scalar(false);
+    CHECKF(!bad, "softmax / silu paths differ (code %d)", bad);
+}
+
 TEST(kern_rope_pair_orders) {
     float cs[4], sn[4], x[8], y[8];
     for (int i = 0; i < 4; i++) cs[i] = cosf(0.3f * (i + 1)), sn[i] = sinf(0.3f * (i + 1));
