@@ -61,10 +61,11 @@ typedef struct dp_job {
  * panels takes one broadcast pair of activations per token and pair of
  * columns. Each output starts from the bias, sums its pairs in order within
  * a column block and adds each block's sum in turn. */
-#define DPG_KC  512 /* columns per block (256 pairs) */
-#define DPG_NR  16  /* rows per panel */
-#define DPG_NCP 8   /* panels per L2-resident group */
-#define DPG_MR  12  /* tokens per register tile */
+#define DPG_KC      512                           /* columns per block (256 pairs) */
+#define DPG_NR      16                            /* rows per panel */
+#define DPG_NCP     8                             /* panels per L2-resident group */
+#define DPG_MR      12                            /* tokens per register tile */
+#define DPG_PSTRIDE ((size_t)DPG_KC / 2 * DPG_NR) /* u32 per packed panel */
 
 /* Packs rows [r0, r0 + 16) x columns [k0, k0 + kc) into dst[pair][16]: 32
  * columns (16 pairs) of the 16 rows at a time, transposed in registers;
@@ -238,7 +239,7 @@ static void dpg_group(const dp_job *j, uint32_t *pack, int g0, int np, int t_lo,
     static const float zeros[DPG_NCP * DPG_NR];
     const kern_mat *W = j->W;
     int M = W->rows, K = W->cols;
-    size_t pstride = (size_t)DPG_KC / 2 * DPG_NR; /* u32 per packed panel */
+    size_t pstride = DPG_PSTRIDE;
     for (int k0 = 0; k0 < K; k0 += DPG_KC) {
         int kc = K - k0 < DPG_KC ? K - k0 : DPG_KC, npairs = (kc + 1) / 2;
         for (int pi = 0; pi < np; pi++)
@@ -282,8 +283,7 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
     int p_lo, p_hi;
     kern_split(n_panels, 1, task, n_tasks, &p_lo, &p_hi);
     if (p_lo >= p_hi) return;
-    size_t pstride = (size_t)DPG_KC / 2 * DPG_NR;
-    uint32_t *pack = kern_scratch(KERN_SCRATCH_PANEL, (size_t)DPG_NCP * pstride * sizeof(uint32_t));
+    uint32_t *pack = kern_scratch(KERN_SCRATCH_PANEL, DPG_NCP * DPG_PSTRIDE * sizeof(uint32_t));
     int blocks = (n + DPG_NT - 1) / DPG_NT;
     for (int b = 0; b < blocks; b++) {
         int t_lo = (int)((long)n * b / blocks), t_hi = (int)((long)n * (b + 1) / blocks);

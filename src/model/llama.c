@@ -159,6 +159,64 @@ static void attn_task(void *ctx, int task, int n_tasks) {
     }
 }
 
+/* Cuts the step into units and tasks: blocks of consecutive positions of
+ * one sequence, ATTN_ROWS query rows at most (a kv head's group, or the part
+ * of it, per token), and tasks of about equal work (a unit's rows times the
+ * positions it reads), so that a prefill's late tokens, which see the most,
+ * do not all land in the last task. Fills j's plan; returns the tasks. */
+static int attn_plan(attn_job *j) {
+    model *m = j->m;
+    const model_step *st = j->st;
+    const model_config *c = &m->cfg;
+    int n = st->n_tokens, nkv = c->n_kv_heads, hd = c->head_dim, group = c->n_heads / nkv;
+    int threads = pool_threads(m->pool), split = 1;
+    while (split < group && n * nkv * split < 2 * threads) split++;
+    int part_heads = (group + split - 1) / split, per_block = ATTN_ROWS / part_heads;
+    if (per_block < 1) per_block = 1;
+    /* slot 7: each block's work (doubles), then the blocks' and the tasks' starts */
+    double *cost =
+        (double *)model_scratch(m, FWD_SLOT_FAMILY0 + 7, (size_t)3 * n + 4 * (size_t)threads + 2);
+    int *block = (int *)(cost + n);
+    int n_blocks = 0, max_span = 0, max_rows = 0;
+    for (int t = 0; t < n; t++) {
+        int b = n_blocks ? block[n_blocks - 1] : 0;
+        if (!n_blocks || t - b == per_block || st->seq_of[t] != st->seq_of[b] ||
+            st->pos[t] != st->pos[t - 1] + 1)
+            block[n_blocks++] = t;
+    }
+    block[n_blocks] = n;
+    double total = 0;
+    for (int k = 0; k < n_blocks; k++) {
+        int t0 = block[k], nt = block[k + 1] - t0;
+        int span =
+            st->pos[t0 + nt - 1] - model_attn_first(m, st, j->l, st->seq_of[t0], st->pos[t0]) + 1;
+        if (span > max_span) max_span = span;
+        if (nt * part_heads > max_rows) max_rows = nt * part_heads;
+        cost[k] = (double)nt * span;
+        total += cost[k];
+    }
+    int units_per_block = nkv * split, n_units = n_blocks * units_per_block;
+    int n_tasks = threads * 4 < n_units ? threads * 4 : n_units;
+    int *first = block + n_blocks + 1, task = 1;
+    double done = 0;
+    first[0] = 0;
+    for (int k = 0; k < n_blocks; k++)
+        for (int u = 0; u < units_per_block; u++) {
+            done += cost[k] / units_per_block;
+            while (task < n_tasks && done >= total * task / n_tasks)
+                first[task++] = k * units_per_block + u + 1;
+        }
+    while (task <= n_tasks) first[task++] = n_units;
+    j->task_floats = (size_t)max_rows * ((size_t)max_span + 2 * (size_t)hd);
+    j->scratch = model_scratch(m, FWD_SLOT_FAMILY0 + 6, (size_t)n_tasks * j->task_floats);
+    j->max_rows = max_rows;
+    j->block = block;
+    j->first = first;
+    j->max_span = max_span;
+    j->split = split;
+    return n_tasks;
+}
+
 void gqa_attention(model *m, const model_step *st, int l, const float *x, float *out) {
     const model_config *c = &m->cfg;
     const model_layer *L = &m->w.layers[l];
@@ -201,65 +259,8 @@ void gqa_attention(model *m, const model_step *st, int l, const float *x, float 
         model_kv_put(m, st, l, t, kt);
     }
 
-    /* Blocks of consecutive positions of one sequence, ATTN_ROWS query rows
-     * at most (a kv head's group, or the part of it, per token). */
-    int threads = pool_threads(m->pool), split = 1, group = nh / nkv;
-    while (split < group && n * nkv * split < 2 * threads) split++;
-    int part_heads = (group + split - 1) / split, per_block = ATTN_ROWS / part_heads;
-    if (per_block < 1) per_block = 1;
-    /* slot 7: each block's work (doubles), then the blocks' and the tasks' starts */
-    double *cost =
-        (double *)model_scratch(m, FWD_SLOT_FAMILY0 + 7, (size_t)3 * n + 4 * (size_t)threads + 2);
-    int *block = (int *)(cost + n);
-    int n_blocks = 0, max_span = 0, max_rows = 0;
-    double total = 0;
-    for (int t = 0; t < n; t++) {
-        int b = n_blocks ? block[n_blocks - 1] : 0;
-        if (!n_blocks || t - b == per_block || st->seq_of[t] != st->seq_of[b] ||
-            st->pos[t] != st->pos[t - 1] + 1)
-            block[n_blocks++] = t;
-    }
-    block[n_blocks] = n;
-    /* Tasks of about equal work (a unit's rows times the positions it
-     * reads), so that a prefill's late tokens, which see the most, do not
-     * all land in the last task. */
-    int n_units = n_blocks * nkv * split, n_tasks = threads * 4;
-    if (n_tasks > n_units) n_tasks = n_units;
-    int *first = block + n_blocks + 1;
-    for (int k = 0; k < n_blocks; k++) {
-        int t0 = block[k], t1 = block[k + 1] - 1;
-        int span = st->pos[t1] - model_attn_first(m, st, l, st->seq_of[t0], st->pos[t0]) + 1;
-        if (span > max_span) max_span = span;
-        if ((t1 - t0 + 1) * part_heads > max_rows) max_rows = (t1 - t0 + 1) * part_heads;
-        cost[k] = (double)(t1 - t0 + 1) * span;
-        total += cost[k];
-    }
-    double done = 0;
-    int task = 1;
-    first[0] = 0;
-    for (int k = 0; k < n_blocks; k++) {
-        double per_unit = cost[k] / (nkv * split);
-        for (int u = 0; u < nkv * split; u++) {
-            done += per_unit;
-            while (task < n_tasks && done >= total * task / n_tasks)
-                first[task++] = k * nkv * split + u + 1;
-        }
-    }
-    while (task <= n_tasks) first[task++] = n_units;
-    size_t task_floats = (size_t)max_rows * ((size_t)max_span + 2 * (size_t)hd);
-    attn_job j = {.m = m,
-                  .st = st,
-                  .l = l,
-                  .q = qkv,
-                  .q_stride = w,
-                  .att = att,
-                  .scratch = model_scratch(m, FWD_SLOT_FAMILY0 + 6, (size_t)n_tasks * task_floats),
-                  .task_floats = task_floats,
-                  .max_rows = max_rows,
-                  .block = block,
-                  .first = first,
-                  .max_span = max_span,
-                  .split = split};
+    attn_job j = {.m = m, .st = st, .l = l, .q = qkv, .q_stride = w, .att = att};
+    int n_tasks = attn_plan(&j);
     pool_run(m->pool, attn_task, &j, n_tasks);
     model_kv_commit(m, st, l);
     kern_matmul(m->pool, out, att, &L->wo, L->bo, n);
