@@ -221,7 +221,10 @@ int cmd_bench(int argc, char **argv) {
     }
     r.bandwidth_gbs = kern_measure_read_bandwidth(model_pool(m), (size_t)1 << 30);
     r.fma_gflops = kern_measure_fma_peak(model_pool(m));
-    if (!strcmp(dtype, "bf16")) r.bf16_dot_gflops = kern_measure_bf16_dot_peak(model_pool(m));
+    /* bf16 weights, and int8 ones with a scale per row in prefill, run on
+     * bf16 dot products where the CPU has them (0 where it does not) */
+    if (!strcmp(dtype, "bf16") || !strcmp(dtype, "int8"))
+        r.bf16_dot_gflops = kern_measure_bf16_dot_peak(model_pool(m));
 
     di_err err = {{0}};
     int per_seq = (prompt_len + gen_len) / MODEL_KV_BLOCK + 1;

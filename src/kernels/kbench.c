@@ -3,8 +3,9 @@
  * Prints one line per figure: the two machine limits measured in this run,
  * then decode GEMV throughput (GB/s of weights streamed, and the fraction of
  * the measured read bandwidth) and batched / prefill GEMM throughput
- * (GFLOP/s and the fraction of the measured FMA peak; for bf16 on CPUs
- * with AVX-512 BF16, of the bf16 dot-product peak its matmuls run on).
+ * (GFLOP/s and the fraction of the measured FMA peak; for bf16, and int8
+ * prefill, on CPUs with AVX-512 BF16, of the bf16 dot-product peak their
+ * matmuls run on).
  * Shapes are the ones the acceptance targets name (hidden 2048, FFN 8192, vocab 128256). On a
  * shared machine the limits drift during the run, so each figure is divided
  * by the best limit measured so far, re-measured right after the figure (the
@@ -140,7 +141,8 @@ void kern_bench_report(pool *p) {
             double t = time_matmul(p, &W, 1, n, n > 64 ? 3 : 10);
             double gf = 2.0 * n * W.rows * W.cols / t / 1e9;
             peak = fmax(peak, kern_measure_fma_peak(p));
-            bool on_dot = dts[d] == KT_BF16 && dot > 0;
+            /* bf16, and int8 (one scale per row) prefill: on bf16 dot products */
+            bool on_dot = dot > 0 && (dts[d] == KT_BF16 || (dts[d] == KT_I8 && n > 32));
             double lim = on_dot ? dot : peak;
             printf("gemm %-4s %6dx%-5d n=%-3d %8.1f GFLOP/s %5.1f %% of %s peak (%.1f)\n",
                    dt_name(dts[d]), W.rows, W.cols, n, gf, 100 * gf / lim,

@@ -302,6 +302,46 @@ TEST(kern_matmul_thread_independent) {
     CHECKF(!bad, "thread count changed the result (code %d)", bad);
 }
 
+/* int8 weights with one scale per row, prefill in plain mode on AVX-512
+ * BF16: the bf16 GEMM on the weights' integers. Its products are exact, so
+ * the result is the double reference on the activations rounded to bf16
+ * within f32 summation error alone (much tighter than the int8 blocks'
+ * bound above): a wrong scale, bias or packed element fails it. */
+TEST(kern_matmul_i8_prefill_gemm) {
+    kern_init();
+    if (!kern_use_avx512_bf16()) {
+        printf("  (no AVX-512 BF16: the path is not taken here)\n");
+        return;
+    }
+    static const shape cases[] = {{21, 1031, 1030}, {19, 70, 33}, {40, 2048, 100}, {3, 5, 40}};
+    pool *p = pool_create(2);
+    int bad = 0;
+    for (int s = 0; s < 4 && !bad; s++) {
+        shape sh = cases[s];
+        tmat t = make_mat(KT_I8, sh.rows, sh.cols, sh.cols);
+        float *x = malloc((size_t)sh.n * sh.cols * 4), *y = malloc((size_t)sh.n * sh.rows * 4);
+        float *bias = malloc((size_t)sh.rows * 4);
+        for (int i = 0; i < sh.n * sh.cols; i++) x[i] = frand();
+        for (int i = 0; i < sh.rows; i++) bias[i] = frand();
+        kern_matmul(p, y, x, &t.m, bias, sh.n);
+        for (int tk = 0; tk < sh.n && !bad; tk++)
+            for (int r = 0; r < sh.rows && !bad; r++) {
+                double ref = bias[r], mag = 0;
+                for (int c = 0; c < sh.cols; c++) {
+                    double w = t.deq[(size_t)r * sh.cols + c];
+                    double xv = kern_bf16_to_f32(kern_f32_to_bf16(x[(size_t)tk * sh.cols + c]));
+                    ref += w * xv, mag += fabs(w * xv);
+                }
+                double tol = 2e-6 * (mag + 1) * sqrt((double)sh.cols + 1) + 1e-6;
+                if (!(fabs(y[(size_t)tk * sh.rows + r] - ref) <= tol)) bad = 1 + s;
+            }
+        free(x), free(y), free(bias);
+        free_mat(&t);
+    }
+    pool_free(p);
+    CHECKF(!bad, "int8 prefill GEMM off the bf16-activation reference (case %d)", bad);
+}
+
 /* Batch-invariant mode: a token's row is bit-identical whatever n and position. */
 TEST(kern_matmul_batch_invariant) {
     pool *p = pool_create(2);
