@@ -221,9 +221,11 @@ int cmd_bench(int argc, char **argv) {
     }
     r.bandwidth_gbs = kern_measure_read_bandwidth(model_pool(m), (size_t)1 << 30);
     r.fma_gflops = kern_measure_fma_peak(model_pool(m));
-    /* bf16 weights, and int8 ones with a scale per row in prefill, run on
-     * bf16 dot products where the CPU has them (0 where it does not) */
-    if (!strcmp(dtype, "bf16") || !strcmp(dtype, "int8"))
+    /* bf16 weights, and int8 ones in prefill where the kernels say so, run
+     * on bf16 dot products (measured 0 where the CPU has none) */
+    int group = !strncmp(dtype, "int8:", 5) ? atoi(dtype + 5) : 0;
+    if (!strcmp(dtype, "bf16") ||
+        (!strncmp(dtype, "int8", 4) && kern_i8_prefill_on_bf16(group, info->hidden_size)))
         r.bf16_dot_gflops = kern_measure_bf16_dot_peak(model_pool(m));
 
     di_err err = {{0}};

@@ -103,9 +103,11 @@ void kern_i8_one_rows_avx512(const kern_mat *W, float *y, const kern_i8_one *a, 
  * prefill (batch-invariant mode: the lanes and the GEMM, one order). */
 void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *W,
                              const float *bias, int n);
-/* int8 weights with one scale per row through that GEMM (their integers are
- * exact in bf16), for prefill in plain mode; false for other scales. */
-bool kern_matmul_i8_gemm_avx512(pool *p, float *y, const float *x, const kern_mat *W,
+/* int8 weights through that GEMM (their integers are exact in bf16), for
+ * prefill in plain mode, where kern_i8_prefill_on_bf16 says so.
+ * KERN_BF16_GEMM_KC: that GEMM's columns per block. */
+#define KERN_BF16_GEMM_KC 512
+void kern_matmul_i8_gemm_avx512(pool *p, float *y, const float *x, const kern_mat *W,
                                 const float *bias, int n);
 /* dst = src rounded to bf16 values (kern_f32_to_bf16, kept as f32): what a
  * bf16 matmul multiplies the weights by. dst may be src. */

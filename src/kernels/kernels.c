@@ -279,6 +279,13 @@ void kern_quantize_i8(int8_t *q, float *scales, const float *w, int rows, int co
     }
 }
 
+bool kern_i8_prefill_on_bf16(int group, int cols) {
+    int g = group > 0 ? group : cols, kc = KERN_BF16_GEMM_KC;
+    if (!kern_use_avx512_bf16() || cols <= 0) return false;
+    /* with several groups, each column block lies in one and starts on a pair */
+    return g == cols || (cols % g == 0 && (g % kc == 0 || (kc % g == 0 && g % 2 == 0)));
+}
+
 bool kern_i8_blockable(const kern_mat *W) {
     int g = W->group > 0 ? W->group : W->cols;
     return g == W->cols || g % KQ_BLOCK == 0;

@@ -53,6 +53,11 @@ void kern_set_batch_invariant(bool on);
  * (NULL = calling thread only). n == 1 is the bandwidth-bound decode case;
  * larger n is the FLOP-bound prefill case (blocked GEMM). */
 void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const float *bias, int n);
+/* Whether int8 prefill (plain mode, more than KERN_GEMM_MIN_N tokens) of a
+ * matrix with this group (<= 0 or cols: one scale per row) and cols runs on
+ * bf16 dot products: on CPUs with AVX-512 BF16, for one scale per row or
+ * groups that divide the bf16 GEMM's column blocks or are multiples of them. */
+bool kern_i8_prefill_on_bf16(int group, int cols);
 
 /* Quantizes an f32 matrix to symmetric int8 with one scale per `group`
  * columns (group must divide cols; group == cols: per row). q: rows*cols,

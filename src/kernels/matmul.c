@@ -119,9 +119,11 @@ void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const flo
         kern_round_bf16(xr, x, nx);
         x = xr;
     }
-    if (W->dtype == KT_I8 && n > KERN_GEMM_MIN_N && !kern_batch_inv() && kern_use_avx512_bf16() &&
-        W->cols > 0 && kern_matmul_i8_gemm_avx512(p, y, x, W, bias, n))
+    if (W->dtype == KT_I8 && n > KERN_GEMM_MIN_N && !kern_batch_inv() &&
+        kern_i8_prefill_on_bf16(W->group, W->cols)) {
+        kern_matmul_i8_gemm_avx512(p, y, x, W, bias, n);
         return;
+    }
     if (!kern_use_avx2() || !kern_matmul_avx2(p, y, x, W, bias, n, kern_batch_inv()))
         kern_matmul_scalar(p, y, x, W, bias, n);
 }

@@ -51,6 +51,7 @@ typedef struct dp_job {
     size_t ldx;
     const float *bias;
     int n;
+    int kb; /* the GEMM's columns per block: DPG_KC, or an int8 weight group below it */
 } dp_job;
 
 /* ---- the packed GEMM: above TL_LANES_MAX tokens; one in batch-invariant mode */
@@ -61,7 +62,7 @@ typedef struct dp_job {
  * panels takes one broadcast pair of activations per token and pair of
  * columns. Each output starts from the bias, sums its pairs in order within
  * a column block and adds each block's sum in turn. */
-#define DPG_KC      512                           /* columns per block (256 pairs) */
+#define DPG_KC      KERN_BF16_GEMM_KC             /* columns per block (256 pairs) */
 #define DPG_NR      16                            /* rows per panel */
 #define DPG_NCP     8                             /* panels per L2-resident group */
 #define DPG_MR      12                            /* tokens per register tile */
@@ -149,8 +150,8 @@ static void dpg_pack(uint32_t *dst, const kern_mat *W, int r0, int k0, int kc) {
  * or zeros, ld 0: the outputs need no start of their own); m0, m1 mask the
  * panels' valid rows. */
 AI void dpg_tile(const uint32_t *pw, size_t pstride, const uint16_t *x, size_t ldx, int npairs,
-                 float *c, size_t ldc, const float *cin, size_t ldcin, const int MR, const int NP,
-                 __mmask16 m0, __mmask16 m1) {
+                 float *c, size_t ldc, const float *cin, size_t ldcin, const float *sv,
+                 const int MR, const int NP, __mmask16 m0, __mmask16 m1) {
     __m512 acc[DPG_MR][2];
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -172,22 +173,24 @@ AI void dpg_tile(const uint32_t *pw, size_t pstride, const uint16_t *x, size_t l
         for (int p = 0; p < NP; p++) {
             const float *in = cin + (size_t)i * ldcin + DPG_NR * p;
             __mmask16 m = p ? m1 : m0;
-            _mm512_mask_storeu_ps(c + (size_t)i * ldc + DPG_NR * p, m,
-                                  _mm512_add_ps(_mm512_maskz_loadu_ps(m, in), acc[i][p]));
+            __m512 v = _mm512_maskz_loadu_ps(m, in);
+            v = sv ? _mm512_fmadd_ps(acc[i][p], _mm512_loadu_ps(sv + DPG_NR * p), v)
+                   : _mm512_add_ps(v, acc[i][p]);
+            _mm512_mask_storeu_ps(c + (size_t)i * ldc + DPG_NR * p, m, v);
         }
 }
 
 #define DPG_CASE(mr)                                                                               \
     case mr:                                                                                       \
         if (np > 1)                                                                                \
-            dpg_tile(pw, pstride, x, ldx, npairs, c, ldc, cin, ldcin, mr, 2, m0, m1);              \
+            dpg_tile(pw, pstride, x, ldx, npairs, c, ldc, cin, ldcin, sv, mr, 2, m0, m1);          \
         else                                                                                       \
-            dpg_tile(pw, pstride, x, ldx, npairs, c, ldc, cin, ldcin, mr, 1, m0, m1);              \
+            dpg_tile(pw, pstride, x, ldx, npairs, c, ldc, cin, ldcin, sv, mr, 1, m0, m1);          \
         break;
 
 static void dpg_tile_any(const uint32_t *pw, size_t pstride, int np, const uint16_t *x, size_t ldx,
-                         int npairs, float *c, size_t ldc, const float *cin, size_t ldcin, int mr,
-                         __mmask16 m0, __mmask16 m1) {
+                         int npairs, float *c, size_t ldc, const float *cin, size_t ldcin,
+                         const float *sv, int mr, __mmask16 m0, __mmask16 m1) {
     switch (mr) { /* constant sizes: the accumulators stay in registers */
         DPG_CASE(12)
         DPG_CASE(11)
@@ -210,7 +213,7 @@ static void dpg_tile_any(const uint32_t *pw, size_t pstride, int np, const uint1
  * one token has two, which wait on the dot products' latency. The same sums
  * in the same order as dpg_tile. */
 AI void dpg_tile1(const uint32_t *pw, size_t pstride, const uint16_t *x, int npairs, float *c,
-                  const float *cin, const int NP, const __mmask16 *m) {
+                  const float *cin, const float *sv, const int NP, const __mmask16 *m) {
     __m512 acc[DPG_NCP];
 #pragma GCC unroll 8
     for (int p = 0; p < NP; p++) acc[p] = _mm512_setzero_ps();
@@ -226,17 +229,19 @@ AI void dpg_tile1(const uint32_t *pw, size_t pstride, const uint16_t *x, int npa
     }
 #pragma GCC unroll 8
     for (int p = 0; p < NP; p++) {
-        _mm512_mask_storeu_ps(c + DPG_NR * p, m[p],
-                              _mm512_add_ps(_mm512_maskz_loadu_ps(m[p], cin + DPG_NR * p), acc[p]));
+        __m512 v = _mm512_maskz_loadu_ps(m[p], cin + DPG_NR * p);
+        v = sv ? _mm512_fmadd_ps(acc[p], _mm512_loadu_ps(sv + DPG_NR * p), v)
+               : _mm512_add_ps(v, acc[p]);
+        _mm512_mask_storeu_ps(c + DPG_NR * p, m[p], v);
     }
 }
 
 static void dpg_tile1_any(const uint32_t *pw, size_t pstride, int np, const uint16_t *x, int npairs,
-                          float *c, const float *cin, const __mmask16 *m) {
+                          float *c, const float *cin, const float *sv, const __mmask16 *m) {
     switch (np) { /* constant counts: the sums stay in registers */
 #define DPG1_CASE(k)                                                                               \
     case k:                                                                                        \
-        dpg_tile1(pw, pstride, x, npairs, c, cin, k, m);                                           \
+        dpg_tile1(pw, pstride, x, npairs, c, cin, sv, k, m);                                       \
         break;
         DPG1_CASE(8)
         DPG1_CASE(7)
@@ -263,12 +268,22 @@ static __mmask16 dpg_rows(const kern_mat *W, int r0) {
 static void dpg_group(const dp_job *j, uint32_t *pack, int g0, int np, int t_lo, int t_hi) {
     static const float zeros[DPG_NCP * DPG_NR];
     const kern_mat *W = j->W;
-    int M = W->rows, K = W->cols;
+    int M = W->rows, K = W->cols, kb = j->kb;
     size_t pstride = DPG_PSTRIDE;
-    for (int k0 = 0; k0 < K; k0 += DPG_KC) {
-        int kc = K - k0 < DPG_KC ? K - k0 : DPG_KC, npairs = (kc + 1) / 2;
-        for (int pi = 0; pi < np; pi++)
+    /* int8: each block's sums times its rows' scales (one weight group per
+     * block), 16 per panel */
+    bool i8 = W->dtype == KT_I8;
+    int g = W->group > 0 ? W->group : K, ng = K / g;
+    float sv[DPG_NCP * DPG_NR];
+    for (int k0 = 0; k0 < K; k0 += kb) {
+        int kc = K - k0 < kb ? K - k0 : kb, npairs = (kc + 1) / 2;
+        for (int pi = 0; pi < np; pi++) {
             dpg_pack(pack + (size_t)pi * pstride, W, (g0 + pi) * DPG_NR, k0, kc);
+            for (int r = 0; i8 && r < DPG_NR; r++) {
+                int row = (g0 + pi) * DPG_NR + r;
+                sv[pi * DPG_NR + r] = row < M ? W->scales[(size_t)row * ng + k0 / g] : 0.0f;
+            }
+        }
         for (int t0 = t_lo; t0 < t_hi; t0 += DPG_MR) {
             int mr = t_hi - t0 < DPG_MR ? t_hi - t0 : DPG_MR;
             const uint16_t *xt = j->xb + (size_t)t0 * j->ldx + k0;
@@ -280,14 +295,15 @@ static void dpg_group(const dp_job *j, uint32_t *pack, int g0, int np, int t_lo,
             if (mr == 1) { /* every panel of the group at once */
                 __mmask16 m[DPG_NCP];
                 for (int pi = 0; pi < np; pi++) m[pi] = dpg_rows(W, (g0 + pi) * DPG_NR);
-                dpg_tile1_any(pack, pstride, np, xt, npairs, c, cin, m);
+                dpg_tile1_any(pack, pstride, np, xt, npairs, c, cin, i8 ? sv : NULL, m);
                 continue;
             }
             for (int pi = 0; pi < np; pi += 2) {
                 int r0 = (g0 + pi) * DPG_NR, two = pi + 1 < np;
                 dpg_tile_any(pack + (size_t)pi * pstride, pstride, 1 + two, xt, j->ldx, npairs,
-                             c + pi * DPG_NR, (size_t)M, cin + pi * DPG_NR, ldcin, mr,
-                             dpg_rows(W, r0), two ? dpg_rows(W, r0 + DPG_NR) : 0);
+                             c + pi * DPG_NR, (size_t)M, cin + pi * DPG_NR, ldcin,
+                             i8 ? sv + pi * DPG_NR : NULL, mr, dpg_rows(W, r0),
+                             two ? dpg_rows(W, r0 + DPG_NR) : 0);
             }
         }
     }
@@ -619,7 +635,7 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         else
             prep_rows(&pj, 0, n);
     }
-    dp_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n};
+    dp_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n, .kb = DPG_KC};
     /* the kernel: one order at every n in batch-invariant mode (the token
      * lanes' and the GEMM's are the same) */
     if (n > TL_LANES_MAX || (n == 1 && kern_batch_inv())) {
@@ -648,43 +664,26 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
     }
 }
 
-/* int8 weights with one scale per row, above KERN_GEMM_MIN_N tokens in
- * plain mode: the packed GEMM on their integer values (exact in bf16) and
- * the activations rounded to bf16, then each output times its row's scale,
- * plus the bias. The products are those of the weights' integers and the
- * rounded activations, exact in f32; the activations keep 8 significant bits
- * where the few-token kernels' int8 blocks keep 7 or fewer. The f32 GEMM on
+/* int8 weights, above KERN_GEMM_MIN_N tokens in plain mode: the packed GEMM
+ * on their integer values (exact in bf16) and the activations rounded to
+ * bf16, each column block's sums times its rows' scales as they are added
+ * (the blocks are the weight groups when those are shorter than DPG_KC).
+ * The products are those of the weights' integers and the rounded
+ * activations, exact in f32; the activations keep 8 significant bits where
+ * the few-token kernels' int8 blocks keep 7 or fewer. The f32 GEMM on
  * dequantized panels it replaces ran at the FMA peak's pace, half this
  * one's. */
-typedef struct i8_out_job {
-    float *y;
-    const kern_mat *W;
-    const float *bias;
-} i8_out_job;
-
-static void i8_out_rows(void *ctx, int lo, int hi) {
-    const i8_out_job *j = ctx;
-    int M = j->W->rows;
-    for (int t = lo; t < hi; t++) {
-        float *yt = j->y + (size_t)t * M;
-        for (int r = 0; r < M; r++) yt[r] = yt[r] * j->W->scales[r] + (j->bias ? j->bias[r] : 0);
-    }
-}
-
-bool kern_matmul_i8_gemm_avx512(pool *p, float *y, const float *x, const kern_mat *W,
+void kern_matmul_i8_gemm_avx512(pool *p, float *y, const float *x, const kern_mat *W,
                                 const float *bias, int n) {
-    if (W->group > 0 && W->group != W->cols) return false;
-    int K = W->cols;
+    int K = W->cols, g = W->group > 0 ? W->group : K;
     size_t ldx = (size_t)((K + 31) & ~31) + 64;
     uint16_t *xb = kern_scratch(KERN_SCRATCH_ACT, (size_t)n * ldx * sizeof(uint16_t));
     prep_job pj = {.x = x, .xb = xb, .ldx = ldx, .K = K, .n = n};
     pool_for(p, prep_rows, &pj, n, 1);
-    dp_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = NULL, .n = n};
+    dp_job j = {
+        .W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n, .kb = g < DPG_KC ? g : DPG_KC};
     int units = (W->rows + DPG_NR - 1) / DPG_NR, tasks = pool_threads(p) * 4;
     pool_run(p, dpg_task, &j, tasks < units ? tasks : units);
-    i8_out_job oj = {.y = y, .W = W, .bias = bias};
-    pool_for(p, i8_out_rows, &oj, n, 1);
-    return true;
 }
 
 #pragma GCC pop_options

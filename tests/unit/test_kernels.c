@@ -302,23 +302,26 @@ TEST(kern_matmul_thread_independent) {
     CHECKF(!bad, "thread count changed the result (code %d)", bad);
 }
 
-/* int8 weights with one scale per row, prefill in plain mode on AVX-512
- * BF16: the bf16 GEMM on the weights' integers. Its products are exact, so
- * the result is the double reference on the activations rounded to bf16
- * within f32 summation error alone (much tighter than the int8 blocks'
- * bound above): a wrong scale, bias or packed element fails it. */
+/* int8 weights, prefill in plain mode on AVX-512 BF16: the bf16 GEMM on
+ * the weights' integers, one scale per row or per group (32, 128: blocks of
+ * one group; 1024: groups of two blocks). Its products are exact, so the
+ * result is the double reference on the activations rounded to bf16 within
+ * f32 summation error alone (much tighter than the int8 blocks' bound
+ * above): a wrong scale, bias or packed element fails it. */
 TEST(kern_matmul_i8_prefill_gemm) {
     kern_init();
     if (!kern_use_avx512_bf16()) {
         printf("  (no AVX-512 BF16: the path is not taken here)\n");
         return;
     }
-    static const shape cases[] = {{21, 1031, 1030}, {19, 70, 33}, {40, 2048, 100}, {3, 5, 40}};
+    static const shape cases[] = {{21, 1031, 1030}, {19, 70, 33},  {40, 2048, 100}, {3, 5, 40},
+                                  {21, 2048, 37},   {18, 640, 50}, {33, 2048, 45}};
+    static const int groups[] = {0, 0, 0, 0, 1024, 128, 32}; /* 0: per row */
     pool *p = pool_create(2);
     int bad = 0;
-    for (int s = 0; s < 4 && !bad; s++) {
+    for (int s = 0; s < 7 && !bad; s++) {
         shape sh = cases[s];
-        tmat t = make_mat(KT_I8, sh.rows, sh.cols, sh.cols);
+        tmat t = make_mat(KT_I8, sh.rows, sh.cols, groups[s] ? groups[s] : sh.cols);
         float *x = malloc((size_t)sh.n * sh.cols * 4), *y = malloc((size_t)sh.n * sh.rows * 4);
         float *bias = malloc((size_t)sh.rows * 4);
         for (int i = 0; i < sh.n * sh.cols; i++) x[i] = frand();
