@@ -1,6 +1,7 @@
-/* hsum_avx2.h — the horizontal sums the AVX2 kernels reduce with, shared by
- * the files that must reproduce their bits (the AVX-512 attention helpers
- * give kern_dot's exact result). Include only from files compiled with AVX2. */
+/* hsum_avx2.h — the horizontal sums (and maximum) the AVX2 kernels reduce
+ * with, shared by the files that must reproduce their bits (the AVX-512
+ * attention helpers give kern_dot's exact result, the AVX-512 softmax the
+ * AVX2 one's). Include only from files compiled with AVX2. */
 #ifndef DI_HSUM_AVX2_H
 #define DI_HSUM_AVX2_H
 
@@ -11,6 +12,14 @@ static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* The largest lane, by the same halving steps. */
+static inline float hmax8(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
 

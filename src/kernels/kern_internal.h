@@ -148,6 +148,21 @@ void kern_dot_heads_widened(float *out, size_t ld, const float *a, int n_a, cons
                             size_t stride, int m, int n);
 void kern_axpy_heads_widened(float *y, size_t ldy, const float *a, size_t lda, int n_a,
                              const uint16_t *x, size_t stride, int m, int n);
+/* e^x as ops_avx2.c's exp8 and ops_avx512.c's exp16 compute it, lane for
+ * lane the same operations on these constants: x clamped to
+ * [KEXP_MIN, KEXP_MAX] (below KEXP_MIN: 0), x = n ln2 + r with ln2 in two
+ * parts, then a degree-5 polynomial in r times 2^n. */
+#define KEXP_MAX    88.3762626647949f
+#define KEXP_MIN    -87.3365447504f
+#define KEXP_LOG2E  1.44269504088896341f
+#define KEXP_LN2_HI 0.693359375f
+#define KEXP_LN2_LO -2.12194440e-4f
+#define KEXP_P0     1.9875691500E-4f
+#define KEXP_P1     1.3981999507E-3f
+#define KEXP_P2     8.3334519073E-3f
+#define KEXP_P3     4.1665795894E-2f
+#define KEXP_P4     1.6666665459E-1f
+#define KEXP_P5     5.0000001201E-1f
 void kern_scale_avx2(float *y, float a, int n);
 void kern_add_avx2(float *y, const float *x, int n);
 void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);

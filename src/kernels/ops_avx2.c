@@ -9,28 +9,21 @@
 
 #include "kernels/hsum_avx2.h"
 
-static inline float hmax8(__m256 v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* e^x for 8 lanes: x = n ln2 + r, |r| <= ln2/2, degree-5 polynomial. */
 static inline __m256 exp8(__m256 x) {
-    __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3365447504f), _CMP_LT_OQ); /* -> 0 */
-    x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3365447504f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+    __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(KEXP_MIN), _CMP_LT_OQ); /* -> 0 */
+    x = _mm256_min_ps(x, _mm256_set1_ps(KEXP_MAX));
+    x = _mm256_max_ps(x, _mm256_set1_ps(KEXP_MIN));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(KEXP_LOG2E)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(KEXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(KEXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(KEXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KEXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KEXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KEXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KEXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KEXP_P5));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e =
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);

@@ -234,19 +234,19 @@ void kern_axpy_heads_avx512(float *y, size_t ldy, const float *a, size_t lda, in
  * bits): clamped, x = n ln2 + r, the degree-5 polynomial, 2^n, and zero
  * below the range. */
 AI __m512 exp16(__m512 x) {
-    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3365447504f), _CMP_LT_OQ);
-    x = _mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f));
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3365447504f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(KEXP_MIN), _CMP_LT_OQ);
+    x = _mm512_min_ps(x, _mm512_set1_ps(KEXP_MAX));
+    x = _mm512_max_ps(x, _mm512_set1_ps(KEXP_MIN));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(KEXP_LOG2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(KEXP_LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(KEXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(KEXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KEXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KEXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KEXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KEXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KEXP_P5));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     __m512i e =
         _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
@@ -273,9 +273,7 @@ void kern_softmax_avx512(float *x, int n, float scale) {
     __m256 vm8 = _mm256_max_ps(lo8(vm), hi8(vm));
     if (i < n8)
         vm8 = _mm256_max_ps(vm8, lo8(_mm512_mul_ps(_mm512_maskz_loadu_ps(0xff, x + i), vsc)));
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(vm8), _mm256_extractf128_ps(vm8, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    float m = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+    float m = hmax8(vm8);
     for (i = n8; i < n; i++) m = fmaxf(m, x[i] * scale);
     const __m512 mm = _mm512_set1_ps(m);
     __m256 vs = _mm256_setzero_ps();
