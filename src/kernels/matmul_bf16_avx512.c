@@ -617,17 +617,33 @@ static void prep_groups(void *ctx, int lo, int hi) {
  * thread alone. */
 #define PREP_POOL_N 32
 
+/* The bf16 activations' rows: padded by 128 bytes, so that the tokens'
+ * activations at one column do not all fall in one L1 set when K is a
+ * multiple of 1024, in 64-byte aligned scratch (ldx is a multiple of 32):
+ * every 32-column load of the activations one cache line (misaligned, the
+ * one-token rows streamed 15-20 % slower). */
+static prep_job prep_buffers(const float *x, int K, int n) {
+    size_t ldx = (size_t)((K + 31) & ~31) + 64;
+    uint16_t *xb = kern_scratch(KERN_SCRATCH_ACT, (size_t)n * ldx * sizeof(uint16_t));
+    return (prep_job){.x = x, .xb = xb, .ldx = ldx, .K = K, .n = n};
+}
+
+/* The GEMM over all of W: several tasks per thread, so a late-waking
+ * worker does not leave one thread with all the rows; small matrices stay
+ * on one thread. */
+static void dpg_run(pool *p, dp_job *j) {
+    const kern_mat *W = j->W;
+    int tasks = (double)W->rows * W->cols * j->n < 65536 ? 1 : pool_threads(p) * 4;
+    int units = (W->rows + DPG_NR - 1) / DPG_NR;
+    pool_run(p, dpg_task, j, tasks < units ? tasks : units);
+}
+
 void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *W,
                              const float *bias, int n) {
     int K = W->cols;
-    /* rows padded by 128 bytes, so that the tokens' activations at one
-     * column do not all fall in one L1 set when K is a multiple of 1024 */
-    size_t ldx = (size_t)((K + 31) & ~31) + 64;
-    /* 64-byte aligned (ldx is a multiple of 32): every 32-column load of the
-     * activations one cache line (misaligned, the one-token rows streamed
-     * 15-20 % slower) */
-    uint16_t *xb = kern_scratch(KERN_SCRATCH_ACT, (size_t)n * ldx * sizeof(uint16_t));
-    prep_job pj = {.x = x, .xb = xb, .ldx = ldx, .K = K, .n = n};
+    prep_job pj = prep_buffers(x, K, n);
+    uint16_t *xb = pj.xb;
+    size_t ldx = pj.ldx;
     bool lanes = n > 1 && n <= TL_LANES_MAX && (kern_batch_inv() || n > KERN_BF16_FEW_MAX);
     if (!lanes) {
         if (n >= PREP_POOL_N)
@@ -639,11 +655,7 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
     /* the kernel: one order at every n in batch-invariant mode (the token
      * lanes' and the GEMM's are the same) */
     if (n > TL_LANES_MAX || (n == 1 && kern_batch_inv())) {
-        /* several tasks per thread, so a late-waking worker does not leave
-         * one thread with all the rows; small matrices stay on one thread */
-        int tasks = (double)W->rows * K * n < 65536 ? 1 : pool_threads(p) * 4;
-        int units = (W->rows + DPG_NR - 1) / DPG_NR;
-        pool_run(p, dpg_task, &j, tasks < units ? tasks : units);
+        dpg_run(p, &j);
     } else if (n == 1) {
         /* one stream per thread, the threads' ends balanced (pool_for) */
         pool_for(p, dp1_rows, &j, W->rows, kern_one_token_grain(KT_BF16, K));
@@ -675,15 +687,17 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
  * one's. */
 void kern_matmul_i8_gemm_avx512(pool *p, float *y, const float *x, const kern_mat *W,
                                 const float *bias, int n) {
-    int K = W->cols, g = W->group > 0 ? W->group : K;
-    size_t ldx = (size_t)((K + 31) & ~31) + 64;
-    uint16_t *xb = kern_scratch(KERN_SCRATCH_ACT, (size_t)n * ldx * sizeof(uint16_t));
-    prep_job pj = {.x = x, .xb = xb, .ldx = ldx, .K = K, .n = n};
+    int g = W->group > 0 ? W->group : W->cols;
+    prep_job pj = prep_buffers(x, W->cols, n);
     pool_for(p, prep_rows, &pj, n, 1);
-    dp_job j = {
-        .W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n, .kb = g < DPG_KC ? g : DPG_KC};
-    int units = (W->rows + DPG_NR - 1) / DPG_NR, tasks = pool_threads(p) * 4;
-    pool_run(p, dpg_task, &j, tasks < units ? tasks : units);
+    dp_job j = {.W = W,
+                .y = y,
+                .xb = pj.xb,
+                .ldx = pj.ldx,
+                .bias = bias,
+                .n = n,
+                .kb = g < DPG_KC ? g : DPG_KC};
+    dpg_run(p, &j);
 }
 
 #pragma GCC pop_options
