@@ -10,6 +10,7 @@
  * shared machine the limits drift during the run, so each figure is divided
  * by the best limit measured so far, re-measured right after the figure (the
  * denominator is printed in parentheses). */
+#include "kernels/kern_internal.h"
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -141,8 +142,10 @@ void kern_bench_report(pool *p) {
             double t = time_matmul(p, &W, 1, n, n > 64 ? 3 : 10);
             double gf = 2.0 * n * W.rows * W.cols / t / 1e9;
             peak = fmax(peak, kern_measure_fma_peak(p));
-            /* bf16, and int8 (one scale per row) prefill: on bf16 dot products */
-            bool on_dot = dot > 0 && (dts[d] == KT_BF16 || (dts[d] == KT_I8 && n > 32));
+            /* bf16, and int8 prefill where the kernels take the bf16 GEMM: on bf16 dot products */
+            bool on_dot =
+                dot > 0 && (dts[d] == KT_BF16 || (dts[d] == KT_I8 && n > KERN_GEMM_MIN_N &&
+                                                  kern_i8_prefill_on_bf16(0, W.cols)));
             double lim = on_dot ? dot : peak;
             printf("gemm %-4s %6dx%-5d n=%-3d %8.1f GFLOP/s %5.1f %% of %s peak (%.1f)\n",
                    dt_name(dts[d]), W.rows, W.cols, n, gf, 100 * gf / lim,
