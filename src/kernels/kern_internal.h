@@ -68,10 +68,17 @@ bool kern_matmul_avx2(pool *p, float *y, const float *x, const kern_mat *W, cons
 void kern_sb_rows_bf16_avx512(const kern_mat *W, float *y, const float *x, const float *xp,
                               size_t ldx, const float *bias, int r0, int R, int t_lo, int t_hi);
 void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, int K);
-/* The same for int8 weights with AVX-512 VNNI, on the activations quantized
- * by kern_quantize_act (xq n x cols, xs n x nb block scales). */
-void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const float *xs, int nb,
-                            const float *bias, int r0, int R, int t_lo, int t_hi);
+/* The same for int8 weights with AVX-512 VNNI (matmul_i8_avx512.c), on the
+ * activations quantized by kern_quantize_act (xq n x cols, xs n x nb block
+ * scales) and their blocks' starts (xst n x nb, kern_i8_block_starts); rows
+ * in tiles of KERN_I8_TILE_ROWS. */
+#define KERN_I8_TILE_ROWS 16
+void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const float *xs,
+                            const int32_t *xst, int nb, const float *bias, int r0, int R, int t_lo,
+                            int t_hi);
+/* st[t * nb + b] = -128 times the sum of token t's quantized activations in
+ * block b (nb blocks of KQ_BLOCK columns, the last one partial). */
+void kern_i8_block_starts(int32_t *st, const int8_t *xq, int n, int K);
 /* bf16 weights times 2 to KERN_BF16_FEW_MAX tokens in plain mode on AVX-512
  * BF16, 16 lanes = 8 tokens x 2 pairs, up to three halves of 8 tokens
  * (matmul_bf16_few_avx512.c); xb: the tokens' activations rounded to bf16,

@@ -63,8 +63,9 @@ typedef struct sb_job {
     bool avx512;     /* blocks through kern_sb_rows_{bf16,i8}_avx512 */
     const float *bias;
     int n;
-    const int8_t *xq; /* int8: quantized activations, n x cols */
-    const float *xs;  /* their per-block scales, n x nb */
+    const int8_t *xq;   /* int8: quantized activations, n x cols */
+    const float *xs;    /* their per-block scales, n x nb */
+    const int32_t *xst; /* AVX-512 int8: each block's start, kern_i8_block_starts */
     int nb;
     kern_i8_one one; /* one int8 token in plain mode: its prepared activations */
     int tile;        /* tokens per token tile */
@@ -305,11 +306,7 @@ AI void sb_rows(const sb_job *j, int r0, const int R, int t_lo, int n) {
         else if (n - t == 1)
             sb_f32(j, r0, t, R, 1, true, t == t_lo);
         break;
-    case KT_I8:
-        if (j->avx512) {
-            kern_sb_rows_i8_avx512(j->W, j->y, j->xq, j->xs, j->nb, j->bias, r0, R, t_lo, n);
-            break;
-        }
+    case KT_I8: /* (with AVX-512, sb_task calls its own tiles) */
         if (j->W->group <= 0 || j->W->group == j->W->cols) {
             for (; t + 2 <= n; t += 2) sb_i8(j, r0, t, R, 2, true, t == t_lo);
             if (t < n) sb_i8(j, r0, t, R, 1, true, t == t_lo);
@@ -329,9 +326,15 @@ static void sb_one_rows(void *ctx, int lo, int hi) {
 static void sb_task(void *ctx, int task, int n_tasks) {
     const sb_job *j = ctx;
     int lo, hi;
-    kern_split(j->W->rows, SB_R, task, n_tasks, &lo, &hi);
+    bool i8_lanes = j->avx512 && j->W->dtype == KT_I8;
+    kern_split(j->W->rows, i8_lanes ? KERN_I8_TILE_ROWS : SB_R, task, n_tasks, &lo, &hi);
     for (int t0 = 0; t0 < j->n; t0 += j->tile) {
         int t1 = t0 + j->tile < j->n ? t0 + j->tile : j->n;
+        if (i8_lanes) { /* its own tiles of 16 rows */
+            kern_sb_rows_i8_avx512(j->W, j->y, j->xq, j->xs, j->xst, j->nb, j->bias, lo, hi - lo,
+                                   t0, t1);
+            continue;
+        }
         int r = lo;
         for (; r + SB_R <= hi; r += SB_R) sb_rows(j, r, SB_R, t0, t1);
         for (; r < hi; r++) sb_rows(j, r, 1, t0, t1);
@@ -449,11 +452,17 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
         bool one = n == 1 && !kern_batch_inv() && kern_use_avx512_vnni() && kern_i8_one_fits(W);
         size_t nq = ((size_t)n * K + 32 + 63) & ~(size_t)63;
         int8_t *xq = kern_scratch(KERN_SCRATCH_ACT, nq + (one ? kern_i8_one_bytes(K) : 0));
-        float *xs = kern_scratch(KERN_SCRATCH_ACT2, (size_t)n * j.nb * sizeof(float) + 4);
+        size_t ns = ((size_t)n * j.nb + 16) & ~(size_t)15; /* floats, then the starts */
+        float *xs = kern_scratch(KERN_SCRATCH_ACT2, ns * (sizeof(float) + sizeof(int32_t)));
         for (int t = 0; t < n; t++)
             kern_quantize_act(xq + (size_t)t * K, xs + (size_t)t * j.nb, x + (size_t)t * K, K);
         j.xq = xq;
         j.xs = xs;
+        if (j.avx512) {
+            int32_t *xst = (int32_t *)(xs + ns);
+            kern_i8_block_starts(xst, xq, n, K);
+            j.xst = xst;
+        }
         if (one) {
             kern_i8_one_prepare(&j.one, xq + nq, xq, xs, K);
             /* one stream per thread, the threads' ends balanced */
@@ -466,9 +475,12 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
     if (tile > KERN_SB_TILE_MAX) tile = KERN_SB_TILE_MAX;
     if (tile >= 12) tile -= tile % 12; /* whole register blocks of 2 and 3 tokens */
     j.tile = tile < 4 ? 4 : (int)tile;
+    /* the int8 tiles keep a chunk of their rows in L1 for every token */
+    if (j.avx512 && W->dtype == KT_I8) j.tile = KERN_SB_TILE_MAX;
     /* Several tasks per thread so a late-waking worker does not leave one
      * thread with all the rows; small matrices stay on one thread. */
-    int blocks = (W->rows + SB_R - 1) / SB_R;
+    int rows_per_block = j.avx512 && W->dtype == KT_I8 ? KERN_I8_TILE_ROWS : SB_R;
+    int blocks = (W->rows + rows_per_block - 1) / rows_per_block;
     double work = (double)W->rows * K * n;
     int tasks = work < 65536 ? 1 : pool_threads(p) * 4;
     if (tasks > blocks) tasks = blocks;

@@ -1,27 +1,23 @@
-/* matmul_avx512.c — the row blocks of the small-n matmul for batched
- * decode (2 <= n <= KERN_GEMM_MIN_N) on CPUs with AVX-512, bf16 and int8:
- * matmul_avx2.c walks the rows and tokens and calls these in place of its
- * own 8-lane blocks. Batched decode is bound by the arithmetic as much as by
- * the memory stream, and these do twice the work per instruction or more:
- * streaming a llama-1b's matrices at n = 8, bf16 ran about 1.1-1.2x and int8
- * about 1.5-1.8x the AVX2 blocks' rate. At n = 1 the AVX2 blocks streamed
- * the weights 5-15 % faster (measured on Zen 5), so they keep that case for
- * bf16 without BF16 dot products; int8 at n = 1 in plain mode takes a
- * one-row kernel of its own here (a single stream, 256-bit loads; below).
+/* matmul_avx512.c — on CPUs with AVX-512: the bf16 row blocks of the
+ * small-n matmul for batched decode (2 <= n <= KERN_GEMM_MIN_N) where the
+ * CPU has no BF16 dot products, and the one-token int8 rows in plain mode
+ * (a single stream, 256-bit loads; below). matmul_avx2.c walks the rows and
+ * tokens and calls these in place of its own 8-lane blocks; int8 from two
+ * tokens has its own kernel (matmul_i8_avx512.c). Batched decode is bound by
+ * the arithmetic as much as by the memory stream: streaming a llama-1b's
+ * matrices at n = 8, the bf16 blocks ran about 1.1-1.2x the AVX2 blocks'
+ * rate. At n = 1 the AVX2 blocks streamed the weights 5-15 % faster
+ * (measured on Zen 5), so they keep that case.
  *
  * Same scheme as the AVX2 blocks, twice as wide: a block of 4 rows stays in
  * L1 while the tokens pass over it (4 at a time in registers, 16
  * accumulators), column chunk by column chunk, the partial sums parked in
  * memory in between, so the rows stream in evenly while the later passes
- * compute from L1; the first pass prefetches the next row block.
- *
- * bf16: a 32-bit lane holding (w[2j+1], w[2j]) gives w[2j] by a shift and
- * w[2j+1] by a mask, so 64 bytes of weights widen to 32 f32 in two integer
- * operations, against activations split into even/odd halves per 32-column
- * block once per call. Activations stay f32; the products are exact FMAs.
- * int8: llama.cpp's Q8_0 scheme as in the AVX2 block, with vpdpbusd summing
- * four byte products per lane, so 64 columns cost four instructions per
- * (row, token) where the AVX2 block needs about ten.
+ * compute from L1; the first pass prefetches the next row block. A 32-bit
+ * lane holding (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a
+ * mask, so 64 bytes of weights widen to 32 f32 in two integer operations,
+ * against activations split into even/odd halves per 32-column block once
+ * per call. Activations stay f32; the products are exact FMAs.
  *
  * Per (row, token) the order is fixed by the matrix shape alone — the column
  * steps in order, the chunks in order, one fixed reduction tree, then the
@@ -166,118 +162,6 @@ AI __m512 pair_scales(const float *s, int i0, int i1, __mmask16 m) {
     const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     __m128 two = _mm_unpacklo_ps(_mm_load_ss(s + i0), _mm_load_ss(s + i1));
     return _mm512_maskz_permutexvar_ps(m, idx, _mm512_castps128_ps512(two));
-}
-
-/* Adds columns [k0, k1) (64 at a time; with tail, the one 32-column block
- * at k0) of int8 rows [r0, r0 + R) times tokens [t0, t0 + T) onto
- * part[r * ld + t]: per 64 columns and (row, token), the weights take the
- * activations' signs (a masked subtract), vpdpbusd sums |x| * w four products
- * to a lane in integers (exact: |x|, |w| <= 127), and lanes 0-7 and 8-15 (two
- * activation blocks) are scaled by their blocks' scales, times the weight
- * group's unless per_row (then the row scale comes at the end). */
-AI void sb512_i8(const kern_mat *W, const int8_t *xq, const float *xs, int nb, int r0, int t0,
-                 const int R, const int T, int k0, int k1, __m512 *part, int ld, const bool pf,
-                 const bool per_row, const bool tail) {
-    int K = W->cols, g = per_row ? K : W->group, ng = K / g;
-    size_t ahead = (size_t)SB512_R * K;
-    const int8_t *w[SB512_R];
-    const float *ws[SB512_R];
-    for (int r = 0; r < R; r++) {
-        w[r] = (const int8_t *)W->data + (size_t)(r0 + r) * K;
-        ws[r] = W->scales + (size_t)(r0 + r) * ng;
-    }
-    __m512 acc[SB512_R][SB512_T];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) acc[r][t] = part[r * ld + t];
-    const __m512i zero = _mm512_setzero_si512();
-    const __mmask64 ld_mask = tail ? 0xffffffffull : ~0ull;
-    const __mmask16 sc_mask = tail ? 0x00ff : 0xffff;
-    for (int k = k0; k < k1; k += 64) {
-        int b = k / KQ_BLOCK;
-        __m512i xa[SB512_T];
-        __mmask64 neg[SB512_T];
-        __m512 sx[SB512_T];
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            const int8_t *xt = xq + (size_t)(t0 + t) * K + k;
-            __m512i xv = _mm512_maskz_loadu_epi8(ld_mask, xt);
-            xa[t] = _mm512_abs_epi8(xv);
-            neg[t] = _mm512_movepi8_mask(xv);
-            const float *st = xs + (size_t)(t0 + t) * nb;
-            sx[t] = pair_scales(st, b, tail ? b : b + 1, sc_mask);
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            if (pf) _mm_prefetch((const char *)(w[r] + k + ahead), _MM_HINT_T0);
-            __m512i wv = _mm512_maskz_loadu_epi8(ld_mask, w[r] + k);
-            __m512 sw = per_row ? _mm512_setzero_ps()
-                                : pair_scales(ws[r], k / g, tail ? k / g : (k + 32) / g, 0xffff);
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++) {
-                __m512i ws8 = _mm512_mask_sub_epi8(wv, neg[t], zero, wv);
-                __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, xa[t], ws8));
-                __m512 sc = per_row ? sx[t] : _mm512_mul_ps(sx[t], sw);
-                acc[r][t] = _mm512_fmadd_ps(d, sc, acc[r][t]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) part[r * ld + t] = acc[r][t];
-}
-
-/* Every token pass over columns [k0, k1), as sb512_chunk. */
-AI void sb512_i8_chunk(const kern_mat *W, const int8_t *xq, const float *xs, int nb, int r0,
-                       const int R, int t_lo, int t_hi, int k0, int k1, __m512 *part,
-                       const bool per_row, const bool tail) {
-    int nt = t_hi - t_lo;
-#define PASS(t, T)                                                                                 \
-    sb512_i8(W, xq, xs, nb, r0, t, R, T, k0, k1, part + (t - t_lo), nt, t == t_lo, per_row, tail)
-    TOKEN_PASSES(t_lo, t_hi, PASS);
-#undef PASS
-}
-
-AI void rows_i8(const kern_mat *W, float *y, const int8_t *xq, const float *xs, int nb,
-                const float *bias, int r0, const int R, int t_lo, int t_hi, const bool per_row) {
-    int K = W->cols, K32 = K & ~31, K64 = K & ~63, nt = t_hi - t_lo;
-    __m512 part[SB512_R * KERN_SB_TILE_MAX];
-    for (int i = 0; i < R * nt; i++) part[i] = _mm512_setzero_ps();
-    for (int k0 = 0; k0 < K64; k0 += SB512_KC) {
-        int k1 = k0 + SB512_KC < K64 ? k0 + SB512_KC : K64;
-        sb512_i8_chunk(W, xq, xs, nb, r0, R, t_lo, t_hi, k0, k1, part, per_row, false);
-    }
-    if (K64 < K32) sb512_i8_chunk(W, xq, xs, nb, r0, R, t_lo, t_hi, K64, K32, part, per_row, true);
-    for (int r = 0; r < R; r++) {
-        const int8_t *w = (const int8_t *)W->data + (size_t)(r0 + r) * K;
-        for (int t = t_lo; t < t_hi; t++) {
-            float s = _mm512_reduce_add_ps(part[r * nt + t - t_lo]);
-            if (K32 < K) /* only with one scale per row: tail block of the row */
-                s += xs[(size_t)t * nb + K32 / KQ_BLOCK] *
-                     kern_i8_dot_tail(w, xq + (size_t)t * K, K32, K);
-            if (per_row) s *= W->scales[r0 + r];
-            y[(size_t)t * W->rows + r0 + r] = s + (bias ? bias[r0 + r] : 0.0f);
-        }
-    }
-}
-
-void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const float *xs, int nb,
-                            const float *bias, int r0, int R, int t_lo, int t_hi) {
-    bool per_row = W->group <= 0 || W->group == W->cols;
-    for (int r = r0; r + SB512_R <= r0 + R; r += SB512_R) {
-        if (per_row)
-            rows_i8(W, y, xq, xs, nb, bias, r, SB512_R, t_lo, t_hi, true);
-        else
-            rows_i8(W, y, xq, xs, nb, bias, r, SB512_R, t_lo, t_hi, false);
-    }
-    for (int r = r0 + R / SB512_R * SB512_R; r < r0 + R; r++) {
-        if (per_row)
-            rows_i8(W, y, xq, xs, nb, bias, r, 1, t_lo, t_hi, true);
-        else
-            rows_i8(W, y, xq, xs, nb, bias, r, 1, t_lo, t_hi, false);
-    }
 }
 
 /* ---- int8, one token (plain mode) ----------------------------------------- */

@@ -345,6 +345,59 @@ TEST(kern_matmul_i8_prefill_gemm) {
     CHECKF(!bad, "int8 prefill GEMM off the bf16-activation reference (case %d)", bad);
 }
 
+/* int8 up to KERN_GEMM_MIN_N tokens (and every n in batch-invariant mode)
+ * against the exact sums of the quantized activations: each 32-column
+ * block's integer dot product is exact, so only f32 rounding of the scaled
+ * block sums separates a kernel from the reference. Rows past whole tiles of
+ * 16, columns past whole blocks and 4-column groups, one scale per row or
+ * per group of 32, 64 or 1024. A wrong sign fix, block start, scale or group
+ * index is far outside the bound. */
+TEST(kern_matmul_i8_exact_blocks) {
+    kern_init();
+    static const shape cases[] = {{37, 1030, 9}, {16, 96, 2},   {5, 1031, 17},
+                                  {40, 2048, 8}, {33, 640, 32}, {21, 2048, 5}};
+    static const int groups[] = {0, 0, 0, 1024, 64, 32}; /* 0: per row */
+    pool *p = pool_create(2);
+    int bad = 0;
+    for (int inv = 0; inv < 2 && !bad; inv++) {
+        kern_set_batch_invariant(inv);
+        for (int s = 0; s < 6 && !bad; s++) {
+            shape sh = cases[s];
+            int K = sh.cols, nb = (K + 31) / 32, g = groups[s] ? groups[s] : K;
+            tmat t = make_mat(KT_I8, sh.rows, K, g);
+            float *x = malloc((size_t)sh.n * K * 4), *y = malloc((size_t)sh.n * sh.rows * 4);
+            float *bias = malloc((size_t)sh.rows * 4), *xs = malloc((size_t)nb * 4);
+            int8_t *xq = malloc((size_t)K);
+            for (int i = 0; i < sh.n * K; i++) x[i] = frand();
+            for (int i = 0; i < sh.rows; i++) bias[i] = frand();
+            kern_matmul(p, y, x, &t.m, bias, sh.n);
+            const int8_t *wq = t.data;
+            for (int tk = 0; tk < sh.n && !bad; tk++) {
+                kern_quantize_act(xq, xs, x + (size_t)tk * K, K);
+                for (int r = 0; r < sh.rows && !bad; r++) {
+                    double ref = 0, mag = 0;
+                    for (int b = 0; b < nb; b++) {
+                        long isum = 0;
+                        for (int c = 32 * b; c < K && c < 32 * b + 32; c++)
+                            isum += (long)wq[(size_t)r * K + c] * xq[c];
+                        double term =
+                            (double)isum * xs[b] * t.scales[(size_t)r * (K / g) + 32 * b / g];
+                        ref += term, mag += fabs(term);
+                    }
+                    ref += bias[r], mag += fabs(bias[r]);
+                    double tol = 4e-7 * (nb + 4) * mag + 1e-30;
+                    if (!(fabs(y[(size_t)tk * sh.rows + r] - ref) <= tol)) bad = 1 + s + 10 * inv;
+                }
+            }
+            free(x), free(y), free(bias), free(xs), free(xq);
+            free_mat(&t);
+        }
+    }
+    kern_set_batch_invariant(false);
+    pool_free(p);
+    CHECKF(!bad, "int8 off the exact block sums of its quantized activations (case %d)", bad);
+}
+
 /* Batch-invariant mode: a token's row is bit-identical whatever n and position. */
 TEST(kern_matmul_batch_invariant) {
     pool *p = pool_create(2);
