@@ -169,6 +169,8 @@ AI void rl_tile(const rl_args *a, float *y, const float *bias, int r0, int R, in
     const __m512i ridx =
         _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                            _mm512_set1_epi32(a->ng));
+    __m512 ws_cur = _mm512_setzero_ps();
+    int ws_grp = -1; /* the group ws_cur holds (a gather per group, not per block) */
     for (int k0 = 0; k0 < K; k0 += RL_KC) {
         int kc = K - k0 < RL_KC ? K - k0 : RL_KC, nblk = (kc + KQ_BLOCK - 1) / KQ_BLOCK;
         /* the next chunk of the rows (or the next tile's first) into L2,
@@ -186,9 +188,14 @@ AI void rl_tile(const rl_args *a, float *y, const float *bias, int r0, int R, in
                 rl_transpose(wt[bi], w0 + k, (size_t)K, RL_ROWS, KQ_BLOCK, true);
             else
                 rl_transpose(wt[bi], w0 + k, (size_t)K, R, kv, false);
-            if (!per_row) /* the 16 rows' scales of this block's group */
-                wsv[bi] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rm, ridx,
-                                                   W->scales + (size_t)r0 * a->ng + k / a->g, 4);
+            if (!per_row) { /* the 16 rows' scales of this block's group */
+                int grp = k / a->g;
+                if (grp != ws_grp)
+                    ws_cur = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rm, ridx,
+                                                      W->scales + (size_t)r0 * a->ng + grp, 4);
+                ws_grp = grp;
+                wsv[bi] = ws_cur;
+            }
         }
         int t = t_lo, b0 = k0 / KQ_BLOCK;
         for (; t + RL_T <= t_hi; t += RL_T)
