@@ -61,6 +61,7 @@ typedef struct sb_job {
     const float *xp; /* bf16: activations with each 16-block (AVX-512: 32-block) split even/odd */
     size_t ldxp;     /* floats from one token's row of xp to the next */
     bool avx512;     /* blocks through kern_sb_rows_{bf16,i8}_avx512 */
+    bool i8_lanes;   /* int8 with AVX-512: tiles of KERN_I8_TILE_ROWS rows */
     const float *bias;
     int n;
     const int8_t *xq;   /* int8: quantized activations, n x cols */
@@ -326,11 +327,10 @@ static void sb_one_rows(void *ctx, int lo, int hi) {
 static void sb_task(void *ctx, int task, int n_tasks) {
     const sb_job *j = ctx;
     int lo, hi;
-    bool i8_lanes = j->avx512 && j->W->dtype == KT_I8;
-    kern_split(j->W->rows, i8_lanes ? KERN_I8_TILE_ROWS : SB_R, task, n_tasks, &lo, &hi);
+    kern_split(j->W->rows, j->i8_lanes ? KERN_I8_TILE_ROWS : SB_R, task, n_tasks, &lo, &hi);
     for (int t0 = 0; t0 < j->n; t0 += j->tile) {
         int t1 = t0 + j->tile < j->n ? t0 + j->tile : j->n;
-        if (i8_lanes) { /* its own tiles of 16 rows */
+        if (j->i8_lanes) {
             kern_sb_rows_i8_avx512(j->W, j->y, j->xq, j->xs, j->xst, j->nb, j->bias, lo, hi - lo,
                                    t0, t1);
             continue;
@@ -458,7 +458,8 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
             kern_quantize_act(xq + (size_t)t * K, xs + (size_t)t * j.nb, x + (size_t)t * K, K);
         j.xq = xq;
         j.xs = xs;
-        if (j.avx512) {
+        j.i8_lanes = j.avx512;
+        if (j.i8_lanes) {
             int32_t *xst = (int32_t *)(xs + ns);
             kern_i8_block_starts(xst, xq, n, K);
             j.xst = xst;
@@ -476,10 +477,10 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
     if (tile >= 12) tile -= tile % 12; /* whole register blocks of 2 and 3 tokens */
     j.tile = tile < 4 ? 4 : (int)tile;
     /* the int8 tiles keep a chunk of their rows in L1 for every token */
-    if (j.avx512 && W->dtype == KT_I8) j.tile = KERN_SB_TILE_MAX;
+    if (j.i8_lanes) j.tile = KERN_SB_TILE_MAX;
     /* Several tasks per thread so a late-waking worker does not leave one
      * thread with all the rows; small matrices stay on one thread. */
-    int rows_per_block = j.avx512 && W->dtype == KT_I8 ? KERN_I8_TILE_ROWS : SB_R;
+    int rows_per_block = j.i8_lanes ? KERN_I8_TILE_ROWS : SB_R;
     int blocks = (W->rows + rows_per_block - 1) / rows_per_block;
     double work = (double)W->rows * K * n;
     int tasks = work < 65536 ? 1 : pool_threads(p) * 4;
