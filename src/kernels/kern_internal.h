@@ -87,20 +87,19 @@ void kern_i8_block_starts(int32_t *st, const int8_t *xq, int n, int K);
 void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
                           const float *bias, int n);
 /* One int8 token in plain mode on AVX-512 VNNI (matmul_avx512.c): its
- * activations, quantized by kern_quantize_act, prepared once per call
- * (kern_i8_one_prepare, into kern_i8_one_bytes of 64-byte aligned memory),
- * then rows [r0, r1) of y. For weights with one scale per row or groups of
- * a multiple of 64 columns (kern_i8_one_fits). */
+ * activations quantized to int16, one scale per block of `block` columns,
+ * once per call (kern_i8_one_prepare from the f32 activations, into
+ * kern_i8_one_bytes of 64-byte aligned memory), then rows [r0, r1) of y.
+ * For weights with one scale per row or groups of a multiple of 32 columns
+ * that divide the row (kern_i8_one_fits). */
 typedef struct kern_i8_one {
-    const int8_t *xq;    /* the quantized activations */
-    const float *xs;     /* their block scales */
-    const uint8_t *xa;   /* |xq| */
-    const uint64_t *neg; /* per 64 columns, the bits of the negative xq */
-    const float *sv;     /* per 64 columns, 16 scales: block 2b's in lanes 0-7, 2b + 1's in 8-15 */
+    const int16_t *x16; /* the activations, zero to a multiple of 128 columns */
+    const float *s16;   /* their block scales */
+    int block;          /* columns per block: 128, 64 or 32 */
 } kern_i8_one;
 bool kern_i8_one_fits(const kern_mat *W);
 size_t kern_i8_one_bytes(int cols);
-void kern_i8_one_prepare(kern_i8_one *a, void *buf, const int8_t *xq, const float *xs, int cols);
+void kern_i8_one_prepare(kern_i8_one *a, void *buf, const float *x, const kern_mat *W);
 void kern_i8_one_rows_avx512(const kern_mat *W, float *y, const kern_i8_one *a, const float *bias,
                              int r0, int r1);
 

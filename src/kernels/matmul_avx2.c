@@ -447,11 +447,16 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
          * n, and takes the one that serves batches. */
         j.avx512 = kern_use_avx512_vnni() && (n >= 2 || kern_batch_inv());
         j.nb = (K + KQ_BLOCK - 1) / KQ_BLOCK;
-        /* One token in plain mode: rows one after another (its kernel
-         * takes the activations prepared, after xq in the same scratch). */
-        bool one = n == 1 && !kern_batch_inv() && kern_use_avx512_vnni() && kern_i8_one_fits(W);
+        /* One token in plain mode: rows one after another, on activations
+         * of its own (int16 blocks). */
+        if (n == 1 && !kern_batch_inv() && kern_use_avx512_vnni() && kern_i8_one_fits(W)) {
+            kern_i8_one_prepare(&j.one, kern_scratch(KERN_SCRATCH_ACT, kern_i8_one_bytes(K)), x, W);
+            /* one stream per thread, the threads' ends balanced */
+            pool_for(p, sb_one_rows, &j, W->rows, kern_one_token_grain(KT_I8, K));
+            return;
+        }
         size_t nq = ((size_t)n * K + 32 + 63) & ~(size_t)63;
-        int8_t *xq = kern_scratch(KERN_SCRATCH_ACT, nq + (one ? kern_i8_one_bytes(K) : 0));
+        int8_t *xq = kern_scratch(KERN_SCRATCH_ACT, nq);
         size_t ns = ((size_t)n * j.nb + 16) & ~(size_t)15; /* floats, then the starts */
         float *xs = kern_scratch(KERN_SCRATCH_ACT2, ns * (sizeof(float) + sizeof(int32_t)));
         for (int t = 0; t < n; t++)
@@ -463,12 +468,6 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
             int32_t *xst = (int32_t *)(xs + ns);
             kern_i8_block_starts(xst, xq, n, K);
             j.xst = xst;
-        }
-        if (one) {
-            kern_i8_one_prepare(&j.one, xq + nq, xq, xs, K);
-            /* one stream per thread, the threads' ends balanced */
-            pool_for(p, sb_one_rows, &j, W->rows, kern_one_token_grain(KT_I8, K));
-            return;
         }
     }
     size_t tok_bytes = W->dtype == KT_I8 ? (size_t)K + (size_t)j.nb * 4 : (size_t)K * 4;

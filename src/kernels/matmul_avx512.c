@@ -26,6 +26,7 @@
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 #define AI static inline __attribute__((always_inline))
 
@@ -152,103 +153,113 @@ void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, 
     }
 }
 
-/* ---- int8 (VNNI) -------------------------------------------------------- */
-/* Only these functions may use AVX-512 VNNI; the dispatch checks for it. */
-#pragma GCC push_options
-#pragma GCC target("avx512vnni")
-
-/* Lanes 0-7 get s[i0], lanes 8-15 s[i1]; lanes outside m are zero. */
-AI __m512 pair_scales(const float *s, int i0, int i1, __mmask16 m) {
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    __m128 two = _mm_unpacklo_ps(_mm_load_ss(s + i0), _mm_load_ss(s + i1));
-    return _mm512_maskz_permutexvar_ps(m, idx, _mm512_castps128_ps512(two));
-}
-
 /* ---- int8, one token (plain mode) ----------------------------------------- */
 /* The rows one after another, one sequential stream per thread with no
  * software prefetch and the weights in 256-bit loads, as the bf16 one-token
  * rows (matmul_bf16_avx512.c): the 4-row blocks' four streams and prefetch
- * stream slower on Zen 5. Per 64 columns: the weights take the activations'
- * signs (a masked subtract, the mask prepared per call), vpdpbusd with |x|,
- * to f32, times the two blocks' scales (and the weight group's) onto one of
- * four accumulators in turn; then the accumulators added pairwise and
- * reduced, the columns past the last 64 in scalar, the row scale. llama-1b
- * int8 decode, six alternating pairs of runs: 34.7-40.3 tok/s against
- * 30.7-38.3 with the 4-row AVX2 blocks, ahead in every pair (7.6 % on
- * average). */
+ * stream slower on Zen 5.
+ *
+ * The activations go in as int16, one scale per block of B columns (128,
+ * or 64 or 32 for weight groups that 128 does not divide): 15 bits of the
+ * block's largest magnitude, where the batched kernels' int8 blocks of 32
+ * keep 7. Per 32 columns the weights widen to int16 (vpmovsxbw) and
+ * vpdpwssd adds their products with the activations in pairs; a block's
+ * sum is exact in integers (two chains of at most two steps), then
+ * converted and added times the block's scale (and the weight group's) onto
+ * one of two accumulators in turn. Fewer instructions per weight byte than
+ * the int8 activations' sign fix, vpdpbusd, conversion and FMA per 64
+ * columns, which is what lets the stream run: streaming llama-1b's
+ * matrices, 50.9-52.9 against 45.6-48.1 GB/s (a plain read of them:
+ * 57.4-59.3). The order: the blocks in turn onto accumulators 0 and 1, then
+ * their sum reduced, times the row scale, plus the bias. */
+
+/* Blocks of activation columns for W: the largest of 128, 64, 32 that
+ * divides its weight group (any, with one scale per row). */
+static int i8_one_block(const kern_mat *W) {
+    int g = W->group;
+    if (g <= 0 || g == W->cols || g % 128 == 0) return 128;
+    return g % 64 == 0 ? 64 : 32;
+}
+
 bool kern_i8_one_fits(const kern_mat *W) {
     int g = W->group;
-    return g <= 0 || g == W->cols || (g % 64 == 0 && W->cols % g == 0);
+    return g <= 0 || g == W->cols || (g % 32 == 0 && W->cols % g == 0);
 }
 
 size_t kern_i8_one_bytes(int cols) {
-    size_t b64 = (size_t)cols / 64;
-    return ((size_t)cols + 63) / 64 * 64 + b64 * (16 * sizeof(float) + sizeof(uint64_t));
+    size_t padded = ((size_t)cols + 127) / 128 * 128;
+    return padded * sizeof(int16_t) + (padded / 32) * sizeof(float) + 64;
 }
 
-void kern_i8_one_prepare(kern_i8_one *a, void *buf, const int8_t *xq, const float *xs, int cols) {
-    int b64 = cols / 64;
-    float *sv = buf;
-    uint64_t *neg = (uint64_t *)(sv + (size_t)b64 * 16);
-    uint8_t *xa = (uint8_t *)(neg + b64);
-    for (int b = 0; b < b64; b++) {
-        __m512i v = _mm512_loadu_si512(xq + (size_t)b * 64);
-        _mm512_storeu_si512(xa + (size_t)b * 64, _mm512_abs_epi8(v));
-        neg[b] = _mm512_movepi8_mask(v);
-        _mm512_store_ps(sv + (size_t)b * 16, pair_scales(xs, 2 * b, 2 * b + 1, 0xffff));
+void kern_i8_one_prepare(kern_i8_one *a, void *buf, const float *x, const kern_mat *W) {
+    int K = W->cols, B = i8_one_block(W), nb = (K + B - 1) / B;
+    size_t padded = ((size_t)K + 127) / 128 * 128;
+    int16_t *x16 = buf;
+    float *s16 = (float *)(x16 + padded);
+    for (int b = 0; b < nb; b++) {
+        int k0 = b * B, kv = K - k0 < B ? K - k0 : B;
+        __m512 m = _mm512_setzero_ps();
+        for (int k = 0; k < kv; k += 16) {
+            __mmask16 mk = kv - k >= 16 ? 0xffff : (__mmask16)((1u << (kv - k)) - 1);
+            m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(mk, x + k0 + k)));
+        }
+        float amax = _mm512_reduce_max_ps(m);
+        s16[b] = amax / 32767.0f;
+        __m512 inv = _mm512_set1_ps(amax > 0 ? 32767.0f / amax : 0.0f);
+        for (int k = 0; k < B; k += 16) { /* nearest even; zero past the row */
+            __mmask16 mk = k >= kv ? 0 : kv - k >= 16 ? 0xffff : (__mmask16)((1u << (kv - k)) - 1);
+            __m512i q =
+                _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mk, x + k0 + k), inv));
+            _mm256_storeu_si256((__m256i *)(x16 + k0 + k), _mm512_cvtsepi32_epi16(q));
+        }
     }
-    *a = (kern_i8_one){.xq = xq, .xs = xs, .xa = xa, .neg = neg, .sv = sv};
+    memset(x16 + (size_t)nb * B, 0, (padded - (size_t)nb * B) * sizeof(int16_t));
+    *a = (kern_i8_one){.x16 = x16, .s16 = s16, .block = B};
 }
 
-/* Rows [r0, r1); per_row: one scale per row, else one per group of g
- * columns (a multiple of 64). The activations' pointers walk with the
- * weights', so a 64-column step is its loads, the masked subtract, the
- * vpdpbusd, the conversion and one FMA. */
+#pragma GCC push_options
+#pragma GCC target("avx512vnni")
+
+/* Step i (32 columns) of a block: the weights widened, vpdpwssd onto acc;
+ * m masks the row's last columns. */
+AI __m512i i8_one_step(__m512i acc, const int8_t *w, const int16_t *x, __mmask32 m) {
+    __m256i wv = m == ~0u ? _mm256_loadu_si256((const __m256i *)w) : _mm256_maskz_loadu_epi8(m, w);
+    return _mm512_dpwssd_epi32(acc, _mm512_cvtepi8_epi16(wv), _mm512_loadu_si512(x));
+}
+
+/* One block of S steps (S = B / 32) from w, x: its exact sum, as a vector.
+ * cols: the row's columns left from w (all of the block unless its last). */
+AI __m512i i8_one_block_sum(const int8_t *w, const int16_t *x, const int S, int cols) {
+    __m512i c0 = _mm512_setzero_si512(), c1 = c0;
+#pragma GCC unroll 4
+    for (int i = 0; i < S; i++) {
+        int left = cols - 32 * i;
+        __mmask32 m = left >= 32 ? ~0u : left > 0 ? (1u << left) - 1 : 0;
+        if (i & 1)
+            c1 = i8_one_step(c1, w + 32 * i, x + 32 * i, m);
+        else
+            c0 = i8_one_step(c0, w + 32 * i, x + 32 * i, m);
+    }
+    return S > 1 ? _mm512_add_epi32(c0, c1) : c0;
+}
+
 AI void i8_one_rows(const kern_mat *W, float *y, const kern_i8_one *a, const float *bias, int r0,
-                    int r1, const bool per_row) {
-    int K = W->cols, K32 = K & ~31, K64 = K & ~63;
+                    int r1, const int S, const bool per_row) {
+    const int B = 32 * S;
+    int K = W->cols, nb = (K + B - 1) / B, nfull = K / B;
     int g = per_row ? K : W->group, ng = K / g;
     for (int r = r0; r < r1; r++) {
         const int8_t *w = (const int8_t *)W->data + (size_t)r * K;
         const float *ws = W->scales + (size_t)r * ng;
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                         _mm512_setzero_ps()};
-        const int8_t *wp = w;
-        const uint8_t *xa = a->xa;
-        const uint64_t *neg = a->neg;
-        const float *sv = a->sv, *wsp = ws; /* wsp: the current group's scale */
-        int in_group = 0, steps_per_group = g / 64;
-#define I8_STEP(i)                                                                                 \
-    do {                                                                                           \
-        __m512i wv =                                                                               \
-            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)wp)),    \
-                               _mm256_loadu_si256((const __m256i *)(wp + 32)), 1);                 \
-        __m512i ws8 = _mm512_mask_sub_epi8(wv, *neg, _mm512_setzero_si512(), wv);                  \
-        __m512 d = _mm512_cvtepi32_ps(                                                             \
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(xa), ws8));             \
-        __m512 sc = _mm512_load_ps(sv);                                                            \
-        if (!per_row) {                                                                            \
-            sc = _mm512_mul_ps(sc, _mm512_set1_ps(*wsp));                                          \
-            if (++in_group == steps_per_group) in_group = 0, wsp++;                                \
-        }                                                                                          \
-        acc[i] = _mm512_fmadd_ps(d, sc, acc[i]);                                                   \
-        wp += 64, xa += 64, neg++, sv += 16;                                                       \
-    } while (0)
-        const int8_t *w256 = w + (K & ~255), *w64 = w + K64;
-        while (wp < w256) {
-            I8_STEP(0);
-            I8_STEP(1);
-            I8_STEP(2);
-            I8_STEP(3);
+        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int b = 0; b < nb; b++) {
+            size_t k = (size_t)b * B;
+            __m512i sum = b < nfull ? i8_one_block_sum(w + k, a->x16 + k, S, B)
+                                    : i8_one_block_sum(w + k, a->x16 + k, S, K - (int)k);
+            float sc = per_row ? a->s16[b] : a->s16[b] * ws[k / g];
+            acc[b & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(sc), acc[b & 1]);
         }
-        for (int i = 0; wp < w64; i++) I8_STEP(i);
-#undef I8_STEP
-        float s = _mm512_reduce_add_ps(
-            _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
-        /* past the last 64 columns, only with one scale per row (groups of
-         * multiples of 64 divide the row): a whole block, then its tail */
-        if (K64 < K32) s += a->xs[K64 / KQ_BLOCK] * kern_i8_dot_tail(w, a->xq, K64, K32);
-        if (K32 < K) s += a->xs[K32 / KQ_BLOCK] * kern_i8_dot_tail(w, a->xq, K32, K);
+        float s = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
         if (per_row) s *= ws[0];
         y[r] = s + (bias ? bias[r] : 0.0f);
     }
@@ -256,9 +267,20 @@ AI void i8_one_rows(const kern_mat *W, float *y, const kern_i8_one *a, const flo
 
 void kern_i8_one_rows_avx512(const kern_mat *W, float *y, const kern_i8_one *a, const float *bias,
                              int r0, int r1) {
-    if (W->group <= 0 || W->group == W->cols)
-        i8_one_rows(W, y, a, bias, r0, r1, true);
-    else
-        i8_one_rows(W, y, a, bias, r0, r1, false);
+    bool per_row = W->group <= 0 || W->group == W->cols;
+    switch (a->block) {
+    case 128:
+        if (per_row)
+            i8_one_rows(W, y, a, bias, r0, r1, 4, true);
+        else
+            i8_one_rows(W, y, a, bias, r0, r1, 4, false);
+        break;
+    case 64:
+        i8_one_rows(W, y, a, bias, r0, r1, 2, false);
+        break;
+    default:
+        i8_one_rows(W, y, a, bias, r0, r1, 1, false);
+        break;
+    }
 }
 #pragma GCC pop_options

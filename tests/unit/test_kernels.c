@@ -398,6 +398,61 @@ TEST(kern_matmul_i8_exact_blocks) {
     CHECKF(!bad, "int8 off the exact block sums of its quantized activations (case %d)", bad);
 }
 
+/* One int8 token in plain mode with AVX-512 VNNI: activations in int16
+ * blocks (128 columns, or 64 / 32 for groups 128 does not divide). Each
+ * activation within half a step of its block's scale of the input, and the
+ * outputs the exact integer block sums times the scales within f32
+ * rounding: rows past the last 128 or 32 columns, groups of 32, 64, 256. */
+TEST(kern_matmul_i8_one_token_int16) {
+    kern_init();
+    if (!kern_use_avx512_vnni()) {
+        printf("  (no AVX-512 VNNI: the path is not taken here)\n");
+        return;
+    }
+    static const shape cases[] = {{37, 1030, 1}, {20, 2048, 1}, {9, 640, 1},
+                                  {7, 352, 1},   {5, 1024, 1},  {3, 96, 1}};
+    static const int groups[] = {0, 0, 64, 32, 256, 0}; /* 0: per row */
+    pool *p = pool_create(2);
+    int bad = 0;
+    for (int s = 0; s < 6 && !bad; s++) {
+        shape sh = cases[s];
+        int K = sh.cols, g = groups[s] ? groups[s] : K;
+        tmat t = make_mat(KT_I8, sh.rows, K, g);
+        float *x = malloc((size_t)K * 4), *y = malloc((size_t)sh.rows * 4);
+        float *bias = malloc((size_t)sh.rows * 4);
+        for (int i = 0; i < K; i++) x[i] = frand() * (i % 7 == 0 ? 8.0f : 1.0f);
+        for (int i = 0; i < sh.rows; i++) bias[i] = frand();
+        kern_matmul(p, y, x, &t.m, bias, 1);
+        kern_i8_one a;
+        void *buf = di_huge_alloc(kern_i8_one_bytes(K));
+        kern_i8_one_prepare(&a, buf, x, &t.m);
+        int B = a.block, nb = (K + B - 1) / B;
+        for (int k = 0; k < K && !bad; k++) { /* the quantizer: nearest step */
+            float sc = a.s16[k / B];
+            double err = fabs((double)x[k] - (double)a.x16[k] * sc);
+            if (!(err <= 0.5 * sc + fabs(x[k]) * 1e-6)) bad = 1 + s; /* + the scale's rounding */
+        }
+        const int8_t *wq = t.data;
+        for (int r = 0; r < sh.rows && !bad; r++) {
+            double ref = 0, mag = 0;
+            for (int b = 0; b < nb; b++) {
+                long isum = 0;
+                for (int c = b * B; c < K && c < (b + 1) * B; c++)
+                    isum += (long)wq[(size_t)r * K + c] * a.x16[c];
+                double term = (double)isum * a.s16[b] * t.scales[(size_t)r * (K / g) + b * B / g];
+                ref += term, mag += fabs(term);
+            }
+            ref += bias[r], mag += fabs(bias[r]);
+            if (!(fabs(y[r] - ref) <= 4e-7 * (nb + 4) * mag + 1e-30)) bad = 10 + s;
+        }
+        di_huge_free(buf, kern_i8_one_bytes(K));
+        free(x), free(y), free(bias);
+        free_mat(&t);
+    }
+    pool_free(p);
+    CHECKF(!bad, "one int8 token off its int16 activations' exact sums (code %d)", bad);
+}
+
 /* Batch-invariant mode: a token's row is bit-identical whatever n and position. */
 TEST(kern_matmul_batch_invariant) {
     pool *p = pool_create(2);
