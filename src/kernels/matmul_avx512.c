@@ -248,18 +248,34 @@ AI void i8_one_rows(const kern_mat *W, float *y, const kern_i8_one *a, const flo
     const int B = 32 * S;
     int K = W->cols, nb = (K + B - 1) / B, nfull = K / B;
     int g = per_row ? K : W->group, ng = K / g;
+    const int16_t *x16 = a->x16;
+    const float *s16 = a->s16;
     for (int r = r0; r < r1; r++) {
         const int8_t *w = (const int8_t *)W->data + (size_t)r * K;
         const float *ws = W->scales + (size_t)r * ng;
-        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int b = 0; b < nb; b++) {
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+#define BLOCK_SC(b) (per_row ? s16[b] : s16[b] * ws[(size_t)(b)*B / g])
+        int b = 0;
+        for (; b + 2 <= nfull; b += 2) { /* whole blocks two at a time */
             size_t k = (size_t)b * B;
-            __m512i sum = b < nfull ? i8_one_block_sum(w + k, a->x16 + k, S, B)
-                                    : i8_one_block_sum(w + k, a->x16 + k, S, K - (int)k);
-            float sc = per_row ? a->s16[b] : a->s16[b] * ws[k / g];
-            acc[b & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(sc), acc[b & 1]);
+            __m512i s0 = i8_one_block_sum(w + k, x16 + k, S, B);
+            __m512i s1 = i8_one_block_sum(w + k + B, x16 + k + B, S, B);
+            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_set1_ps(BLOCK_SC(b)), acc0);
+            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(BLOCK_SC(b + 1)), acc1);
         }
-        float s = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+        for (; b < nb; b++) { /* a last whole block, then the row's partial one */
+            size_t k = (size_t)b * B;
+            __m512i s0 = b < nfull ? i8_one_block_sum(w + k, x16 + k, S, B)
+                                   : i8_one_block_sum(w + k, x16 + k, S, K - (int)k);
+            __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_set1_ps(BLOCK_SC(b)),
+                                       b & 1 ? acc1 : acc0);
+            if (b & 1)
+                acc1 = t;
+            else
+                acc0 = t;
+        }
+#undef BLOCK_SC
+        float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
         if (per_row) s *= ws[0];
         y[r] = s + (bias ? bias[r] : 0.0f);
     }
