@@ -86,21 +86,24 @@ void kern_i8_block_starts(int32_t *st, const int8_t *xq, int n, int K);
 #define KERN_BF16_FEW_MAX 24
 void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
                           const float *bias, int n);
-/* One int8 token in plain mode on AVX-512 VNNI (matmul_avx512.c): its
- * activations quantized to int16, one scale per block of `block` columns,
- * once per call (kern_i8_one_prepare from the f32 activations, into
- * kern_i8_one_bytes of 64-byte aligned memory), then rows [r0, r1) of y.
- * For weights with one scale per row or groups of a multiple of 32 columns
- * that divide the row (kern_i8_one_fits). */
-typedef struct kern_i8_one {
-    const int16_t *x16; /* the activations, zero to a multiple of 128 columns */
-    const float *s16;   /* their block scales */
-    int block;          /* columns per block: 128, 64 or 32 */
-} kern_i8_one;
-bool kern_i8_one_fits(const kern_mat *W);
-size_t kern_i8_one_bytes(int cols);
-void kern_i8_one_prepare(kern_i8_one *a, void *buf, const float *x, const kern_mat *W);
-void kern_i8_one_rows_avx512(const kern_mat *W, float *y, const kern_i8_one *a, const float *bias,
+/* Up to KERN_I8_X16_MAX int8 tokens in plain mode on AVX-512 VNNI
+ * (matmul_avx512.c): their activations quantized to int16, one scale per
+ * block of `block` columns, once per call (kern_i8_x16_prepare from the f32
+ * activations, into kern_i8_x16_bytes of 64-byte aligned memory), then rows
+ * [r0, r1) of y. For weights with one scale per row or groups of a multiple
+ * of 32 columns that divide the row (kern_i8_x16_fits). */
+#define KERN_I8_X16_MAX 3
+typedef struct kern_i8_x16 {
+    const void *base; /* token t's int16 row at base + t * ld, zero to `padded`
+                         columns, then its block scales (floats) */
+    size_t ld, padded;
+    int block; /* columns per block: 128, 64 or 32 */
+    int n;     /* tokens */
+} kern_i8_x16;
+bool kern_i8_x16_fits(const kern_mat *W);
+size_t kern_i8_x16_bytes(int cols, int n);
+void kern_i8_x16_prepare(kern_i8_x16 *a, void *buf, const float *x, const kern_mat *W, int n);
+void kern_i8_x16_rows_avx512(const kern_mat *W, float *y, const kern_i8_x16 *a, const float *bias,
                              int r0, int r1);
 
 /* Every bf16 matmul on CPUs with AVX-512 BF16 (matmul_bf16_avx512.c):

@@ -20,8 +20,9 @@
  * GEMM's order at every n, which runs prefill far closer to the FMA peak).
  * On AVX-512 CPUs, bf16 and (with VNNI) int8 at n >= 2 run their row
  * blocks at twice the width (matmul_avx512.c), in a fixed order of their own;
- * batch-invariant int8 takes those at every n, and plain int8 at n = 1 the
- * one-row kernel there (kern_i8_one_rows_avx512).
+ * batch-invariant int8 takes those at every n, and plain int8 up to
+ * KERN_I8_X16_MAX tokens the row kernel there on int16 activations
+ * (kern_i8_x16_rows_avx512).
  *
  * bf16 weights are widened two ways per 16 columns: a 32-bit lane holding
  * (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask, so the
@@ -68,7 +69,7 @@ typedef struct sb_job {
     const float *xs;    /* their per-block scales, n x nb */
     const int32_t *xst; /* AVX-512 int8: each block's start, kern_i8_block_starts */
     int nb;
-    kern_i8_one one; /* one int8 token in plain mode: its prepared activations */
+    kern_i8_x16 x16; /* int8, a few tokens in plain mode: their int16 activations */
     int tile;        /* tokens per token tile */
     int n_tasks;
 } sb_job;
@@ -321,7 +322,7 @@ AI void sb_rows(const sb_job *j, int r0, const int R, int t_lo, int n) {
 
 static void sb_one_rows(void *ctx, int lo, int hi) {
     const sb_job *j = ctx;
-    kern_i8_one_rows_avx512(j->W, j->y, &j->one, j->bias, lo, hi);
+    kern_i8_x16_rows_avx512(j->W, j->y, &j->x16, j->bias, lo, hi);
 }
 
 static void sb_task(void *ctx, int task, int n_tasks) {
@@ -447,10 +448,12 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
          * n, and takes the one that serves batches. */
         j.avx512 = kern_use_avx512_vnni() && (n >= 2 || kern_batch_inv());
         j.nb = (K + KQ_BLOCK - 1) / KQ_BLOCK;
-        /* One token in plain mode: rows one after another, on activations
-         * of its own (int16 blocks). */
-        if (n == 1 && !kern_batch_inv() && kern_use_avx512_vnni() && kern_i8_one_fits(W)) {
-            kern_i8_one_prepare(&j.one, kern_scratch(KERN_SCRATCH_ACT, kern_i8_one_bytes(K)), x, W);
+        /* A few tokens in plain mode: rows one after another, on int16
+         * activations of their own. */
+        if (n <= KERN_I8_X16_MAX && !kern_batch_inv() && kern_use_avx512_vnni() &&
+            kern_i8_x16_fits(W)) {
+            void *buf = kern_scratch(KERN_SCRATCH_ACT, kern_i8_x16_bytes(K, n));
+            kern_i8_x16_prepare(&j.x16, buf, x, W, n);
             /* one stream per thread, the threads' ends balanced */
             pool_for(p, sb_one_rows, &j, W->rows, kern_one_token_grain(KT_I8, K));
             return;

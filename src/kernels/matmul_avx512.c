@@ -153,7 +153,7 @@ void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, 
     }
 }
 
-/* ---- int8, one token (plain mode) ----------------------------------------- */
+/* ---- int8, up to KERN_I8_X16_MAX tokens (plain mode) ------------------------ */
 /* The rows one after another, one sequential stream per thread with no
  * software prefetch and the weights in 256-bit loads, as the bf16 one-token
  * rows (matmul_bf16_avx512.c): the 4-row blocks' four streams and prefetch
@@ -161,141 +161,176 @@ void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, 
  *
  * The activations go in as int16, one scale per block of B columns (128,
  * or 64 or 32 for weight groups that 128 does not divide): 15 bits of the
- * block's largest magnitude, where the batched kernels' int8 blocks of 32
- * keep 7. Per 32 columns the weights widen to int16 (vpmovsxbw) and
- * vpdpwssd adds their products with the activations in pairs; a block's
- * sum is exact in integers (two chains of at most two steps), then
- * converted and added times the block's scale (and the weight group's) onto
- * one of two accumulators in turn. Fewer instructions per weight byte than
- * the int8 activations' sign fix, vpdpbusd, conversion and FMA per 64
- * columns, which is what lets the stream run: streaming llama-1b's
- * matrices, 50.9-52.9 against 45.6-48.1 GB/s (a plain read of them:
- * 57.4-59.3). The order: the blocks in turn onto accumulators 0 and 1, then
- * their sum reduced, times the row scale, plus the bias. */
+ * block's largest magnitude, where the int8 blocks of 32 keep 7. Per 32
+ * columns the weights widen to int16 once (vpmovsxbw) and vpdpwssd adds
+ * their products with each token's activations in pairs; a block's sum is
+ * exact in integers (two chains of at most two steps), then converted and
+ * added times the block's scale (and the weight group's) onto the token's
+ * accumulator. Fewer instructions per weight byte than int8 activations'
+ * sign fix, vpdpbusd, conversion and FMA per 64 columns, which is what lets
+ * the stream run: one token, streaming llama-1b's matrices, 50.9-52.9
+ * against 45.6-48.1 GB/s (a plain read of them: 57.4-59.3). From two tokens
+ * the widened weights are shared: at 2 tokens 196-198 GFLOP/s against the
+ * 16-row lanes' (matmul_i8_avx512.c) 164-166, level at 3, behind from 4
+ * (each token's instructions slow the stream: 236-249 against 273-294).
+ *
+ * The order, per (row, token): the blocks in turn onto one accumulator,
+ * reduced, times the row scale, plus the bias — the same for every n up to
+ * KERN_I8_X16_MAX, so a token gets the same bits in any such batch. */
 
 /* Blocks of activation columns for W: the largest of 128, 64, 32 that
  * divides its weight group (any, with one scale per row). */
-static int i8_one_block(const kern_mat *W) {
+static int i8_x16_block(const kern_mat *W) {
     int g = W->group;
     if (g <= 0 || g == W->cols || g % 128 == 0) return 128;
     return g % 64 == 0 ? 64 : 32;
 }
 
-bool kern_i8_one_fits(const kern_mat *W) {
+bool kern_i8_x16_fits(const kern_mat *W) {
     int g = W->group;
     return g <= 0 || g == W->cols || (g % 32 == 0 && W->cols % g == 0);
 }
 
-size_t kern_i8_one_bytes(int cols) {
-    size_t padded = ((size_t)cols + 127) / 128 * 128;
-    return padded * sizeof(int16_t) + (padded / 32) * sizeof(float) + 64;
+/* One token's int16 row (zero to a multiple of 128 columns), then its
+ * scales, 64-byte aligned. */
+static size_t x16_row(int cols) {
+    return ((size_t)cols + 127) / 128 * 128;
+}
+static size_t x16_token_bytes(int cols) {
+    size_t padded = x16_row(cols);
+    return (padded * sizeof(int16_t) + (padded / 32) * sizeof(float) + 63) & ~(size_t)63;
 }
 
-void kern_i8_one_prepare(kern_i8_one *a, void *buf, const float *x, const kern_mat *W) {
-    int K = W->cols, B = i8_one_block(W), nb = (K + B - 1) / B;
-    size_t padded = ((size_t)K + 127) / 128 * 128;
-    int16_t *x16 = buf;
-    float *s16 = (float *)(x16 + padded);
-    for (int b = 0; b < nb; b++) {
-        int k0 = b * B, kv = K - k0 < B ? K - k0 : B;
-        __m512 m = _mm512_setzero_ps();
-        for (int k = 0; k < kv; k += 16) {
-            __mmask16 mk = kv - k >= 16 ? 0xffff : (__mmask16)((1u << (kv - k)) - 1);
-            m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(mk, x + k0 + k)));
+size_t kern_i8_x16_bytes(int cols, int n) {
+    return x16_token_bytes(cols) * (size_t)n;
+}
+
+void kern_i8_x16_prepare(kern_i8_x16 *a, void *buf, const float *x, const kern_mat *W, int n) {
+    int K = W->cols, B = i8_x16_block(W), nb = (K + B - 1) / B;
+    size_t padded = x16_row(K), ld = x16_token_bytes(K);
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * K;
+        int16_t *x16 = (int16_t *)((char *)buf + (size_t)t * ld);
+        float *s16 = (float *)(x16 + padded);
+        for (int b = 0; b < nb; b++) {
+            int k0 = b * B, kv = K - k0 < B ? K - k0 : B;
+            __m512 m = _mm512_setzero_ps();
+            for (int k = 0; k < kv; k += 16) {
+                __mmask16 mk = kv - k >= 16 ? 0xffff : (__mmask16)((1u << (kv - k)) - 1);
+                m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(mk, xt + k0 + k)));
+            }
+            float amax = _mm512_reduce_max_ps(m);
+            s16[b] = amax / 32767.0f;
+            __m512 inv = _mm512_set1_ps(amax > 0 ? 32767.0f / amax : 0.0f);
+            for (int k = 0; k < B; k += 16) { /* nearest even; zero past the row */
+                __mmask16 mk = k >= kv        ? 0
+                               : kv - k >= 16 ? 0xffff
+                                              : (__mmask16)((1u << (kv - k)) - 1);
+                __m512i q =
+                    _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mk, xt + k0 + k), inv));
+                _mm256_storeu_si256((__m256i *)(x16 + k0 + k), _mm512_cvtsepi32_epi16(q));
+            }
         }
-        float amax = _mm512_reduce_max_ps(m);
-        s16[b] = amax / 32767.0f;
-        __m512 inv = _mm512_set1_ps(amax > 0 ? 32767.0f / amax : 0.0f);
-        for (int k = 0; k < B; k += 16) { /* nearest even; zero past the row */
-            __mmask16 mk = k >= kv ? 0 : kv - k >= 16 ? 0xffff : (__mmask16)((1u << (kv - k)) - 1);
-            __m512i q =
-                _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mk, x + k0 + k), inv));
-            _mm256_storeu_si256((__m256i *)(x16 + k0 + k), _mm512_cvtsepi32_epi16(q));
-        }
+        memset(x16 + (size_t)nb * B, 0, (padded - (size_t)nb * B) * sizeof(int16_t));
     }
-    memset(x16 + (size_t)nb * B, 0, (padded - (size_t)nb * B) * sizeof(int16_t));
-    *a = (kern_i8_one){.x16 = x16, .s16 = s16, .block = B};
+    *a = (kern_i8_x16){.base = buf, .ld = ld, .padded = padded, .block = B, .n = n};
 }
 
 #pragma GCC push_options
 #pragma GCC target("avx512vnni")
 
-/* Step i (32 columns) of a block: the weights widened, vpdpwssd onto acc;
- * m masks the row's last columns. */
-AI __m512i i8_one_step(__m512i acc, const int8_t *w, const int16_t *x, __mmask32 m) {
-    __m256i wv = m == ~0u ? _mm256_loadu_si256((const __m256i *)w) : _mm256_maskz_loadu_epi8(m, w);
-    return _mm512_dpwssd_epi32(acc, _mm512_cvtepi8_epi16(wv), _mm512_loadu_si512(x));
-}
-
-/* One block of S steps (S = B / 32) from w, x: its exact sum, as a vector.
+/* One block of S steps (S = B / 32) of a row from w against T tokens' int16
+ * activations from x (ld bytes apart): each token's exact sum, into sum.
  * cols: the row's columns left from w (all of the block unless its last). */
-AI __m512i i8_one_block_sum(const int8_t *w, const int16_t *x, const int S, int cols) {
-    __m512i c0 = _mm512_setzero_si512(), c1 = c0;
+AI void i8_x16_block_sums(__m512i *sum, const int8_t *w, const char *x, size_t ld, const int S,
+                          int cols, const int T) {
+    __m512i c0[KERN_I8_X16_MAX], c1[KERN_I8_X16_MAX];
+#pragma GCC unroll 3
+    for (int t = 0; t < T; t++) c0[t] = c1[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int i = 0; i < S; i++) {
         int left = cols - 32 * i;
         __mmask32 m = left >= 32 ? ~0u : left > 0 ? (1u << left) - 1 : 0;
-        if (i & 1)
-            c1 = i8_one_step(c1, w + 32 * i, x + 32 * i, m);
-        else
-            c0 = i8_one_step(c0, w + 32 * i, x + 32 * i, m);
+        __m256i wv = m == ~0u ? _mm256_loadu_si256((const __m256i *)(w + 32 * i))
+                              : _mm256_maskz_loadu_epi8(m, w + 32 * i);
+        __m512i w16 = _mm512_cvtepi8_epi16(wv);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512i xv = _mm512_loadu_si512(x + (size_t)t * ld + 64 * i);
+            if (i & 1)
+                c1[t] = _mm512_dpwssd_epi32(c1[t], w16, xv);
+            else
+                c0[t] = _mm512_dpwssd_epi32(c0[t], w16, xv);
+        }
     }
-    return S > 1 ? _mm512_add_epi32(c0, c1) : c0;
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) sum[t] = S > 1 ? _mm512_add_epi32(c0[t], c1[t]) : c0[t];
 }
 
-AI void i8_one_rows(const kern_mat *W, float *y, const kern_i8_one *a, const float *bias, int r0,
-                    int r1, const int S, const bool per_row) {
+AI void i8_x16_rows(const kern_mat *W, float *y, const kern_i8_x16 *a, const float *bias, int r0,
+                    int r1, const int S, const bool per_row, const int T) {
     const int B = 32 * S;
-    int K = W->cols, nb = (K + B - 1) / B, nfull = K / B;
+    int K = W->cols, M = W->rows, nb = (K + B - 1) / B, nfull = K / B;
     int g = per_row ? K : W->group, ng = K / g;
-    const int16_t *x16 = a->x16;
-    const float *s16 = a->s16;
+    const char *x0 = a->base;
+    size_t ld = a->ld;
+    const float *s16 = (const float *)(x0 + a->padded * sizeof(int16_t)); /* token 0's */
     for (int r = r0; r < r1; r++) {
         const int8_t *w = (const int8_t *)W->data + (size_t)r * K;
         const float *ws = W->scales + (size_t)r * ng;
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-#define BLOCK_SC(b) (per_row ? s16[b] : s16[b] * ws[(size_t)(b)*B / g])
-        int b = 0;
-        for (; b + 2 <= nfull; b += 2) { /* whole blocks two at a time */
+        __m512 acc[KERN_I8_X16_MAX];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+        for (int b = 0; b < nb; b++) {
             size_t k = (size_t)b * B;
-            __m512i s0 = i8_one_block_sum(w + k, x16 + k, S, B);
-            __m512i s1 = i8_one_block_sum(w + k + B, x16 + k + B, S, B);
-            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_set1_ps(BLOCK_SC(b)), acc0);
-            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(BLOCK_SC(b + 1)), acc1);
-        }
-        for (; b < nb; b++) { /* a last whole block, then the row's partial one */
-            size_t k = (size_t)b * B;
-            __m512i s0 = b < nfull ? i8_one_block_sum(w + k, x16 + k, S, B)
-                                   : i8_one_block_sum(w + k, x16 + k, S, K - (int)k);
-            __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_set1_ps(BLOCK_SC(b)),
-                                       b & 1 ? acc1 : acc0);
-            if (b & 1)
-                acc1 = t;
+            __m512i sum[KERN_I8_X16_MAX];
+            if (b < nfull)
+                i8_x16_block_sums(sum, w + k, x0 + k * sizeof(int16_t), ld, S, B, T);
             else
-                acc0 = t;
+                i8_x16_block_sums(sum, w + k, x0 + k * sizeof(int16_t), ld, S, K - (int)k, T);
+            float wsc = per_row ? 1.0f : ws[k / g];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                float sc = *(const float *)((const char *)(s16 + b) + (size_t)t * ld);
+                if (!per_row) sc *= wsc;
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_set1_ps(sc), acc[t]);
+            }
         }
-#undef BLOCK_SC
-        float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-        if (per_row) s *= ws[0];
-        y[r] = s + (bias ? bias[r] : 0.0f);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            float s = _mm512_reduce_add_ps(acc[t]);
+            if (per_row) s *= ws[0];
+            y[(size_t)t * M + r] = s + (bias ? bias[r] : 0.0f);
+        }
     }
 }
 
-void kern_i8_one_rows_avx512(const kern_mat *W, float *y, const kern_i8_one *a, const float *bias,
-                             int r0, int r1) {
+/* Every (block, per_row) case for T tokens. */
+AI void i8_x16_rows_t(const kern_mat *W, float *y, const kern_i8_x16 *a, const float *bias, int r0,
+                      int r1, const int T) {
     bool per_row = W->group <= 0 || W->group == W->cols;
-    switch (a->block) {
-    case 128:
-        if (per_row)
-            i8_one_rows(W, y, a, bias, r0, r1, 4, true);
-        else
-            i8_one_rows(W, y, a, bias, r0, r1, 4, false);
+    if (a->block == 128 && per_row)
+        i8_x16_rows(W, y, a, bias, r0, r1, 4, true, T);
+    else if (a->block == 128)
+        i8_x16_rows(W, y, a, bias, r0, r1, 4, false, T);
+    else if (a->block == 64)
+        i8_x16_rows(W, y, a, bias, r0, r1, 2, false, T);
+    else
+        i8_x16_rows(W, y, a, bias, r0, r1, 1, false, T);
+}
+
+void kern_i8_x16_rows_avx512(const kern_mat *W, float *y, const kern_i8_x16 *a, const float *bias,
+                             int r0, int r1) {
+    switch (a->n) {
+#define CASE(T)                                                                                    \
+    case T:                                                                                        \
+        i8_x16_rows_t(W, y, a, bias, r0, r1, T);                                                   \
         break;
-    case 64:
-        i8_one_rows(W, y, a, bias, r0, r1, 2, false);
-        break;
+        CASE(1)
+        CASE(2)
+        CASE(3)
+#undef CASE
     default:
-        i8_one_rows(W, y, a, bias, r0, r1, 1, false);
         break;
     }
 }

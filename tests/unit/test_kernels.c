@@ -248,8 +248,9 @@ TEST(kern_gemm_avx512_equals_avx2) {
 /* Decode batches give each token the same bits whatever the batch size,
  * within each small-batch kernel's range: its row of y is the same at n = 2
  * as among 8, at 12 or 17 as among 24 and at 26 as among 32 (the AVX2 and
- * int8 row blocks serve 2 to KERN_GEMM_MIN_N; bf16 on AVX-512 BF16 changes
- * order after 8 tokens and kernel after KERN_BF16_FEW_MAX = 24). Every
+ * int8 row blocks serve 2 to KERN_GEMM_MIN_N, with AVX-512 VNNI from
+ * KERN_I8_X16_MAX + 1; bf16 on AVX-512 BF16 changes order after 8 tokens
+ * and kernel after KERN_BF16_FEW_MAX = 24). Every
  * dtype, columns with and without tails (of 4, 32 and 64 columns), int8 per
  * row and grouped. */
 TEST(kern_matmul_batched_decode_independent_of_n) {
@@ -271,6 +272,10 @@ TEST(kern_matmul_batched_decode_independent_of_n) {
                 kern_matmul(p, ref[i], x, &t.m, NULL, ref_n[i]);
             }
             for (int ni = 0; ni < 10 && !bad; ni++) {
+                /* int8 up to KERN_I8_X16_MAX tokens with VNNI: its own kernel,
+                 * a token's bits those it gets alone (kern_matmul_i8_int16_rows) */
+                if (t.m.dtype == KT_I8 && kern_use_avx512_vnni() && ns[ni] <= KERN_I8_X16_MAX)
+                    continue;
                 kern_matmul(p, y1, x, &t.m, NULL, ns[ni]);
                 if (memcmp(ref[ref_of[ni]], y1, (size_t)ns[ni] * rows * 4))
                     bad = 1 + ni + 10 * d + 100 * c;
@@ -345,8 +350,8 @@ TEST(kern_matmul_i8_prefill_gemm) {
     CHECKF(!bad, "int8 prefill GEMM off the bf16-activation reference (case %d)", bad);
 }
 
-/* int8 up to KERN_GEMM_MIN_N tokens (and every n in batch-invariant mode)
- * against the exact sums of the quantized activations: each 32-column
+/* int8 from KERN_I8_X16_MAX + 1 to KERN_GEMM_MIN_N tokens (and every n in
+ * batch-invariant mode) against the exact sums of the quantized activations: each 32-column
  * block's integer dot product is exact, so only f32 rounding of the scaled
  * block sums separates a kernel from the reference. Rows past whole tiles of
  * 16, columns past whole blocks and 4-column groups, one scale per row or
@@ -354,8 +359,9 @@ TEST(kern_matmul_i8_prefill_gemm) {
  * index is far outside the bound. */
 TEST(kern_matmul_i8_exact_blocks) {
     kern_init();
-    static const shape cases[] = {{37, 1030, 9}, {16, 96, 2},   {5, 1031, 17},
-                                  {40, 2048, 8}, {33, 640, 32}, {21, 2048, 5}};
+    /* from KERN_I8_X16_MAX + 1 tokens: below, plain mode takes int16 activations */
+    static const shape cases[] = {{37, 1030, 9},  {16, 96, 12},  {5, 1031, 17},
+                                  {40, 2048, 10}, {33, 640, 32}, {21, 2048, 13}};
     static const int groups[] = {0, 0, 0, 1024, 64, 32}; /* 0: per row */
     pool *p = pool_create(2);
     int bad = 0;
@@ -398,59 +404,71 @@ TEST(kern_matmul_i8_exact_blocks) {
     CHECKF(!bad, "int8 off the exact block sums of its quantized activations (case %d)", bad);
 }
 
-/* One int8 token in plain mode with AVX-512 VNNI: activations in int16
- * blocks (128 columns, or 64 / 32 for groups 128 does not divide). Each
- * activation within half a step of its block's scale of the input, and the
- * outputs the exact integer block sums times the scales within f32
- * rounding: rows past the last 128 or 32 columns, groups of 32, 64, 256. */
-TEST(kern_matmul_i8_one_token_int16) {
+/* int8 up to KERN_I8_X16_MAX tokens in plain mode with AVX-512 VNNI:
+ * activations in int16 blocks (128 columns, or 64 / 32 for groups 128 does
+ * not divide). Each activation within half a step of its block's scale of
+ * the input; the outputs the exact integer block sums times the scales
+ * within f32 rounding; and a token's outputs the same bits in a batch of 2
+ * or KERN_I8_X16_MAX as alone. Rows past the last 128 or 32 columns, groups of 32, 64,
+ * 256. */
+TEST(kern_matmul_i8_int16_rows) {
     kern_init();
     if (!kern_use_avx512_vnni()) {
         printf("  (no AVX-512 VNNI: the path is not taken here)\n");
         return;
     }
-    static const shape cases[] = {{37, 1030, 1}, {20, 2048, 1}, {9, 640, 1},
-                                  {7, 352, 1},   {5, 1024, 1},  {3, 96, 1}};
+    static const int dims[][2] = {{37, 1030}, {20, 2048}, {9, 640}, {7, 352}, {5, 1024}, {3, 96}};
     static const int groups[] = {0, 0, 64, 32, 256, 0}; /* 0: per row */
+    static const int ns[] = {2, KERN_I8_X16_MAX};
     pool *p = pool_create(2);
     int bad = 0;
     for (int s = 0; s < 6 && !bad; s++) {
-        shape sh = cases[s];
-        int K = sh.cols, g = groups[s] ? groups[s] : K;
-        tmat t = make_mat(KT_I8, sh.rows, K, g);
-        float *x = malloc((size_t)K * 4), *y = malloc((size_t)sh.rows * 4);
-        float *bias = malloc((size_t)sh.rows * 4);
-        for (int i = 0; i < K; i++) x[i] = frand() * (i % 7 == 0 ? 8.0f : 1.0f);
-        for (int i = 0; i < sh.rows; i++) bias[i] = frand();
-        kern_matmul(p, y, x, &t.m, bias, 1);
-        kern_i8_one a;
-        void *buf = di_huge_alloc(kern_i8_one_bytes(K));
-        kern_i8_one_prepare(&a, buf, x, &t.m);
+        int M = dims[s][0], K = dims[s][1], g = groups[s] ? groups[s] : K, nmax = KERN_I8_X16_MAX;
+        tmat t = make_mat(KT_I8, M, K, g);
+        float *x = malloc((size_t)nmax * K * 4), *bias = malloc((size_t)M * 4);
+        float *y = malloc((size_t)nmax * M * 4), *alone = malloc((size_t)nmax * M * 4);
+        for (int i = 0; i < nmax * K; i++) x[i] = frand() * (i % 7 == 0 ? 8.0f : 1.0f);
+        for (int i = 0; i < M; i++) bias[i] = frand();
+        for (int tk = 0; tk < nmax; tk++)
+            kern_matmul(p, alone + (size_t)tk * M, x + (size_t)tk * K, &t.m, bias, 1);
+        for (int k = 0; k < 2 && !bad; k++) {
+            kern_matmul(p, y, x, &t.m, bias, ns[k]);
+            if (memcmp(y, alone, (size_t)ns[k] * M * 4)) bad = 100 + s;
+        }
+        kern_i8_x16 a;
+        void *buf = di_huge_alloc(kern_i8_x16_bytes(K, nmax));
+        kern_i8_x16_prepare(&a, buf, x, &t.m, nmax);
         int B = a.block, nb = (K + B - 1) / B;
-        for (int k = 0; k < K && !bad; k++) { /* the quantizer: nearest step */
-            float sc = a.s16[k / B];
-            double err = fabs((double)x[k] - (double)a.x16[k] * sc);
-            if (!(err <= 0.5 * sc + fabs(x[k]) * 1e-6)) bad = 1 + s; /* + the scale's rounding */
-        }
         const int8_t *wq = t.data;
-        for (int r = 0; r < sh.rows && !bad; r++) {
-            double ref = 0, mag = 0;
-            for (int b = 0; b < nb; b++) {
-                long isum = 0;
-                for (int c = b * B; c < K && c < (b + 1) * B; c++)
-                    isum += (long)wq[(size_t)r * K + c] * a.x16[c];
-                double term = (double)isum * a.s16[b] * t.scales[(size_t)r * (K / g) + b * B / g];
-                ref += term, mag += fabs(term);
+        for (int tk = 0; tk < nmax && !bad; tk++) {
+            const int16_t *x16 = (const int16_t *)((const char *)a.base + (size_t)tk * a.ld);
+            const float *s16 = (const float *)(x16 + a.padded);
+            const float *xt = x + (size_t)tk * K;
+            for (int k = 0; k < K && !bad; k++) { /* the quantizer: nearest step */
+                double err = fabs((double)xt[k] - (double)x16[k] * s16[k / B]);
+                if (!(err <= 0.5 * s16[k / B] + fabs(xt[k]) * 1e-6)) bad = 1 + s; /* + rounding */
             }
-            ref += bias[r], mag += fabs(bias[r]);
-            if (!(fabs(y[r] - ref) <= 4e-7 * (nb + 4) * mag + 1e-30)) bad = 10 + s;
+            for (int r = 0; r < M && !bad; r++) {
+                double ref = 0, mag = 0;
+                for (int b = 0; b < nb; b++) {
+                    long isum = 0;
+                    for (int c = b * B; c < K && c < (b + 1) * B; c++)
+                        isum += (long)wq[(size_t)r * K + c] * x16[c];
+                    double term = (double)isum * s16[b] * t.scales[(size_t)r * (K / g) + b * B / g];
+                    ref += term, mag += fabs(term);
+                }
+                ref += bias[r], mag += fabs(bias[r]);
+                if (!(fabs(alone[(size_t)tk * M + r] - ref) <= 4e-7 * (nb + 4) * mag + 1e-30))
+                    bad = 10 + s;
+            }
         }
-        di_huge_free(buf, kern_i8_one_bytes(K));
-        free(x), free(y), free(bias);
+        di_huge_free(buf, kern_i8_x16_bytes(K, nmax));
+        free(x), free(y), free(alone), free(bias);
         free_mat(&t);
     }
     pool_free(p);
-    CHECKF(!bad, "one int8 token off its int16 activations' exact sums (code %d)", bad);
+    CHECKF(!bad, "int8 rows on int16 activations: off the exact sums, or n-dependent (code %d)",
+           bad);
 }
 
 /* Batch-invariant mode: a token's row is bit-identical whatever n and position. */
