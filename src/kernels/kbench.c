@@ -5,7 +5,8 @@
  * the measured read bandwidth) and batched / prefill GEMM throughput
  * (GFLOP/s and the fraction of the measured FMA peak; for bf16, and int8
  * prefill, on CPUs with AVX-512 BF16, of the bf16 dot-product peak their
- * matmuls run on).
+ * matmuls run on; for int8 batched decode with AVX-512 VNNI, of the int8
+ * dot-product peak).
  * Shapes are the ones the acceptance targets name (hidden 2048, FFN 8192, vocab 128256). On a
  * shared machine the limits drift during the run, so each figure is divided
  * by the best limit measured so far, re-measured right after the figure (the
@@ -109,6 +110,9 @@ void kern_bench_report(pool *p) {
     /* bf16 matmuls on AVX-512 BF16 CPUs run on bf16 dot products: their peak */
     double dot = kern_measure_bf16_dot_peak(p);
     if (dot > 0) printf("bf16 dot-product peak     %8.1f GFLOP/s\n", dot);
+    /* int8 batched decode with AVX-512 VNNI runs on int8 dot products */
+    double i8dot = kern_measure_i8_dot_peak(p);
+    if (i8dot > 0) printf("int8 dot-product peak     %8.1f GOP/s\n", i8dot);
     static const int gemv[][2] = {{8192, 2048}, {2048, 8192}, {128256, 2048}};
     static const kern_dtype dts[] = {KT_BF16, KT_F32, KT_I8};
     for (int d = 0; d < 3; d++) {
@@ -142,14 +146,21 @@ void kern_bench_report(pool *p) {
             double t = time_matmul(p, &W, 1, n, n > 64 ? 3 : 10);
             double gf = 2.0 * n * W.rows * W.cols / t / 1e9;
             peak = fmax(peak, kern_measure_fma_peak(p));
+            if (dot > 0) dot = fmax(dot, kern_measure_bf16_dot_peak(p));
+            if (i8dot > 0) i8dot = fmax(i8dot, kern_measure_i8_dot_peak(p));
             /* bf16, and int8 prefill where the kernels take the bf16 GEMM: on bf16 dot products */
             bool on_dot =
                 dot > 0 && (dts[d] == KT_BF16 || (dts[d] == KT_I8 && n > KERN_GEMM_MIN_N &&
                                                   kern_i8_prefill_on_bf16(0, W.cols)));
-            double lim = on_dot ? dot : peak;
+            /* int8 up to KERN_GEMM_MIN_N tokens with VNNI: on int8 dot products */
+            bool on_i8 = i8dot > 0 && dts[d] == KT_I8 && n <= KERN_GEMM_MIN_N;
+            double lim = on_i8 ? i8dot : on_dot ? dot : peak;
             printf("gemm %-4s %6dx%-5d n=%-3d %8.1f GFLOP/s %5.1f %% of %s peak (%.1f)\n",
                    dt_name(dts[d]), W.rows, W.cols, n, gf, 100 * gf / lim,
-                   on_dot ? "bf16 dot" : "FMA", lim);
+                   on_i8    ? "int8 dot"
+                   : on_dot ? "bf16 dot"
+                            : "FMA",
+                   lim);
             if (d == 0) { /* what batch-invariant mode costs in batches and prefill */
                 double ti = time_matmul_invariant(p, &W, 1, n, n > 64 ? 3 : 10);
                 double gi = 2.0 * n * W.rows * W.cols / ti / 1e9;

@@ -133,6 +133,9 @@ double kern_measure_fma_peak(pool *p);
 /* The peak of the bf16 dot products bf16 matmuls run on (AVX-512 BF16), in
  * GFLOP/s; 0 where the CPU has none (bf16 matmuls then run on FMAs). */
 double kern_measure_bf16_dot_peak(pool *p);
+/* The peak of the int8 dot products (vpdpbusd, AVX-512 VNNI) int8 batched
+ * decode runs on, in GOP/s (a multiply-add counted as two); 0 without. */
+double kern_measure_i8_dot_peak(pool *p);
 
 /* `deepinfer bench --kernels`: prints to stdout one line per figure (the two
  * limits, decode GEMV GB/s and % of bandwidth, GEMM GFLOP/s and % of peak). */

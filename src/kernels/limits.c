@@ -80,9 +80,11 @@ double kern_measure_read_bandwidth(pool *p, size_t bytes) {
     return best / 1e9;
 }
 
+typedef enum peak_kind { PEAK_FMA, PEAK_DPBF16, PEAK_DPBUSD } peak_kind;
+
 typedef struct fma_job {
     long iters;
-    bool dpbf16; /* vdpbf16ps rather than FMAs */
+    peak_kind kind; /* FMAs, or vdpbf16ps, or vpdpbusd */
     double secs[64];
     float sink[64];
 } fma_job;
@@ -151,6 +153,23 @@ __attribute__((target("avx512f,avx512bf16"))) static float dpbf16_avx512(long it
     return _mm512_reduce_add_ps(c[0]);
 }
 
+/* int8 dot products (vpdpbusd, four byte products per 32-bit lane) on CPUs
+ * with AVX-512 VNNI: what int8 batched decode runs on. The chains' integer
+ * sums wrap harmlessly. */
+__attribute__((target("avx512f,avx512vnni"))) static float dpbusd_avx512(long iters) {
+    __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
+    __m512i c[FMA_CHAINS];
+#pragma GCC unroll 12
+    for (int i = 0; i < FMA_CHAINS; i++) c[i] = _mm512_set1_epi32(i);
+    for (long it = 0; it < iters; it++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < FMA_CHAINS; i++) c[i] = _mm512_dpbusd_epi32(c[i], a, b);
+    }
+#pragma GCC unroll 12
+    for (int i = 1; i < FMA_CHAINS; i++) c[0] = _mm512_add_epi32(c[0], c[i]);
+    return (float)_mm512_reduce_add_epi32(c[0]);
+}
+
 static float fma_scalar(long iters) {
     float acc[FMA_CHAINS];
     for (int i = 0; i < FMA_CHAINS; i++) acc[i] = (float)i * 0.01f;
@@ -165,18 +184,20 @@ static float fma_scalar(long iters) {
 static void fma_task(void *ctx, int task, int n_tasks) {
     fma_job *j = ctx;
     double t0 = di_now();
-    j->sink[task & 63] = j->dpbf16           ? dpbf16_avx512(j->iters)
-                         : kern_use_avx512() ? fma_avx512(j->iters)
-                         : kern_use_avx2()   ? fma_avx2(j->iters)
-                                             : fma_scalar(j->iters);
+    j->sink[task & 63] = j->kind == PEAK_DPBF16   ? dpbf16_avx512(j->iters)
+                         : j->kind == PEAK_DPBUSD ? dpbusd_avx512(j->iters)
+                         : kern_use_avx512()      ? fma_avx512(j->iters)
+                         : kern_use_avx2()        ? fma_avx2(j->iters)
+                                                  : fma_scalar(j->iters);
     j->secs[task & 63] = di_now() - t0;
 }
 
-/* Multiply-adds per instruction and chain times 2 FLOPs, over every thread. */
-static double chains_peak(pool *p, bool dpbf16, double lanes) {
+/* Multiply-adds per instruction and chain times 2 FLOPs, over every thread
+ * (macs: multiply-adds per instruction). */
+static double chains_peak(pool *p, peak_kind kind, double macs) {
     int tasks = pool_threads(p);
     if (tasks > 64) tasks = 64;
-    fma_job j = {.iters = 200000, .dpbf16 = dpbf16};
+    fma_job j = {.iters = 200000, .kind = kind};
     pool_run(p, fma_task, &j, tasks); /* warm-up, also sizes the run */
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
@@ -184,7 +205,7 @@ static double chains_peak(pool *p, bool dpbf16, double lanes) {
         double t0 = di_now();
         pool_run(p, fma_task, &j, tasks);
         double dt = di_now() - t0;
-        double flops = 2.0 * lanes * FMA_CHAINS * (double)j.iters * tasks;
+        double flops = 2.0 * macs * FMA_CHAINS * (double)j.iters * tasks;
         if (dt > 0 && flops / dt > best) best = flops / dt;
     }
     volatile float keep = j.sink[0];
@@ -193,9 +214,13 @@ static double chains_peak(pool *p, bool dpbf16, double lanes) {
 }
 
 double kern_measure_fma_peak(pool *p) {
-    return chains_peak(p, false, kern_use_avx512() ? 16.0 : kern_use_avx2() ? 8.0 : 1.0);
+    return chains_peak(p, PEAK_FMA, kern_use_avx512() ? 16.0 : kern_use_avx2() ? 8.0 : 1.0);
 }
 
 double kern_measure_bf16_dot_peak(pool *p) {
-    return kern_use_avx512_bf16() ? chains_peak(p, true, 32.0) : 0.0;
+    return kern_use_avx512_bf16() ? chains_peak(p, PEAK_DPBF16, 32.0) : 0.0;
+}
+
+double kern_measure_i8_dot_peak(pool *p) {
+    return kern_use_avx512_vnni() ? chains_peak(p, PEAK_DPBUSD, 64.0) : 0.0;
 }

@@ -892,5 +892,9 @@ TEST(kern_limits_measure) {
     double peak = kern_measure_fma_peak(p);
     fprintf(stderr, "  (small-buffer) read %.1f GB/s, fma peak %.1f GFLOP/s\n", bw, peak);
     CHECK(bw > 0.1 && peak > 0.1);
+    /* the dot-product peaks where the CPU has them, 0 where not */
+    double bf16 = kern_measure_bf16_dot_peak(p), i8 = kern_measure_i8_dot_peak(p);
+    CHECK(kern_use_avx512_bf16() ? bf16 > 0.1 : bf16 == 0);
+    CHECK(kern_use_avx512_vnni() ? i8 > 0.1 : i8 == 0);
     pool_free(p);
 }
