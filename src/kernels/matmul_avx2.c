@@ -320,7 +320,7 @@ AI void sb_rows(const sb_job *j, int r0, const int R, int t_lo, int n) {
     }
 }
 
-static void sb_one_rows(void *ctx, int lo, int hi) {
+static void sb_x16_rows(void *ctx, int lo, int hi) {
     const sb_job *j = ctx;
     kern_i8_x16_rows_avx512(j->W, j->y, &j->x16, j->bias, lo, hi);
 }
@@ -455,7 +455,7 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
             void *buf = kern_scratch(KERN_SCRATCH_ACT, kern_i8_x16_bytes(K, n));
             kern_i8_x16_prepare(&j.x16, buf, x, W, n);
             /* one stream per thread, the threads' ends balanced */
-            pool_for(p, sb_one_rows, &j, W->rows, kern_one_token_grain(KT_I8, K));
+            pool_for(p, sb_x16_rows, &j, W->rows, kern_one_token_grain(KT_I8, K));
             return;
         }
         size_t nq = ((size_t)n * K + 32 + 63) & ~(size_t)63;
