@@ -242,7 +242,8 @@ static void gemm_task(void *ctx, int task, int n_tasks) {
     float tmp[KERN_GEMM512_MR * GEMM_NR];
     int blocks = (n + GEMM_NT - 1) / GEMM_NT;
     for (int b = 0; b < blocks; b++) {
-        int t_lo = (int)((long)n * b / blocks), t_hi = (int)((long)n * (b + 1) / blocks);
+        int t_lo, t_hi;
+        kern_split(n, 1, b, blocks, &t_lo, &t_hi);
         for (int g0 = p_lo; g0 < p_hi; g0 += GEMM_NCP) {
             int np = p_hi - g0 < GEMM_NCP ? p_hi - g0 : GEMM_NCP;
             for (int k0 = 0; k0 < K; k0 += GEMM_KC) {

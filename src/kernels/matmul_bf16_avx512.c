@@ -327,7 +327,8 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
     uint32_t *pack = kern_scratch(KERN_SCRATCH_PANEL, DPG_NCP * DPG_PSTRIDE * sizeof(uint32_t));
     int blocks = (n + DPG_NT - 1) / DPG_NT;
     for (int b = 0; b < blocks; b++) {
-        int t_lo = (int)((long)n * b / blocks), t_hi = (int)((long)n * (b + 1) / blocks);
+        int t_lo, t_hi;
+        kern_split(n, 1, b, blocks, &t_lo, &t_hi);
         for (int g0 = p_lo; g0 < p_hi; g0 += DPG_NCP)
             dpg_group(j, pack, g0, p_hi - g0 < DPG_NCP ? p_hi - g0 : DPG_NCP, t_lo, t_hi);
     }

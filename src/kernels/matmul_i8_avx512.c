@@ -41,7 +41,7 @@
 
 #define AI static inline __attribute__((always_inline))
 
-#define RL_ROWS  16                     /* rows per tile: one per 32-bit lane */
+#define RL_ROWS  KERN_I8_TILE_ROWS      /* rows per tile: one per 32-bit lane */
 #define RL_KC    256                    /* columns per chunk (its transposed tile: 4 KiB) */
 #define RL_LINES (RL_ROWS * RL_KC / 64) /* cache lines of a chunk of the tile */
 #define RL_T     8                      /* tokens per pass, in registers */
@@ -202,6 +202,7 @@ AI void rl_tile(const rl_args *a, float *y, const float *bias, int r0, int R, in
         int t = t_lo, b0 = k0 / KQ_BLOCK;
         for (; t + RL_T <= t_hi; t += RL_T)
             rl_pass(a, (const __m512i(*)[8])wt, wsv, b0, nblk, t, RL_T, part + (t - t_lo), per_row);
+        _Static_assert(RL_T == 8, "the tail passes below are 1 to 7 tokens");
         switch (t_hi - t) {
 #define TAIL(T)                                                                                    \
     case T:                                                                                        \
