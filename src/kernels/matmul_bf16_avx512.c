@@ -11,14 +11,13 @@
  * arithmetic of an f32 FMA with no widening of the weights, which is what
  * batched decode and prefill are bound by.
  *
- * Four kernels, four orders of the sums:
+ * Four orders of the sums:
  *   one token (plain mode): the rows one after another, one sequential
  *     stream per thread; per row the 32-column steps summed in four
  *     accumulators in turn, then added pairwise and reduced (below).
  *   a few tokens (2 to KERN_BF16_FEW_MAX, plain mode): 16 lanes as 8 tokens
  *     x 2 pairs, in matmul_bf16_few_avx512.c.
- *   packed GEMM (above TL_LANES_MAX tokens; one token in batch-invariant
- *     mode):
+ *   packed GEMM (above TL_LANES_MAX tokens):
  *     panels of 16 rows packed as column pairs, lanes across the rows
  *     (below). Per output: the bias, then each block of DPG_KC columns
  *     summed pair by pair in its own lane and added.
@@ -26,11 +25,13 @@
  *     mode, 2 to TL_LANES_MAX in batch-invariant mode): the GEMM's order
  *     exactly, with the lanes across the tokens and the weights broadcast
  *     in place, unpacked (below).
+ *   one token in batch-invariant mode: the GEMM's order exactly, 16 rows
+ *     transposed into the lanes in registers as they stream in
+ *     (matmul_bf16_inv1_avx512.c).
  * Each order depends on the matrix shape alone — not on the tile, the
  * thread count or the token's place in the batch — so batch-invariant mode
- * keeps to the GEMM's order: the GEMM at one token (its panels side by
- * side: llama-1b decoded 10-11.5 tok/s against 8.7 with the token lanes'
- * 15 idle lanes) and above TL_LANES_MAX tokens, the token lanes between. */
+ * keeps to the GEMM's order at every n: the GEMM above TL_LANES_MAX tokens,
+ * the token lanes from 2 tokens, the transposing rows at one. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -38,6 +39,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "kernels/transpose_avx512.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512bf16")
@@ -54,7 +56,7 @@ typedef struct dp_job {
     int kb; /* the GEMM's columns per block: DPG_KC, or an int8 weight group below it */
 } dp_job;
 
-/* ---- the packed GEMM: above TL_LANES_MAX tokens; one in batch-invariant mode */
+/* ---- the packed GEMM: above TL_LANES_MAX tokens ----------------------------- */
 /* Blocked like gemm_avx2.c: panels of 16 rows x DPG_KC columns are packed as
  * column pairs ([pair][row], one 32-bit lane per row and pair, the layout
  * vdpbf16ps multiplies), a group of DPG_NCP panels stays in L2 while a block
@@ -89,41 +91,20 @@ AI uint16_t dpg_elt(const kern_mat *W, size_t i, size_t k, const bool i8) {
 AI void dpg_pack_any(uint32_t *dst, const kern_mat *W, int r0, int k0, int kc, const bool i8) {
     int K = W->cols, np = (kc + 1) / 2, full = kc / 2, steps = kc / 32;
     int valid = W->rows - r0 < DPG_NR ? W->rows - r0 : DPG_NR;
-    size_t at = (size_t)r0 * K + k0; /* element of row r0, column k0 */
-    for (int s = 0; s < steps; s++) {
-        /* u[4g + c]: rows 4g..4g+3 at column c of each 128-bit block (pairs
-         * 4b + c), by 32-bit then 64-bit unpacks of the four rows */
-        __m512i u[16];
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; g++) {
-            __m512i r[4];
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) {
-                size_t e = at + (size_t)(4 * g + i) * K + 32 * (size_t)s;
-                r[i] = 4 * g + i >= valid ? _mm512_setzero_si512()
-                       : i8               ? i8_to_bf16x32((const int8_t *)W->data + e)
-                                          : _mm512_loadu_si512((const uint16_t *)W->data + e);
-            }
-            __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
-            __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
-            u[4 * g] = _mm512_unpacklo_epi64(t0, t2);
-            u[4 * g + 1] = _mm512_unpackhi_epi64(t0, t2);
-            u[4 * g + 2] = _mm512_unpacklo_epi64(t1, t3);
-            u[4 * g + 3] = _mm512_unpackhi_epi64(t1, t3);
+    size_t at = (size_t)r0 * K + k0;  /* element of row r0, column k0 */
+    for (int s = 0; s < steps; s++) { /* 32 columns (16 pairs) of the 16 rows */
+        __m512i v[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            size_t e = at + (size_t)i * K + 32 * (size_t)s;
+            v[i] = i >= valid ? _mm512_setzero_si512()
+                   : i8       ? i8_to_bf16x32((const int8_t *)W->data + e)
+                              : _mm512_loadu_si512((const uint16_t *)W->data + e);
         }
-        /* then the 128-bit blocks 4 x 4: pair 4b + c of all 16 rows */
+        transpose16_epi32(v);
         uint32_t *d = dst + (size_t)16 * s * DPG_NR;
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            __m512i s0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
-            __m512i s1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
-            __m512i s2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
-            __m512i s3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
-            _mm512_store_si512(d + (size_t)c * DPG_NR, _mm512_shuffle_i32x4(s0, s2, 0x88));
-            _mm512_store_si512(d + (size_t)(4 + c) * DPG_NR, _mm512_shuffle_i32x4(s0, s2, 0xdd));
-            _mm512_store_si512(d + (size_t)(8 + c) * DPG_NR, _mm512_shuffle_i32x4(s1, s3, 0x88));
-            _mm512_store_si512(d + (size_t)(12 + c) * DPG_NR, _mm512_shuffle_i32x4(s1, s3, 0xdd));
-        }
+#pragma GCC unroll 16
+        for (int q = 0; q < 16; q++) _mm512_store_si512(d + (size_t)q * DPG_NR, v[q]);
     }
     for (int i = 0; i < DPG_NR; i++)
         for (int q = 16 * steps; q < np; q++) {
@@ -707,8 +688,10 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
     dp_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n, .kb = DPG_KC};
     /* the kernel: one order at every n in batch-invariant mode (the token
      * lanes' and the GEMM's are the same) */
-    if (n > TL_LANES_MAX || (n == 1 && kern_batch_inv())) {
+    if (n > TL_LANES_MAX) {
         dpg_run(p, &j);
+    } else if (n == 1 && kern_batch_inv()) {
+        kern_bf16_inv1_avx512(p, y, xb, W, bias);
     } else if (n == 1) {
         /* one stream per thread, the threads' ends balanced (pool_for) */
         pool_for(p, dp1_rows, &j, W->rows, kern_one_token_grain(KT_BF16, K));
