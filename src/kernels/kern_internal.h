@@ -86,14 +86,11 @@ void kern_i8_block_starts(int32_t *st, const int8_t *xq, int n, int K);
 #define KERN_BF16_FEW_MAX 24
 void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
                           const float *bias, int n);
-/* bf16 weights times 1 to KERN_BF16_INV_ROWS_MAX tokens in batch-invariant
- * mode on AVX-512 BF16, in the packed GEMM's order, 16 rows transposed into
- * the lanes as they stream (matmul_bf16_inv_rows_avx512.c); xb: the tokens'
- * activations rounded to bf16, rows ldx apart, zero from column K to a
- * multiple of 32. */
-#define KERN_BF16_INV_ROWS_MAX 8
-void kern_bf16_inv_rows_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
-                               const float *bias, int n);
+/* bf16 weights times one token in batch-invariant mode on AVX-512 BF16, in
+ * the packed GEMM's order (matmul_bf16_inv1_avx512.c); xb: the token's
+ * activations rounded to bf16, zero from column K to a multiple of 32. */
+void kern_bf16_inv1_avx512(pool *p, float *y, const uint16_t *xb, const kern_mat *W,
+                           const float *bias);
 /* Up to KERN_I8_X16_MAX int8 tokens in plain mode on AVX-512 VNNI
  * (matmul_avx512.c): their activations quantized to int16, one scale per
  * block of `block` columns, once per call (kern_i8_x16_prepare from the f32

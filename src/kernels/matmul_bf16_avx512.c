@@ -22,17 +22,16 @@
  *     (below). Per output: the bias, then each block of DPG_KC columns
  *     summed pair by pair in its own lane and added.
  *   token lanes (KERN_BF16_FEW_MAX + 1 to TL_LANES_MAX tokens in plain
- *     mode, KERN_BF16_INV_ROWS_MAX + 1 to TL_LANES_MAX in batch-invariant
- *     mode): the GEMM's order exactly, with the lanes across the tokens and
- *     the weights broadcast in place, unpacked (below).
- *   up to KERN_BF16_INV_ROWS_MAX tokens in batch-invariant mode: the
- *     GEMM's order exactly, 16 rows transposed into the lanes in registers
- *     as they stream in (matmul_bf16_inv_rows_avx512.c).
+ *     mode, 2 to TL_LANES_MAX in batch-invariant mode): the GEMM's order
+ *     exactly, with the lanes across the tokens and the weights broadcast
+ *     in place, unpacked (below).
+ *   one token in batch-invariant mode: the GEMM's order exactly, 16 rows
+ *     transposed into the lanes in registers as they stream in
+ *     (matmul_bf16_inv1_avx512.c).
  * Each order depends on the matrix shape alone — not on the tile, the
  * thread count or the token's place in the batch — so batch-invariant mode
- * keeps to the GEMM's order at every n: the transposed rows up to
- * KERN_BF16_INV_ROWS_MAX tokens, the token lanes above, the GEMM above
- * TL_LANES_MAX. */
+ * keeps to the GEMM's order at every n: the GEMM above TL_LANES_MAX tokens,
+ * the token lanes from 2 tokens, the transposing rows at one. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -679,9 +678,7 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
     prep_job pj = prep_buffers(x, K, n);
     uint16_t *xb = pj.xb;
     size_t ldx = pj.ldx;
-    bool inv_rows = kern_batch_inv() && n <= KERN_BF16_INV_ROWS_MAX;
-    bool lanes =
-        n <= TL_LANES_MAX && n > (kern_batch_inv() ? KERN_BF16_INV_ROWS_MAX : KERN_BF16_FEW_MAX);
+    bool lanes = n > 1 && n <= TL_LANES_MAX && (kern_batch_inv() || n > KERN_BF16_FEW_MAX);
     if (!lanes) {
         if (n >= PREP_POOL_N)
             pool_for(p, prep_rows, &pj, n, 1);
@@ -689,12 +686,12 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
             prep_rows(&pj, 0, n);
     }
     dp_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n, .kb = DPG_KC};
-    /* the kernel: one order at every n in batch-invariant mode (the
-     * transposed rows', the token lanes' and the GEMM's are the same) */
+    /* the kernel: one order at every n in batch-invariant mode (the token
+     * lanes' and the GEMM's are the same) */
     if (n > TL_LANES_MAX) {
         dpg_run(p, &j);
-    } else if (inv_rows) {
-        kern_bf16_inv_rows_avx512(p, y, xb, ldx, W, bias, n);
+    } else if (n == 1 && kern_batch_inv()) {
+        kern_bf16_inv1_avx512(p, y, xb, W, bias);
     } else if (n == 1) {
         /* one stream per thread, the threads' ends balanced (pool_for) */
         pool_for(p, dp1_rows, &j, W->rows, kern_one_token_grain(KT_BF16, K));
