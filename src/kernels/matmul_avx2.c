@@ -61,8 +61,8 @@ typedef struct sb_job {
     const float *x;  /* n x cols activations (natural order) */
     const float *xp; /* bf16: activations with each 16-block (AVX-512: 32-block) split even/odd */
     size_t ldxp;     /* floats from one token's row of xp to the next */
-    bool avx512;     /* blocks through kern_sb_rows_{bf16,i8}_avx512 */
-    bool i8_lanes;   /* int8 with AVX-512: tiles of KERN_I8_TILE_ROWS rows */
+    bool avx512;     /* bf16: blocks through kern_sb_rows_bf16_avx512 */
+    bool i8_lanes;   /* int8 with AVX-512 VNNI: tiles of KERN_I8_TILE_ROWS rows */
     const float *bias;
     int n;
     const int8_t *xq;   /* int8: quantized activations, n x cols */
@@ -446,7 +446,7 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
     } else if (W->dtype == KT_I8) {
         /* As bf16, n >= 2; batch-invariant mode needs one order for every
          * n, and takes the one that serves batches. */
-        j.avx512 = kern_use_avx512_vnni() && (n >= 2 || kern_batch_inv());
+        j.i8_lanes = kern_use_avx512_vnni() && (n >= 2 || kern_batch_inv());
         j.nb = (K + KQ_BLOCK - 1) / KQ_BLOCK;
         /* A few tokens in plain mode: rows one after another, on int16
          * activations of their own. */
@@ -466,7 +466,6 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
             kern_quantize_act(xq + (size_t)t * K, xs + (size_t)t * j.nb, x + (size_t)t * K, K);
         j.xq = xq;
         j.xs = xs;
-        j.i8_lanes = j.avx512;
         if (j.i8_lanes) {
             int32_t *xst = (int32_t *)(xs + ns);
             kern_i8_block_starts(xst, xq, n, K);
