@@ -350,6 +350,26 @@ TEST(kern_matmul_i8_prefill_gemm) {
     CHECKF(!bad, "int8 prefill GEMM off the bf16-activation reference (case %d)", bad);
 }
 
+/* Row r of an int8 matrix times activations quantized in blocks of B
+ * columns (xa: their integers, xs: the blocks' scales), as the int8 kernels
+ * define it: each block's integer sum exact, times the block's scale and
+ * its weight group's, summed in double; *mag gets the sum of the terms'
+ * magnitudes (for a rounding bound). */
+static double i8_block_sums_ref(const tmat *t, int r, const int16_t *xa, const float *xs, int B,
+                                double *mag) {
+    int K = t->m.cols, g = t->m.group > 0 ? t->m.group : K, nb = (K + B - 1) / B;
+    const int8_t *w = (const int8_t *)t->data + (size_t)r * K;
+    double ref = 0;
+    *mag = 0;
+    for (int b = 0; b < nb; b++) {
+        long isum = 0;
+        for (int c = b * B; c < K && c < (b + 1) * B; c++) isum += (long)w[c] * xa[c];
+        double term = (double)isum * xs[b] * t->scales[(size_t)r * (K / g) + b * B / g];
+        ref += term, *mag += fabs(term);
+    }
+    return ref;
+}
+
 /* int8 from KERN_I8_X16_MAX + 1 to KERN_GEMM_MIN_N tokens (and every n in
  * batch-invariant mode) against the exact sums of the quantized activations: each 32-column
  * block's integer dot product is exact, so only f32 rounding of the scaled
@@ -374,28 +394,21 @@ TEST(kern_matmul_i8_exact_blocks) {
             float *x = malloc((size_t)sh.n * K * 4), *y = malloc((size_t)sh.n * sh.rows * 4);
             float *bias = malloc((size_t)sh.rows * 4), *xs = malloc((size_t)nb * 4);
             int8_t *xq = malloc((size_t)K);
+            int16_t *xa = malloc((size_t)K * sizeof(int16_t));
             for (int i = 0; i < sh.n * K; i++) x[i] = frand();
             for (int i = 0; i < sh.rows; i++) bias[i] = frand();
             kern_matmul(p, y, x, &t.m, bias, sh.n);
-            const int8_t *wq = t.data;
             for (int tk = 0; tk < sh.n && !bad; tk++) {
                 kern_quantize_act(xq, xs, x + (size_t)tk * K, K);
+                for (int k = 0; k < K; k++) xa[k] = xq[k];
                 for (int r = 0; r < sh.rows && !bad; r++) {
-                    double ref = 0, mag = 0;
-                    for (int b = 0; b < nb; b++) {
-                        long isum = 0;
-                        for (int c = 32 * b; c < K && c < 32 * b + 32; c++)
-                            isum += (long)wq[(size_t)r * K + c] * xq[c];
-                        double term =
-                            (double)isum * xs[b] * t.scales[(size_t)r * (K / g) + 32 * b / g];
-                        ref += term, mag += fabs(term);
-                    }
+                    double mag, ref = i8_block_sums_ref(&t, r, xa, xs, 32, &mag);
                     ref += bias[r], mag += fabs(bias[r]);
                     double tol = 4e-7 * (nb + 4) * mag + 1e-30;
                     if (!(fabs(y[(size_t)tk * sh.rows + r] - ref) <= tol)) bad = 1 + s + 10 * inv;
                 }
             }
-            free(x), free(y), free(bias), free(xs), free(xq);
+            free(x), free(y), free(bias), free(xs), free(xq), free(xa);
             free_mat(&t);
         }
     }
@@ -439,7 +452,6 @@ TEST(kern_matmul_i8_int16_rows) {
         void *buf = di_huge_alloc(kern_i8_x16_bytes(K, nmax));
         kern_i8_x16_prepare(&a, buf, x, &t.m, nmax);
         int B = a.block, nb = (K + B - 1) / B;
-        const int8_t *wq = t.data;
         for (int tk = 0; tk < nmax && !bad; tk++) {
             const int16_t *x16 = (const int16_t *)((const char *)a.base + (size_t)tk * a.ld);
             const float *s16 = (const float *)(x16 + a.padded);
@@ -449,14 +461,7 @@ TEST(kern_matmul_i8_int16_rows) {
                 if (!(err <= 0.5 * s16[k / B] + fabs(xt[k]) * 1e-6)) bad = 1 + s; /* + rounding */
             }
             for (int r = 0; r < M && !bad; r++) {
-                double ref = 0, mag = 0;
-                for (int b = 0; b < nb; b++) {
-                    long isum = 0;
-                    for (int c = b * B; c < K && c < (b + 1) * B; c++)
-                        isum += (long)wq[(size_t)r * K + c] * x16[c];
-                    double term = (double)isum * s16[b] * t.scales[(size_t)r * (K / g) + b * B / g];
-                    ref += term, mag += fabs(term);
-                }
+                double mag, ref = i8_block_sums_ref(&t, r, x16, s16, B, &mag);
                 ref += bias[r], mag += fabs(bias[r]);
                 if (!(fabs(alone[(size_t)tk * M + r] - ref) <= 4e-7 * (nb + 4) * mag + 1e-30))
                     bad = 10 + s;
