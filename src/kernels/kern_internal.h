@@ -79,15 +79,15 @@ void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const
 /* st[t * nb + b] = -128 times the sum of token t's quantized activations in
  * block b (nb blocks of KQ_BLOCK columns, the last one partial). */
 void kern_i8_block_starts(int32_t *st, const int8_t *xq, int n, int K);
-/* bf16 weights times 2 to KERN_BF16_FEW_MAX tokens in plain mode on AVX-512
- * BF16, 16 lanes = 8 tokens x 2 pairs, up to three halves of 8 tokens
- * (matmul_bf16_few_avx512.c); xb: the tokens' activations rounded to bf16,
- * rows ldx apart, zero from column K to a multiple of 4. */
+/* bf16 weights times 2 to KERN_BF16_FEW_MAX tokens on AVX-512 BF16 (in
+ * batch-invariant mode in that mode's order), 16 lanes = 8 tokens x 2 pairs, up to three halves of
+ * 8 tokens (matmul_bf16_few_avx512.c); xb: the tokens' activations rounded to bf16, rows ldx apart,
+ * zero from column K to a multiple of 4. */
 #define KERN_BF16_FEW_MAX 24
 void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
                           const float *bias, int n);
 /* bf16 weights times one token in batch-invariant mode on AVX-512 BF16, in
- * the packed GEMM's order (matmul_bf16_inv1_avx512.c); xb: the token's
+ * that mode's order (matmul_bf16_inv1_avx512.c); xb: the token's
  * activations rounded to bf16, zero from column K to a multiple of 32. */
 void kern_bf16_inv1_avx512(pool *p, float *y, const uint16_t *xb, const kern_mat *W,
                            const float *bias);
@@ -114,7 +114,7 @@ void kern_i8_x16_rows_avx512(const kern_mat *W, float *y, const kern_i8_x16 *a, 
 /* Every bf16 matmul on CPUs with AVX-512 BF16 (matmul_bf16_avx512.c):
  * vdpbf16ps on the activations rounded to bf16; one-token rows, the
  * few-token kernel and the token lanes for decode, a packed GEMM for
- * prefill (batch-invariant mode: the lanes and the GEMM, one order). */
+ * prefill (batch-invariant mode: one order for all). */
 void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *W,
                              const float *bias, int n);
 /* int8 weights through that GEMM (their integers are exact in bf16), for

@@ -11,27 +11,32 @@
  * arithmetic of an f32 FMA with no widening of the weights, which is what
  * batched decode and prefill are bound by.
  *
- * Four orders of the sums:
- *   one token (plain mode): the rows one after another, one sequential
+ * The kernels, by n:
+ *   one token: in plain mode the rows one after another, one sequential
  *     stream per thread; per row the 32-column steps summed in four
- *     accumulators in turn, then added pairwise and reduced (below).
- *   a few tokens (2 to KERN_BF16_FEW_MAX, plain mode): 16 lanes as 8 tokens
- *     x 2 pairs, in matmul_bf16_few_avx512.c.
- *   packed GEMM (above TL_LANES_MAX tokens):
- *     panels of 16 rows packed as column pairs, lanes across the rows
- *     (below). Per output: the bias, then each block of DPG_KC columns
- *     summed pair by pair in its own lane and added.
- *   token lanes (KERN_BF16_FEW_MAX + 1 to TL_LANES_MAX tokens in plain
- *     mode, 2 to TL_LANES_MAX in batch-invariant mode): the GEMM's order
- *     exactly, with the lanes across the tokens and the weights broadcast
- *     in place, unpacked (below).
- *   one token in batch-invariant mode: the GEMM's order exactly, 16 rows
- *     transposed into the lanes in registers as they stream in
- *     (matmul_bf16_inv1_avx512.c).
- * Each order depends on the matrix shape alone — not on the tile, the
- * thread count or the token's place in the batch — so batch-invariant mode
- * keeps to the GEMM's order at every n: the GEMM above TL_LANES_MAX tokens,
- * the token lanes from 2 tokens, the transposing rows at one. */
+ *     accumulators in turn, then added pairwise and reduced (below). In
+ *     batch-invariant mode 16 rows transposed into the lanes in registers as
+ *     they stream in (matmul_bf16_inv1_avx512.c).
+ *   a few tokens (2 to KERN_BF16_FEW_MAX): 16 lanes as 8 tokens x 2 pairs,
+ *     in matmul_bf16_few_avx512.c.
+ *   token lanes (KERN_BF16_FEW_MAX + 1 to TL_LANES_MAX tokens): lanes
+ *     across the tokens, the weights broadcast in place, unpacked (below).
+ *   packed GEMM (above TL_LANES_MAX tokens): panels of 16 rows packed as
+ *     column pairs, lanes across the rows (below).
+ * In plain mode each has its own order of the sums (the lanes and the GEMM
+ * share one: per output the bias, then each block of DPG_KC columns summed
+ * pair by pair in one chain and added in turn), which depends on the matrix
+ * shape alone, not on the tile, the thread count or the token's place in
+ * the batch. Batch-invariant mode gives every n one order, the few-token
+ * kernel's lanes in blocks: per output the bias, then for each block of
+ * KERN_BF16_GEMM_KC columns in turn, its even pairs (0, 2, 4, ... from the
+ * block's start) summed in one chain and its odd pairs in another, the two
+ * added, that sum added on. So batch-invariant decode runs the few-token
+ * kernel at its plain speed (at 8 and 16 tokens 24 and 18 % less time
+ * than the token lanes it took before, llama-1b's matrices); the lanes and
+ * the GEMM, whose register tiles cannot hold both chains, park the even
+ * one while the odd one runs (split), 5-10 % slower than their plain
+ * order. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -53,7 +58,8 @@ typedef struct dp_job {
     size_t ldx;
     const float *bias;
     int n;
-    int kb; /* the GEMM's columns per block: DPG_KC, or an int8 weight group below it */
+    int kb;     /* the GEMM's columns per block: DPG_KC, or an int8 weight group below it */
+    bool split; /* each block's even and odd pairs in two chains (batch-invariant mode) */
 } dp_job;
 
 /* ---- the packed GEMM: above TL_LANES_MAX tokens ----------------------------- */
@@ -63,7 +69,8 @@ typedef struct dp_job {
  * of DPG_NT tokens passes, and a register tile of up to 12 tokens x 2
  * panels takes one broadcast pair of activations per token and pair of
  * columns. Each output starts from the bias, sums its pairs in order within
- * a column block and adds each block's sum in turn. */
+ * a column block (split: its even and its odd pairs) and adds each block's
+ * sum in turn. */
 #define DPG_KC      KERN_BF16_GEMM_KC             /* columns per block (256 pairs) */
 #define DPG_NR      16                            /* rows per panel */
 #define DPG_NCP     8                             /* panels per L2-resident group */
@@ -126,17 +133,14 @@ static void dpg_pack(uint32_t *dst, const kern_mat *W, int r0, int k0, int kc) {
         dpg_pack_any(dst, W, r0, k0, kc, false);
 }
 
-/* c[i][16p .. 16p+16) = cin[i][16p ..] + sum over pairs of x[i] times panel
- * p, i < MR, p < NP (cin is c, ld ldc, or for a first column block the bias
- * or zeros, ld 0: the outputs need no start of their own); m0, m1 mask the
- * panels' valid rows. */
-AI void dpg_tile(const uint32_t *pw, size_t pstride, const uint16_t *x, size_t ldx, int npairs,
-                 float *c, size_t ldc, const float *cin, size_t ldcin, const float *sv,
-                 const int MR, const int NP, __mmask16 m0, __mmask16 m1) {
-    __m512 acc[DPG_MR][2];
+/* Pairs q0, q0 + step, ... below npairs of x[i] times panel p onto
+ * acc[i][p] (zeroed first), i < MR, p < NP: a block's one chain (step 1) or
+ * one of its two (step 2). */
+AI void dpg_chain(const uint32_t *pw, size_t pstride, const uint16_t *x, size_t ldx, int q0,
+                  const int step, int npairs, __m512 acc[DPG_MR][2], const int MR, const int NP) {
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    for (int q = 0; q < npairs; q++) {
+    for (int q = q0; q < npairs; q += step) {
         __m512bh w0 = (__m512bh)_mm512_load_si512(pw + (size_t)q * DPG_NR);
         __m512bh w1 = NP > 1 ? (__m512bh)_mm512_load_si512(pw + pstride + (size_t)q * DPG_NR) : w0;
 #pragma GCC unroll 12
@@ -147,6 +151,34 @@ AI void dpg_tile(const uint32_t *pw, size_t pstride, const uint16_t *x, size_t l
             acc[i][0] = _mm512_dpbf16_ps(acc[i][0], w0, xb);
             if (NP > 1) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], w1, xb);
         }
+    }
+}
+
+/* c[i][16p .. 16p+16) = cin[i][16p ..] + the block's sum of x[i] times
+ * panel p, i < MR, p < NP (cin is c, ld ldc, or for a first column block the
+ * bias or zeros, ld 0: the outputs need no start of their own); m0, m1 mask
+ * the panels' valid rows. With split, the even pairs' chain parked while the
+ * odd pairs' runs (both at once would not fit in the registers), then the
+ * two added; the one chain was 3.5-5.5 % faster in plain mode. */
+AI void dpg_tile(const uint32_t *pw, size_t pstride, const uint16_t *x, size_t ldx, int npairs,
+                 float *c, size_t ldc, const float *cin, size_t ldcin, const float *sv,
+                 const int MR, const int NP, __mmask16 m0, __mmask16 m1, bool split) {
+    __m512 acc[DPG_MR][2];
+    _Alignas(64) float even[DPG_MR][2][DPG_NR];
+    if (split) {
+        dpg_chain(pw, pstride, x, ldx, 0, 2, npairs, acc, MR, NP);
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+            for (int p = 0; p < NP; p++) _mm512_store_ps(even[i][p], acc[i][p]);
+        dpg_chain(pw, pstride, x, ldx, 1, 2, npairs, acc, MR, NP);
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+            for (int p = 0; p < NP; p++)
+                acc[i][p] = _mm512_add_ps(_mm512_load_ps(even[i][p]), acc[i][p]);
+    } else {
+        dpg_chain(pw, pstride, x, ldx, 0, 1, npairs, acc, MR, NP);
     }
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++)
@@ -164,14 +196,14 @@ AI void dpg_tile(const uint32_t *pw, size_t pstride, const uint16_t *x, size_t l
 #define DPG_CASE(mr)                                                                               \
     case mr:                                                                                       \
         if (np > 1)                                                                                \
-            dpg_tile(pw, pstride, x, ldx, npairs, c, ldc, cin, ldcin, sv, mr, 2, m0, m1);          \
+            dpg_tile(pw, pstride, x, ldx, npairs, c, ldc, cin, ldcin, sv, mr, 2, m0, m1, split);   \
         else                                                                                       \
-            dpg_tile(pw, pstride, x, ldx, npairs, c, ldc, cin, ldcin, sv, mr, 1, m0, m1);          \
+            dpg_tile(pw, pstride, x, ldx, npairs, c, ldc, cin, ldcin, sv, mr, 1, m0, m1, split);   \
         break;
 
 static void dpg_tile_any(const uint32_t *pw, size_t pstride, int np, const uint16_t *x, size_t ldx,
                          int npairs, float *c, size_t ldc, const float *cin, size_t ldcin,
-                         const float *sv, int mr, __mmask16 m0, __mmask16 m1) {
+                         const float *sv, int mr, __mmask16 m0, __mmask16 m1, bool split) {
     switch (mr) { /* constant sizes: the accumulators stay in registers */
         DPG_CASE(12)
         DPG_CASE(11)
@@ -190,39 +222,48 @@ static void dpg_tile_any(const uint32_t *pw, size_t pstride, int np, const uint1
     }
 }
 
-/* One token against NP panels at once: NP independent sums where a tile of
- * one token has two, which wait on the dot products' latency. The same sums
- * in the same order as dpg_tile. */
+/* One token against NP panels at once: NP independent sums per chain
+ * (S chains: 1, or 2 with split) where a tile of one token has S times two,
+ * which wait on the dot products' latency. The same sums in the same order
+ * as dpg_tile. */
 AI void dpg_tile1(const uint32_t *pw, size_t pstride, const uint16_t *x, int npairs, float *c,
-                  const float *cin, const float *sv, const int NP, const __mmask16 *m) {
-    __m512 acc[DPG_NCP];
+                  const float *cin, const float *sv, const int NP, const int S,
+                  const __mmask16 *m) {
+    __m512 acc[DPG_NCP][2];
 #pragma GCC unroll 8
-    for (int p = 0; p < NP; p++) acc[p] = _mm512_setzero_ps();
-    for (int q = 0; q < npairs; q++) {
-        int32_t pair;
-        memcpy(&pair, x + 2 * q, 4);
-        __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);
+    for (int p = 0; p < NP; p++) acc[p][0] = acc[p][1] = _mm512_setzero_ps();
+    for (int q = 0; q < npairs; q += S)
+#pragma GCC unroll 2
+        for (int e = 0; e < S; e++) { /* pair q + e onto chain e */
+            if (q + e == npairs) break;
+            int32_t pair;
+            memcpy(&pair, x + 2 * (q + e), 4);
+            __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);
+            const uint32_t *pq = pw + (size_t)(q + e) * DPG_NR;
 #pragma GCC unroll 8
-        for (int p = 0; p < NP; p++)
-            acc[p] = _mm512_dpbf16_ps(
-                acc[p], (__m512bh)_mm512_load_si512(pw + (size_t)p * pstride + (size_t)q * DPG_NR),
-                xb);
-    }
+            for (int p = 0; p < NP; p++)
+                acc[p][e] = _mm512_dpbf16_ps(
+                    acc[p][e], (__m512bh)_mm512_load_si512(pq + (size_t)p * pstride), xb);
+        }
 #pragma GCC unroll 8
     for (int p = 0; p < NP; p++) {
         __m512 v = _mm512_maskz_loadu_ps(m[p], cin + DPG_NR * p);
-        v = sv ? _mm512_fmadd_ps(acc[p], _mm512_loadu_ps(sv + DPG_NR * p), v)
-               : _mm512_add_ps(v, acc[p]);
+        __m512 sum = S > 1 ? _mm512_add_ps(acc[p][0], acc[p][1]) : acc[p][0];
+        v = sv ? _mm512_fmadd_ps(sum, _mm512_loadu_ps(sv + DPG_NR * p), v) : _mm512_add_ps(v, sum);
         _mm512_mask_storeu_ps(c + DPG_NR * p, m[p], v);
     }
 }
 
 static void dpg_tile1_any(const uint32_t *pw, size_t pstride, int np, const uint16_t *x, int npairs,
-                          float *c, const float *cin, const float *sv, const __mmask16 *m) {
+                          float *c, const float *cin, const float *sv, const __mmask16 *m,
+                          bool split) {
     switch (np) { /* constant counts: the sums stay in registers */
 #define DPG1_CASE(k)                                                                               \
     case k:                                                                                        \
-        dpg_tile1(pw, pstride, x, npairs, c, cin, sv, k, m);                                       \
+        if (split)                                                                                 \
+            dpg_tile1(pw, pstride, x, npairs, c, cin, sv, k, 2, m);                                \
+        else                                                                                       \
+            dpg_tile1(pw, pstride, x, npairs, c, cin, sv, k, 1, m);                                \
         break;
         DPG1_CASE(8)
         DPG1_CASE(7)
@@ -276,7 +317,7 @@ static void dpg_group(const dp_job *j, uint32_t *pack, int g0, int np, int t_lo,
             if (mr == 1) { /* every panel of the group at once */
                 __mmask16 m[DPG_NCP];
                 for (int pi = 0; pi < np; pi++) m[pi] = dpg_rows(W, (g0 + pi) * DPG_NR);
-                dpg_tile1_any(pack, pstride, np, xt, npairs, c, cin, i8 ? sv : NULL, m);
+                dpg_tile1_any(pack, pstride, np, xt, npairs, c, cin, i8 ? sv : NULL, m, j->split);
                 continue;
             }
             for (int pi = 0; pi < np; pi += 2) {
@@ -284,7 +325,7 @@ static void dpg_group(const dp_job *j, uint32_t *pack, int g0, int np, int t_lo,
                 dpg_tile_any(pack + (size_t)pi * pstride, pstride, 1 + two, xt, j->ldx, npairs,
                              c + pi * DPG_NR, (size_t)M, cin + pi * DPG_NR, ldcin,
                              i8 ? sv + pi * DPG_NR : NULL, mr, dpg_rows(W, r0),
-                             two ? dpg_rows(W, r0 + DPG_NR) : 0);
+                             two ? dpg_rows(W, r0 + DPG_NR) : 0, j->split);
             }
         }
     }
@@ -316,18 +357,18 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
 }
 
 /* ---- token lanes: small batches, weights broadcast in place -------------- */
-/* The GEMM's order without its packing of the weights: the activations are
- * packed instead (dpg_pack on the bf16 activations: [pair][16 tokens], one
- * 32-bit lane per token), and each pair of a weight row is broadcast from the
- * mapping in place. A register tile of R rows x V groups of 16 tokens takes
+/* The GEMM's order without its packing of the weights: the activations
+ * are packed instead (dpg_pack on the bf16 activations: [pair][16 tokens],
+ * one 32-bit lane per token), and each pair of a weight row is broadcast
+ * from the mapping in place. A register tile of R rows x V groups of 16 tokens takes
  * per pair V loads, R broadcasts and R x V dot products; the rows stream in
  * once, R sequential streams, each prefetched TL_PF columns ahead. Each
- * output sums its pairs in order within a block of DPG_KC columns and adds
- * each block's sum in turn onto the bias: the GEMM's order, so the two give
- * the same bits at every n and batch-invariant mode may take either. */
+ * output sums its pairs in order within a block of DPG_KC columns (split:
+ * its even and its odd pairs) and adds each block's sum in turn onto the
+ * bias: the GEMM's order, so the two give the same bits at every n. */
 #define TL_VMAX  4 /* token groups of 16 in registers: up to 64 tokens */
 #define TL_MAX_N (16 * TL_VMAX)
-/* In plain mode from KERN_BF16_FEW_MAX + 1 tokens on, where two whole
+/* From KERN_BF16_FEW_MAX + 1 tokens on (in both modes), where two whole
  * groups or more share each broadcast weight pair: up to 24 tokens the
  * few-token kernel, which shares each 64-bit broadcast between up to three
  * halves of 8 tokens, does fewer products and is faster (at 16 tokens a 32
@@ -357,6 +398,7 @@ typedef struct tl_job {
     size_t gpairs;
     const float *bias;
     int n;
+    bool split; /* as dp_job's */
 } tl_job;
 
 /* Columns from a weight to the one a tile of R rows prefetches in the block
@@ -384,29 +426,58 @@ AI void tl_pair(const tl_job *j, const uint32_t *xt, const uint16_t *const *w, i
     }
 }
 
-/* Rows [r0, r0 + R) x the V groups at xt over columns [k0, k0 + kc): the
- * block's sums added onto c[r][16 v + lane] (ld TL_MAX_N). */
-AI void tl_block(const tl_job *j, const uint32_t *xt, int r0, const int R, const int V, int k0,
-                 int kc, float *c) {
-    const kern_mat *W = j->W;
-    int K = W->cols, q0 = k0 / 2, q1 = q0 + kc / 2; /* whole pairs; an odd end after */
-    const uint16_t *w[TL_RMAX];
-    for (int r = 0; r < R; r++) w[r] = (const uint16_t *)W->data + (size_t)(r0 + r) * K;
-    __m512 acc[TL_RMAX][TL_VMAX];
+/* Pairs first, first + step, ... of block [k0, k0 + kc) of rows w[0 .. R)
+ * (w: the rows' starts) times groups [0, V) onto acc, zeroed first: the
+ * block's one chain (step 1) or one of its two (step 2). The chain from
+ * the first pair streams the rows and prefetches (`ahead` columns on, once
+ * a cache line); the odd pairs' chain finds them in L1. */
+AI void tl_chain(const tl_job *j, const uint32_t *xt, const uint16_t *const *w, int k0, int kc,
+                 const int first, const int step, size_t ahead, __m512 acc[TL_RMAX][TL_VMAX],
+                 const int R, const int V) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_ps();
-    size_t ahead = tl_ahead(K, R, k0, kc);
-    int q = q0;
-    for (; q < q1; q++) {
-        if ((q & 15) == 0) /* a cache line of each row: prefetch the one ahead */
+    int q0 = k0 / 2, nw = kc / 2; /* whole pairs; an odd end after */
+    for (int i = first; i < nw; i += step) {
+        int q = q0 + i;
+        if (!first && (q & 15) == 0) /* a cache line of each row */
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
                 _mm_prefetch((const char *)(w[r] + 2 * q + ahead), _MM_HINT_T0);
         tl_pair(j, xt, w, q, false, acc, R, V);
     }
-    if (kc & 1) tl_pair(j, xt, w, q, true, acc, R, V); /* the odd end */
+    if ((kc & 1) && nw % step == first) tl_pair(j, xt, w, q0 + nw, true, acc, R, V);
+}
+
+/* Rows [r0, r0 + R) x the V groups at xt over columns [k0, k0 + kc): the
+ * block's sum added onto c[r][16 v + lane] (ld TL_MAX_N). With split, the
+ * even pairs' chain parked while the odd pairs' runs, then the two added;
+ * the one chain was 3.5-5.5 % faster in plain mode. */
+AI void tl_block(const tl_job *j, const uint32_t *xt, int r0, const int R, const int V, int k0,
+                 int kc, float *c) {
+    const kern_mat *W = j->W;
+    int K = W->cols;
+    const uint16_t *w[TL_RMAX];
+    for (int r = 0; r < R; r++) w[r] = (const uint16_t *)W->data + (size_t)(r0 + r) * K;
+    __m512 acc[TL_RMAX][TL_VMAX];
+    _Alignas(64) float even[TL_RMAX][TL_VMAX][16];
+    size_t ahead = tl_ahead(K, R, k0, kc);
+    if (j->split) {
+        tl_chain(j, xt, w, k0, kc, 0, 2, ahead, acc, R, V);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++) _mm512_store_ps(even[r][v], acc[r][v]);
+        tl_chain(j, xt, w, k0, kc, 1, 2, ahead, acc, R, V);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                acc[r][v] = _mm512_add_ps(_mm512_load_ps(even[r][v]), acc[r][v]);
+    } else {
+        tl_chain(j, xt, w, k0, kc, 0, 1, ahead, acc, R, V);
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
@@ -414,50 +485,6 @@ AI void tl_block(const tl_job *j, const uint32_t *xt, int r0, const int R, const
             float *cv = c + r * TL_MAX_N + 16 * v;
             _mm512_store_ps(cv, _mm512_add_ps(_mm512_load_ps(cv), acc[r][v]));
         }
-}
-
-/* Rows [r0, r0 + R) x one group over two whole blocks of columns at once,
- * [k0, k0 + DPG_KC) and the next: each block's sum its own chain, as
- * tl_block makes it, then added onto c in turn, so the same bits. With one
- * group a block alone is R chains of dependent dot products, too few to
- * cover their latency (batch-invariant decode); two blocks side by side
- * are 2R. With the pairs broadcast from memory rather than through a
- * general register (pair32), llama-1b's matrices at 16 tokens in
- * batch-invariant mode: 519-524 against 492-502 GFLOP/s, at 8 tokens 263
- * against 246. */
-AI void tl_block_pair(const tl_job *j, const uint32_t *xt, int r0, const int R, int k0, float *c) {
-    const kern_mat *W = j->W;
-    int K = W->cols, q0 = k0 / 2, qn = DPG_KC / 2;
-    const uint16_t *w[TL_RMAX];
-    for (int r = 0; r < R; r++) w[r] = (const uint16_t *)W->data + (size_t)(r0 + r) * K + k0;
-    __m512 acc[TL_RMAX][2];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    /* each stream prefetches where it will be at the next pair of blocks,
-     * or, in the row's last pair, where the next tile's rows start */
-    size_t ahead = k0 + 2 * DPG_KC >= K ? (size_t)R * K - (size_t)k0 : 2 * DPG_KC;
-    for (int q = 0; q < qn; q++) {
-        if ((q & 15) == 0) /* a cache line of each row and block */
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                _mm_prefetch((const char *)(w[r] + ahead + 2 * q), _MM_HINT_T0);
-                _mm_prefetch((const char *)(w[r] + ahead + DPG_KC + 2 * q), _MM_HINT_T0);
-            }
-        __m512bh x0 = (__m512bh)_mm512_load_si512(xt + (size_t)(q0 + q) * 16);
-        __m512bh x1 = (__m512bh)_mm512_load_si512(xt + (size_t)(q0 + qn + q) * 16);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            __m512i p0 = _mm512_set1_epi32(*(const pair32 *)(w[r] + 2 * q));
-            __m512i p1 = _mm512_set1_epi32(*(const pair32 *)(w[r] + DPG_KC + 2 * q));
-            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x0, (__m512bh)p0);
-            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x1, (__m512bh)p1);
-        }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-        float *cv = c + r * TL_MAX_N;
-        _mm512_store_ps(cv, _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(cv), acc[r][0]), acc[r][1]));
-    }
 }
 
 /* Rows [r0, r0 + rows), rows <= TL_PANEL, times the V groups from group g0:
@@ -477,11 +504,7 @@ AI void tl_panel(const tl_job *j, int r0, int rows, int g0, const int R, const i
     }
     int r = 0;
     for (; r + R <= rows; r += R) {
-        int k0 = 0;
-        if (V == 1) /* whole blocks two at a time */
-            for (; k0 + 2 * DPG_KC <= K; k0 += 2 * DPG_KC)
-                tl_block_pair(j, xt, r0 + r, R, k0, c + r * TL_MAX_N);
-        for (; k0 < K; k0 += DPG_KC)
+        for (int k0 = 0; k0 < K; k0 += DPG_KC)
             tl_block(j, xt, r0 + r, R, V, k0, K - k0 < DPG_KC ? K - k0 : DPG_KC, c + r * TL_MAX_N);
     }
     for (; r < rows; r++)
@@ -501,10 +524,7 @@ static void tl_panel_chunks(const tl_job *j, int r0, int rows, int groups) {
     int passes = (groups + TL_VMAX - 1) / TL_VMAX;
     for (int c = 0; c < passes; c++) {
         int g0 = groups * c / passes, g1 = groups * (c + 1) / passes;
-        switch (g1 - g0) {
-        case 1:
-            tl_panel(j, r0, rows, g0, 6, 1);
-            break;
+        switch (g1 - g0) { /* at least 2: groups > TL_VMAX */
         case 2:
             tl_panel(j, r0, rows, g0, 6, 2);
             break;
@@ -523,23 +543,21 @@ AI void tl_range(const tl_job *j, int lo, int hi, const int R, const int V) {
         tl_panel(j, r, hi - r < TL_PANEL ? hi - r : TL_PANEL, 0, R, V);
 }
 
-/* Rows per register tile at 1 to 4 groups of 16 tokens: 8 x 1 and 8 x 2
- * accumulators, then 6 x 3 and 6 x 4 (and 6 rows for every pass above 4
- * groups). More rows than 8 at one group fell behind (rows 4 KiB apart share
- * L1 sets); 8 x 3 spilled (llama-1b matrices: 48 tokens at 5.0 ms, at 2.5
- * ms with 6 rows). */
+/* Rows per register tile at 2 to 4 groups of 16 tokens: 8 x 2 accumulators,
+ * then 6 x 3 and 6 x 4 (and 6 rows for every pass above 4 groups). More
+ * rows than 8 fell behind (rows 4 KiB apart share L1 sets); 8 x 3 spilled
+ * (llama-1b matrices: 48 tokens at 5.0 ms, at 2.5 ms with 6 rows). */
 static int tl_tile_rows(int groups) {
     return groups <= 2 ? 8 : 6;
 }
 
-/* Rows [lo, hi), whole tiles but the matrix's last. */
+/* Rows [lo, hi), whole tiles but the matrix's last; two groups at least
+ * (the few-token kernel takes up to KERN_BF16_FEW_MAX tokens). */
+_Static_assert(KERN_BF16_FEW_MAX >= 16, "the token lanes start at two groups");
 static void tl_rows(void *ctx, int lo, int hi) {
     const tl_job *j = ctx;
     int groups = (j->n + 15) / 16;
     switch (groups) {
-    case 1:
-        tl_range(j, lo, hi, 8, 1);
-        break;
     case 2:
         tl_range(j, lo, hi, 8, 2);
         break;
@@ -678,16 +696,17 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
     prep_job pj = prep_buffers(x, K, n);
     uint16_t *xb = pj.xb;
     size_t ldx = pj.ldx;
-    bool lanes = n > 1 && n <= TL_LANES_MAX && (kern_batch_inv() || n > KERN_BF16_FEW_MAX);
+    bool lanes = n > KERN_BF16_FEW_MAX && n <= TL_LANES_MAX;
     if (!lanes) {
         if (n >= PREP_POOL_N)
             pool_for(p, prep_rows, &pj, n, 1);
         else
             prep_rows(&pj, 0, n);
     }
-    dp_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n, .kb = DPG_KC};
-    /* the kernel: one order at every n in batch-invariant mode (the token
-     * lanes' and the GEMM's are the same) */
+    bool split = kern_batch_inv();
+    dp_job j = {
+        .W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n, .kb = DPG_KC, .split = split};
+    /* the kernel; in batch-invariant mode each takes that mode's order */
     if (n > TL_LANES_MAX) {
         dpg_run(p, &j);
     } else if (n == 1 && kern_batch_inv()) {
@@ -697,7 +716,7 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         pool_for(p, dp1_rows, &j, W->rows, kern_one_token_grain(KT_BF16, K));
     } else if (lanes) {
         int groups = (n + 15) / 16;
-        tl_job tj = {.W = W, .y = y, .gpairs = ldx / 2, .bias = bias, .n = n};
+        tl_job tj = {.W = W, .y = y, .gpairs = ldx / 2, .bias = bias, .n = n, .split = split};
         pj.xt = kern_scratch(KERN_SCRATCH_ACT2, (size_t)groups * tj.gpairs * 16 * sizeof(uint32_t));
         if (n >= PREP_POOL_N) /* each group's rows rounded and packed by one thread */
             pool_for(p, prep_groups, &pj, groups, 1);

@@ -1,5 +1,5 @@
-/* matmul_bf16_few_avx512.c — the bf16 matmul for a few tokens (2 to 24,
- * plain mode) on CPUs with AVX-512 BF16: batched decode at small batch.
+/* matmul_bf16_few_avx512.c — the bf16 matmul for a few tokens (2 to 24)
+ * on CPUs with AVX-512 BF16: batched decode at small batch.
  *
  * The token lanes (matmul_bf16_avx512.c) put one token per 32-bit lane and
  * broadcast each weight pair to all 16 lanes, so below 16 tokens lanes idle
@@ -37,7 +37,10 @@
  * added, then the bias, the even-pair lane and the odd-pair lane. From 9
  * tokens one chain per half, then the same. It depends on the shape and on
  * which of the two ranges n is in (up to 8, from 9), not on the tile, the
- * thread, the number of halves or the token's place. */
+ * thread, the number of halves or the token's place. In batch-invariant
+ * mode, the order every n takes there (matmul_bf16_avx512.c): per block of
+ * KERN_BF16_GEMM_KC columns one chain per lane, the lanes' sums added and
+ * the block's sum added onto the output so far, from the bias. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -61,6 +64,7 @@ typedef struct few_job {
     size_t U;
     const float *bias;
     int n;
+    bool inv; /* batch-invariant mode: that mode's order */
 } few_job;
 
 /* Step u of R rows (p: row 0's bytes, ld bytes apart) times H halves: half
@@ -102,45 +106,51 @@ AI void transpose8(__m256 v[8]) {
     }
 }
 
-/* The outputs of a whole tile, as the scalar loop below computes them
- * (bias + even-pair lane, then + odd-pair lane) but eight rows at once:
- * the bias onto the even lanes, the odd lanes onto those, the even lanes
- * of each row gathered (its 8 tokens), and a transpose, so each token's
- * eight rows are one store. */
-AI void few_out8(const few_job *j, __m512 acc[FEW_R][FEW_H], int r0, const int H) {
+/* Eight rows' outputs for half h, one store per token: v[r] holds row r0 +
+ * r's output for token 8h + t in lane 2t; the even lanes of each row
+ * gathered (its 8 tokens), and a transpose. */
+AI void few_store8(const few_job *j, const __m512 v[FEW_R], int r0, int h) {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
-    int M = j->W->rows;
+    __m256 o[FEW_R];
+#pragma GCC unroll 8
+    for (int r = 0; r < FEW_R; r++)
+        o[r] = _mm512_castps512_ps256(_mm512_permutexvar_ps(even, v[r]));
+    transpose8(o);
+    int M = j->W->rows, nt = j->n - 8 * h < 8 ? j->n - 8 * h : 8;
+    for (int t = 0; t < nt; t++) _mm256_storeu_ps(j->y + (size_t)(8 * h + t) * M + r0, o[t]);
+}
+
+/* Lane 2t + 1 added onto lane 2t (and lane 2t onto 2t + 1): a token's
+ * even-pair and odd-pair sums. */
+AI __m512 few_pair_sum(__m512 s) {
+    return _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
+/* The outputs of a whole tile in plain mode, as the scalar loop below
+ * computes them (bias + even-pair lane, then + odd-pair lane) but eight
+ * rows at once. */
+AI void few_out8(const few_job *j, __m512 acc[FEW_R][FEW_H], int r0, const int H) {
 #pragma GCC unroll 3
     for (int h = 0; h < H; h++) {
-        __m256 v[FEW_R];
+        __m512 v[FEW_R];
 #pragma GCC unroll 8
         for (int r = 0; r < FEW_R; r++) {
             __m512 s = H == 1 ? _mm512_add_ps(acc[r][0], acc[r][1]) : acc[r][h];
             float b = j->bias ? j->bias[r0 + r] : 0.0f;
-            s = _mm512_mask_add_ps(s, 0x5555, _mm512_set1_ps(b), s);
-            s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(2, 3, 0, 1)));
-            v[r] = _mm512_castps512_ps256(_mm512_permutexvar_ps(even, s));
+            v[r] = few_pair_sum(_mm512_mask_add_ps(s, 0x5555, _mm512_set1_ps(b), s));
         }
-        transpose8(v);
-        int nt = j->n - 8 * h < 8 ? j->n - 8 * h : 8;
-        for (int t = 0; t < nt; t++) _mm256_storeu_ps(j->y + (size_t)(8 * h + t) * M + r0, v[t]);
+        few_store8(j, v, r0, h);
     }
 }
 
-/* Rows [r0, r0 + R): every step, then the outputs. One half: two chains,
- * the even and the odd steps; two or three halves: one chain each. */
-AI void few_rows(const few_job *j, int r0, const int R, const int H) {
-    const kern_mat *W = j->W;
-    int K = W->cols, M = W->rows, U = K / 4;
-    size_t ld = (size_t)K * 2;
-    const char *p = (const char *)W->data + (size_t)r0 * ld;
-    __m512 acc[FEW_R][FEW_H];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 3
-        for (int h = 0; h < FEW_H; h++) acc[r][h] = _mm512_setzero_ps();
-    int u = 0;
-    for (; u + 8 <= U; u += 8) { /* a cache line of each row */
+/* Steps [u0, u1) of rows [r0, r0 + R) (p: row r0's bytes) onto acc, and
+ * with tail the row's last partial step; one half: with chains, the even
+ * and the odd steps in two chains, else all in one. */
+AI void few_steps(const few_job *j, const char *p, int u0, int u1, int tail,
+                  __m512 acc[FEW_R][FEW_H], const int R, const int H, const bool chains) {
+    size_t ld = (size_t)j->W->cols * 2;
+    int u = u0;
+    for (; u + 8 <= u1; u += 8) { /* a cache line of each row */
         if (H == 1 && R == FEW_R) {
             /* eight lines of the next tile, in address order: 8 steps of
              * 8 rows take eight lines, so the next tile arrives whole */
@@ -153,10 +163,30 @@ AI void few_rows(const few_job *j, int r0, const int R, const int H) {
                 _mm_prefetch(p + (size_t)r * ld + (size_t)u * 8 + FEW_PF, _MM_HINT_T0);
         }
 #pragma GCC unroll 8
-        for (int s = 0; s < 8; s++) few_step(p, ld, j, u + s, acc, R, H, H == 1 ? s & 1 : 0, 0);
+        for (int s = 0; s < 8; s++)
+            few_step(p, ld, j, u + s, acc, R, H, H == 1 && chains ? s & 1 : 0, 0);
     }
-    for (; u < U; u++) few_step(p, ld, j, u, acc, R, H, H == 1 ? u & 1 : 0, 0);
-    if (K % 4) few_step(p, ld, j, u, acc, R, H, H == 1 ? u & 1 : 0, K % 4);
+    for (; u < u1; u++) few_step(p, ld, j, u, acc, R, H, H == 1 && chains ? u & 1 : 0, 0);
+    if (tail) few_step(p, ld, j, u, acc, R, H, H == 1 && chains ? u & 1 : 0, tail);
+}
+
+AI void few_zero(__m512 acc[FEW_R][FEW_H], const int R) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 3
+        for (int h = 0; h < FEW_H; h++) acc[r][h] = _mm512_setzero_ps();
+}
+
+/* Rows [r0, r0 + R), plain mode: every step, then the outputs. One half:
+ * two chains, the even and the odd steps; two or three halves: one chain
+ * each. */
+AI void few_rows(const few_job *j, int r0, const int R, const int H) {
+    const kern_mat *W = j->W;
+    int K = W->cols, M = W->rows;
+    const char *p = (const char *)W->data + (size_t)r0 * K * 2;
+    __m512 acc[FEW_R][FEW_H];
+    few_zero(acc, R);
+    few_steps(j, p, 0, K / 4, K % 4, acc, R, H, true);
     if (R == FEW_R) {
         few_out8(j, acc, r0, H);
         return;
@@ -173,19 +203,67 @@ AI void few_rows(const few_job *j, int r0, const int R, const int H) {
     }
 }
 
+/* Rows [r0, r0 + R) in batch-invariant mode, in that mode's order: per
+ * block of KERN_BF16_GEMM_KC columns one chain per lane (a token's even or
+ * odd pairs), the lanes' sums added and the block's sum added onto the
+ * output so far (from the bias), block by block. */
+#define FEW_KB (KERN_BF16_GEMM_KC / 4) /* steps per column block */
+_Static_assert(FEW_KB % 8 == 0, "blocks of whole cache lines");
+AI void few_rows_inv(const few_job *j, int r0, const int R, const int H) {
+    const kern_mat *W = j->W;
+    int K = W->cols, M = W->rows, U = K / 4;
+    const char *p = (const char *)W->data + (size_t)r0 * K * 2;
+    _Alignas(64) float out[FEW_R][FEW_H][16];
+    for (int r = 0; r < R; r++) {
+        __m512 b = _mm512_set1_ps(j->bias ? j->bias[r0 + r] : 0.0f);
+        for (int h = 0; h < H; h++) _mm512_store_ps(out[r][h], b);
+    }
+    int nblk = (K + KERN_BF16_GEMM_KC - 1) / KERN_BF16_GEMM_KC;
+    for (int b = 0; b < nblk; b++) { /* the row's last partial step in its last block */
+        int u0 = b * FEW_KB, u1 = U - u0 < FEW_KB ? U : u0 + FEW_KB;
+        __m512 acc[FEW_R][FEW_H];
+        few_zero(acc, R);
+        few_steps(j, p, u0, u1, b == nblk - 1 ? K % 4 : 0, acc, R, H, false);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 3
+            for (int h = 0; h < H; h++)
+                _mm512_store_ps(out[r][h],
+                                _mm512_add_ps(_mm512_load_ps(out[r][h]), few_pair_sum(acc[r][h])));
+    }
+    for (int h = 0; h < H; h++) {
+        if (R == FEW_R) {
+            __m512 v[FEW_R];
+#pragma GCC unroll 8
+            for (int r = 0; r < FEW_R; r++) v[r] = _mm512_load_ps(out[r][h]);
+            few_store8(j, v, r0, h);
+            continue;
+        }
+        int t1 = j->n - 8 * h < 8 ? j->n : 8 * h + 8;
+        for (int r = 0; r < R; r++)
+            for (int t = 8 * h; t < t1; t++) j->y[(size_t)t * M + r0 + r] = out[r][h][2 * (t % 8)];
+    }
+}
+
+/* Whole tiles, then single rows; H halves, batch-invariant or not. */
+AI void few_range_h(const few_job *j, int lo, int hi, const int H, const bool inv) {
+    int r = lo;
+    for (; r + FEW_R <= hi; r += FEW_R)
+        inv ? few_rows_inv(j, r, FEW_R, H) : few_rows(j, r, FEW_R, H);
+    for (; r < hi; r++) inv ? few_rows_inv(j, r, 1, H) : few_rows(j, r, 1, H);
+}
+
 static void few_range(void *ctx, int lo, int hi) {
     const few_job *j = ctx;
-    int r = lo;
-    if (j->n > 16) {
-        for (; r + FEW_R <= hi; r += FEW_R) few_rows(j, r, FEW_R, 3);
-        for (; r < hi; r++) few_rows(j, r, 1, 3);
-    } else if (j->n > 8) {
-        for (; r + FEW_R <= hi; r += FEW_R) few_rows(j, r, FEW_R, 2);
-        for (; r < hi; r++) few_rows(j, r, 1, 2);
-    } else {
-        for (; r + FEW_R <= hi; r += FEW_R) few_rows(j, r, FEW_R, 1);
-        for (; r < hi; r++) few_rows(j, r, 1, 1);
-    }
+    int halves = (j->n + 7) / 8;
+    if (j->inv)
+        halves == 3   ? few_range_h(j, lo, hi, 3, true)
+        : halves == 2 ? few_range_h(j, lo, hi, 2, true)
+                      : few_range_h(j, lo, hi, 1, true);
+    else
+        halves == 3   ? few_range_h(j, lo, hi, 3, false)
+        : halves == 2 ? few_range_h(j, lo, hi, 2, false)
+                      : few_range_h(j, lo, hi, 1, false);
 }
 
 void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
@@ -205,7 +283,7 @@ void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, con
                 }
             }
         }
-    few_job j = {.W = W, .y = y, .xt = xt, .U = U, .bias = bias, .n = n};
+    few_job j = {.W = W, .y = y, .xt = xt, .U = U, .bias = bias, .n = n, .inv = kern_batch_inv()};
     /* about 64 KB of weights per grain, the threads' ends balanced; the
      * grain is a multiple of 16 rows, so of the 8-row tiles too */
     _Static_assert(16 % FEW_R == 0, "grains of whole tiles");

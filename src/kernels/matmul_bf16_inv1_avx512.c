@@ -1,28 +1,30 @@
 /* matmul_bf16_inv1_avx512.c — one token of bf16 weights in batch-invariant
- * mode on CPUs with AVX-512 BF16: the packed GEMM's order
+ * mode on CPUs with AVX-512 BF16: the order of every other n
  * (matmul_bf16_avx512.c) at the pace of a weight stream.
  *
  * Batch-invariant mode gives a token the order every other n takes: per
- * output the bias (or zero), then each block of KERN_BF16_GEMM_KC columns
- * summed pair by pair in one 32-bit lane and added in turn. So a lane must
- * hold one row, and the GEMM packs panels of 16 rows a column block at a
- * time for that: for one token it read each 128-row group one column block
- * after another (128 pieces of 1 KiB, 4 KiB apart, for llama-1b's rows)
- * and stored and reloaded every packed panel.
+ * output the bias (or zero), then for each block of KERN_BF16_GEMM_KC
+ * columns in turn its even pairs summed in one 32-bit lane and its odd
+ * pairs in another, the two added and added on. So a lane must hold one
+ * row, as in the packed GEMM's panels; the GEMM itself, for one token, read
+ * each 128-row group one column block after another (128 pieces of 1 KiB,
+ * 4 KiB apart, for llama-1b's rows) and stored and reloaded every packed
+ * panel.
  *
  * Here a tile is 16 consecutive rows, walked to their end before the next
  * tile. Each 32-column step of the 16 rows is loaded, transposed in
  * registers (transpose16_epi32: vector p, lane i = row i's pair p) and goes
  * straight into 16 dot products against the token's pairs, broadcast from
- * memory. IV_NB column blocks run side by side, one chain each, so the dot
- * products' latency is covered; their sums are added onto the outputs in
- * block order. While a tile is computed the next one is prefetched into L2
+ * memory. IV_NB column blocks run side by side, two chains each (even and
+ * odd pairs), so the dot products' latency is covered; their sums are
+ * added onto the outputs in block order (two blocks side by side were 5-10
+ * % slower). While a tile is computed the next one is prefetched into L2
  * in address order, a kilobyte per step, so memory sees one sequential
  * stream per thread where 16 rows 4 KiB apart would be 16 streams.
  *
- * Each output's sums are the GEMM's, term for term, so the bits are the
- * same (kern_matmul_batch_invariant* check a token alone against it in
- * batches). */
+ * Each output's sums are the other kernels', term for term, so the bits
+ * are the same (kern_matmul_bf16_invariant_every_kernel checks a token
+ * alone against batches that take each of them). */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -47,13 +49,13 @@ typedef struct inv1_job {
     const float *bias;
 } inv1_job;
 
-/* Columns [k, k + kv) (kv <= 32) of the tile's rows (w: row 0's first, rows
- * K apart, the first R of them in the matrix) onto acc, pair by pair in
- * order. full: kv = 32 and R = 16. Columns past kv are zero, as the GEMM
- * packs them (the second of an odd end's pair); pairs past them are not
- * added. */
-AI __m512 inv1_step(__m512 acc, const uint16_t *w, size_t K, const uint16_t *x, int k, int kv,
-                    int R, const bool full) {
+/* Columns [k, k + kv) (kv <= 32, k a multiple of 32) of the tile's rows
+ * (w: row 0's first, rows K apart, the first R of them in the matrix) onto
+ * acc[0] (the even pairs) and acc[1] (the odd ones), pair by pair in order.
+ * full: kv = 32 and R = 16. Columns past kv are zero, as the GEMM packs them
+ * (the second of an odd end's pair); pairs past them are not added. */
+AI void inv1_step(__m512 acc[2], const uint16_t *w, size_t K, const uint16_t *x, int k, int kv,
+                  int R, const bool full) {
     __m512i v[IV_ROWS];
     __mmask32 m = full || kv >= IV_STEP ? ~0u : (1u << kv) - 1;
 #pragma GCC unroll 16
@@ -69,9 +71,9 @@ AI __m512 inv1_step(__m512 acc, const uint16_t *w, size_t K, const uint16_t *x, 
     for (int q = 0; q < np; q++) {
         int32_t pair;
         memcpy(&pair, x + k + 2 * q, 4);
-        acc = _mm512_dpbf16_ps(acc, (__m512bh)v[q], (__m512bh)_mm512_set1_epi32(pair));
+        acc[q & 1] =
+            _mm512_dpbf16_ps(acc[q & 1], (__m512bh)v[q], (__m512bh)_mm512_set1_epi32(pair));
     }
-    return acc;
 }
 
 /* Rows [r0, r0 + R), R <= 16; full_rows: R = 16. */
@@ -85,9 +87,9 @@ AI void inv1_tile(const inv1_job *j, int r0, int R, const bool full_rows) {
     __mmask16 rm = full_rows ? 0xffff : (__mmask16)((1u << R) - 1);
     __m512 out = j->bias ? _mm512_maskz_loadu_ps(rm, j->bias + r0) : _mm512_setzero_ps();
     for (int b0 = 0; b0 < nblk; b0 += IV_NB) {
-        __m512 acc[IV_NB];
+        __m512 acc[IV_NB][2];
 #pragma GCC unroll 4
-        for (int bi = 0; bi < IV_NB; bi++) acc[bi] = _mm512_setzero_ps();
+        for (int bi = 0; bi < IV_NB; bi++) acc[bi][0] = acc[bi][1] = _mm512_setzero_ps();
         for (int s = 0; s < IV_KC; s += IV_STEP) {
 #pragma GCC unroll 4
             for (int bi = 0; bi < IV_NB; bi++) {
@@ -99,15 +101,15 @@ AI void inv1_tile(const inv1_job *j, int r0, int R, const bool full_rows) {
                     next += 1024;
                 }
                 if (full_rows && kv >= IV_STEP)
-                    acc[bi] = inv1_step(acc[bi], w, (size_t)K, j->x, k, IV_STEP, IV_ROWS, true);
+                    inv1_step(acc[bi], w, (size_t)K, j->x, k, IV_STEP, IV_ROWS, true);
                 else
-                    acc[bi] = inv1_step(acc[bi], w, (size_t)K, j->x, k, kv < IV_STEP ? kv : IV_STEP,
-                                        R, false);
+                    inv1_step(acc[bi], w, (size_t)K, j->x, k, kv < IV_STEP ? kv : IV_STEP, R,
+                              false);
             }
         }
 #pragma GCC unroll 4
         for (int bi = 0; bi < IV_NB; bi++)
-            if (b0 + bi < nblk) out = _mm512_add_ps(out, acc[bi]);
+            if (b0 + bi < nblk) out = _mm512_add_ps(out, _mm512_add_ps(acc[bi][0], acc[bi][1]));
     }
     _mm512_mask_storeu_ps(j->y + r0, rm, out);
 }

@@ -548,42 +548,46 @@ TEST(kern_matmul_batch_invariant_tiles) {
     CHECKF(!bad, "batch-invariant mode across tiles/chunks: result depends on n (code %d)", bad);
 }
 
-/* Batch-invariant bf16 at one token over several groups of column blocks:
- * 2607 columns are five whole blocks of 512 and an odd 47 (two groups of
- * blocks side by side, the last block shorter than a step), 53 rows are
- * three tiles of 16 and 5 more, on 1 and 2 threads: each token alone must
- * equal its row of a batch (the token lanes, the GEMM's order) bit for bit,
- * and the reference within rounding. */
-TEST(kern_matmul_bf16_one_token_invariant_blocks) {
+/* Batch-invariant bf16 over several column blocks, at every kernel's n:
+ * 2607 columns are five whole blocks of 512 and an odd 47 (the last block
+ * shorter than a step, a half pair at its end), 53 rows leave partial
+ * tiles. Each token alone (1 and 2 threads, with and without bias) must
+ * equal its row of a batch bit for bit: 5, 12 and 20 tokens (the few-token
+ * kernel with one, two and three halves), 40 and 100 (the token lanes, one
+ * pass and several), 1047 (the GEMM, token tiles of one at the end of each
+ * block); and the reference within rounding. */
+TEST(kern_matmul_bf16_invariant_every_kernel) {
     pool *pools[2] = {pool_create(1), pool_create(2)};
     kern_set_batch_invariant(true);
-    int rows = 53, cols = 2607, n = 5, bad = 0;
+    static const int ns[] = {5, 12, 20, 40, 100, 1047};
+    int rows = 53, cols = 2607, nmax = 1047, bad = 0;
     tmat t = make_mat(KT_BF16, rows, cols, cols);
-    float *x = malloc((size_t)n * cols * 4), *bias = malloc((size_t)rows * 4);
-    float *batch = malloc((size_t)n * rows * 4), *alone = malloc((size_t)n * rows * 4);
-    for (int i = 0; i < n * cols; i++) x[i] = frand();
+    float *x = malloc((size_t)nmax * cols * 4), *bias = malloc((size_t)rows * 4);
+    float *batch = malloc((size_t)nmax * rows * 4), *alone = malloc((size_t)nmax * rows * 4);
+    for (int i = 0; i < nmax * cols; i++) x[i] = frand();
     for (int i = 0; i < rows; i++) bias[i] = frand();
     for (int b = 0; b < 2 && !bad; b++) { /* with a bias, then without */
         const float *bv = b ? NULL : bias;
-        kern_matmul(pools[1], batch, x, &t.m, bv, n);
-        for (int k = 0; k < 2 * n && !bad; k++) {
-            int tk = k % n;
-            kern_matmul(pools[k / n], alone + (size_t)tk * rows, x + (size_t)tk * cols, &t.m, bv,
+        for (int tk = 0; tk < nmax; tk++)
+            kern_matmul(pools[tk & 1], alone + (size_t)tk * rows, x + (size_t)tk * cols, &t.m, bv,
                         1);
-            if (memcmp(alone + (size_t)tk * rows, batch + (size_t)tk * rows, (size_t)rows * 4))
-                bad = 1 + k + 100 * b;
-        }
         char why[256];
-        if (!bad && !check_matmul(&t, x, bv, alone, n, why, sizeof why)) {
+        if (!check_matmul(&t, x, bv, alone, 8, why, sizeof why)) {
             harness_fail(__FILE__, __LINE__, why);
             bad = -1;
+        }
+        for (int k = 0; k < 6 && !bad; k++) {
+            int n = ns[k], off = (k * 37) % (nmax - n + 1);
+            kern_matmul(pools[1], batch, x + (size_t)off * cols, &t.m, bv, n);
+            if (memcmp(batch, alone + (size_t)off * rows, (size_t)n * rows * 4))
+                bad = 1 + k + 100 * b;
         }
     }
     free(x), free(bias), free(batch), free(alone);
     free_mat(&t);
     kern_set_batch_invariant(false);
     for (int i = 0; i < 2; i++) pool_free(pools[i]);
-    CHECKF(!bad, "batch-invariant bf16, one token against a batch (code %d)", bad);
+    CHECKF(!bad, "batch-invariant bf16, a token alone against a batch (code %d)", bad);
 }
 
 /* The AVX2 activation quantizer gives the scalar one's bytes and scales:
