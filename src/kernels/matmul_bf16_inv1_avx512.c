@@ -18,9 +18,12 @@
  * memory. IV_NB column blocks run side by side, two chains each (even and
  * odd pairs), so the dot products' latency is covered; their sums are
  * added onto the outputs in block order (two blocks side by side were 5-10
- * % slower). While a tile is computed the next one is prefetched into L2
- * in address order, a kilobyte per step, so memory sees one sequential
- * stream per thread where 16 rows 4 KiB apart would be 16 streams.
+ * % slower). While a tile is computed the next one is prefetched in
+ * address order, a kilobyte per step, so memory sees one sequential stream
+ * per thread where 16 rows 4 KiB apart would be 16 streams. With the T0
+ * hint: llama-1b's matrices and output head, alternating in one process,
+ * 48-49 GB/s (median of 12) against 43 with T1, 40-41 with T2, 48 with NTA
+ * (plain one-token rows: 54-55).
  *
  * Each output's sums are the other kernels', term for term, so the bits
  * are the same (kern_matmul_bf16_invariant_every_kernel checks a token
@@ -97,7 +100,7 @@ AI void inv1_tile(const inv1_job *j, int r0, int R, const bool full_rows) {
                 if (b0 + bi >= nblk || kv <= 0) continue;
                 if (next < end) {
 #pragma GCC unroll 16
-                    for (int l = 0; l < 16; l++) _mm_prefetch(next + 64 * l, _MM_HINT_T1);
+                    for (int l = 0; l < 16; l++) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
                     next += 1024;
                 }
                 if (full_rows && kv >= IV_STEP)
