@@ -32,11 +32,11 @@
  * KERN_BF16_GEMM_KC columns in turn, its even pairs (0, 2, 4, ... from the
  * block's start) summed in one chain and its odd pairs in another, the two
  * added, that sum added on. So batch-invariant decode runs the few-token
- * kernel at its plain speed (at 8 and 16 tokens 24 and 18 % less time
+ * kernel at its plain speed (at 8 and 16 tokens 30 and 15 % less time
  * than the token lanes it took before, llama-1b's matrices); the lanes and
  * the GEMM, whose register tiles cannot hold both chains, park the even
- * one while the odd one runs (split), 5-10 % slower than their plain
- * order. */
+ * one while the odd one runs (split), 5-7 % slower than their plain order
+ * at 64 and 512 tokens. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -159,7 +159,7 @@ AI void dpg_chain(const uint32_t *pw, size_t pstride, const uint16_t *x, size_t 
  * bias or zeros, ld 0: the outputs need no start of their own); m0, m1 mask
  * the panels' valid rows. With split, the even pairs' chain parked while the
  * odd pairs' runs (both at once would not fit in the registers), then the
- * two added; the one chain was 3.5-5.5 % faster in plain mode. */
+ * two added; the one chain is 5-7 % faster, which plain mode keeps. */
 AI void dpg_tile(const uint32_t *pw, size_t pstride, const uint16_t *x, size_t ldx, int npairs,
                  float *c, size_t ldc, const float *cin, size_t ldcin, const float *sv,
                  const int MR, const int NP, __mmask16 m0, __mmask16 m1, bool split) {
@@ -360,12 +360,13 @@ static void dpg_task(void *ctx, int task, int n_tasks) {
 /* The GEMM's order without its packing of the weights: the activations
  * are packed instead (dpg_pack on the bf16 activations: [pair][16 tokens],
  * one 32-bit lane per token), and each pair of a weight row is broadcast
- * from the mapping in place. A register tile of R rows x V groups of 16 tokens takes
- * per pair V loads, R broadcasts and R x V dot products; the rows stream in
- * once, R sequential streams, each prefetched TL_PF columns ahead. Each
- * output sums its pairs in order within a block of DPG_KC columns (split:
- * its even and its odd pairs) and adds each block's sum in turn onto the
- * bias: the GEMM's order, so the two give the same bits at every n. */
+ * from the mapping in place. A register tile of R rows x V groups of 16
+ * tokens takes per pair V loads, R broadcasts and R x V dot products; the
+ * rows stream in once, R sequential streams, each prefetched TL_PF columns
+ * ahead. Each output sums its pairs in order within a block of DPG_KC
+ * columns (split: its even and its odd pairs) and adds each block's sum in
+ * turn onto the bias: the GEMM's order, so the two give the same bits at
+ * every n. */
 #define TL_VMAX  4 /* token groups of 16 in registers: up to 64 tokens */
 #define TL_MAX_N (16 * TL_VMAX)
 /* From KERN_BF16_FEW_MAX + 1 tokens on (in both modes), where two whole
@@ -453,7 +454,7 @@ AI void tl_chain(const tl_job *j, const uint32_t *xt, const uint16_t *const *w, 
 /* Rows [r0, r0 + R) x the V groups at xt over columns [k0, k0 + kc): the
  * block's sum added onto c[r][16 v + lane] (ld TL_MAX_N). With split, the
  * even pairs' chain parked while the odd pairs' runs, then the two added;
- * the one chain was 3.5-5.5 % faster in plain mode. */
+ * the one chain is 5-7 % faster, which plain mode keeps. */
 AI void tl_block(const tl_job *j, const uint32_t *xt, int r0, const int R, const int V, int k0,
                  int kc, float *c) {
     const kern_mat *W = j->W;
