@@ -24,8 +24,10 @@
  * of steps planned while the previous pass ran; share of planning time
  * spent while a pass ran), and the share of the machine's matmul peak its
  * matmul work (level_gflop) took over its wall time. Then the targets'
- * figures: output tok/s at 16 (or the highest level) over 1, with the most
- * the machine allows (the level's output over its matmul work at the peak);
+ * figures: output tok/s at 16 (or the highest level) over 1, the two levels
+ * run again alternating and the best of RATIO_ROUNDS each counted, with the
+ * most the machine allows (the level's output over its matmul work at the
+ * peak);
  * TTFT of a 2,048-token prompt whose first 1,920 tokens are
  * cached vs. the same uncached; and the batch-invariant mode's throughput
  * overhead at the highest level (or --invariant-concurrency), plain and
@@ -43,7 +45,8 @@
 #include "engine/engine.h"
 #include "kernels/kernels.h"
 
-#define INV_ROUNDS 2 /* plain and batch-invariant runs, alternating, for the overhead */
+#define INV_ROUNDS   2 /* plain and batch-invariant runs, alternating, for the overhead */
+#define RATIO_ROUNDS 2 /* runs at 1 and at 16 concurrent, alternating, for their ratio */
 
 typedef struct breq {
     int *prompt, n_prompt, max_out;
@@ -297,6 +300,24 @@ static int level_requests(int requests, int conc) {
     return requests > 0 ? requests : 4 * conc > 8 ? 4 * conc : 8;
 }
 
+/* What make_workload takes besides the request count. */
+typedef struct wl_spec {
+    uint64_t seed;
+    int requests, vocab, max_ctx, max_out;
+    double scale, out_scale;
+} wl_spec;
+
+/* The workload of concurrency `conc` (the same requests every time), run. */
+static int run_conc(model *m, const engine_opts *o, const wl_spec *ws, int conc, level_result *r) {
+    int n = level_requests(ws->requests, conc);
+    breq *w =
+        make_workload(n, ws->seed, ws->vocab, ws->max_ctx, ws->max_out, ws->scale, ws->out_scale);
+    int rc = run_level(m, o, w, n, conc, r);
+    for (int k = 0; k < n; k++) free(w[k].prompt);
+    free(w);
+    return rc;
+}
+
 static int parse_levels(const char *s, int *lv, int max) {
     int n = 0;
     while (*s && n < max) {
@@ -399,14 +420,17 @@ int cmd_bench_serving(int argc, char **argv) {
            "   KV MB   RSS MB    idle ahead  plan  wall s  matmul\n");
     printf("                 steady    t/s      (s)       (s)     (ms)     (ms)         blocks"
            "                            ov\n");
+    const wl_spec ws = {.seed = seed,
+                        .requests = requests,
+                        .vocab = V,
+                        .max_ctx = info->max_context,
+                        .max_out = max_out,
+                        .scale = scale,
+                        .out_scale = out_scale};
     level_result res[16];
     int max_lv = 0;
     for (int i = 0; i < n_lv; i++) {
-        int n = level_requests(requests, lv[i]);
-        breq *w = make_workload(n, seed, V, info->max_context, max_out, scale, out_scale);
-        rc = run_level(m, &eo, w, n, lv[i], &res[i]);
-        for (int k = 0; k < n; k++) free(w[k].prompt);
-        free(w);
+        rc = run_conc(m, &eo, &ws, lv[i], &res[i]);
         if (rc) break;
         print_level(&res[i], peak);
         if (lv[i] > lv[max_lv]) max_lv = i;
@@ -419,14 +443,25 @@ int cmd_bench_serving(int argc, char **argv) {
         }
         if (i16 < 0) i16 = max_lv;
         if (i1 >= 0 && i16 != i1) {
+            /* Both levels again, alternating, the best of each counted: the
+             * host's speed drifts over the minutes between the levels (c1
+             * measured 15-20 tok/s in three runs of one session). */
+            level_result b1 = res[i1], b16 = res[i16], r;
+            for (int round = 1; !rc && round < RATIO_ROUNDS; round++) {
+                rc = run_conc(m, &eo, &ws, 1, &r);
+                if (!rc && r.tok_s > b1.tok_s) b1 = r;
+                if (!rc) rc = run_conc(m, &eo, &ws, lv[i16], &r);
+                if (!rc && r.tok_s > b16.tok_s) b16 = r;
+            }
             /* The bound: its output tokens over its matmul work's time at the peak. */
-            const level_result *r = &res[i16];
-            double floor_s = r->gflop / peak;
-            printf("target: output tok/s at %d concurrent / at 1 = %.2fx (target >= 8x; at most "
-                   "%.2fx on this machine: the level's matmul work alone takes %.1f s of its "
-                   "%.1f s at the peak)\n",
-                   lv[i16], r->tok_s / res[i1].tok_s,
-                   r->tok_s_all * r->wall_s / floor_s / res[i1].tok_s, floor_s, r->wall_s);
+            double floor_s = b16.gflop / peak;
+            if (!rc)
+                printf("target: output tok/s at %d concurrent / at 1 = %.2fx (%.2f vs %.2f tok/s, "
+                       "best of %d alternating runs each; target >= 8x; at most %.2fx on this "
+                       "machine: the level's matmul work alone takes %.1f s of its %.1f s at the "
+                       "peak)\n",
+                       lv[i16], b16.tok_s / b1.tok_s, b16.tok_s, b1.tok_s, RATIO_ROUNDS,
+                       b16.tok_s_all * b16.wall_s / floor_s / b1.tok_s, floor_s, b16.wall_s);
         }
         printf("target: idle fraction at %d concurrent = %.1f %% (target < 5 %%)\n", lv[max_lv],
                100 * res[max_lv].idle);
@@ -454,7 +489,6 @@ int cmd_bench_serving(int argc, char **argv) {
          * and go on that scale, which one pair of runs cannot tell from the
          * mode's cost (the level's own plain run is the first plain one). */
         int c = inv_conc > 0 ? inv_conc : lv[max_lv];
-        int n = level_requests(requests, c);
         double base = 0, best_inv = 0;
         level_result ri = {0};
         for (int i = 0; i < n_lv; i++)
@@ -465,10 +499,7 @@ int cmd_bench_serving(int argc, char **argv) {
                 engine_opts o = eo;
                 o.batch_invariant = mode == 1;
                 level_result r;
-                breq *w = make_workload(n, seed, V, info->max_context, max_out, scale, out_scale);
-                rc = run_level(m, &o, w, n, c, &r);
-                for (int k = 0; k < n; k++) free(w[k].prompt);
-                free(w);
+                rc = run_conc(m, &o, &ws, c, &r);
                 if (rc) break;
                 if (mode == 0 && r.tok_s > base) base = r.tok_s;
                 if (mode == 1 && r.tok_s > best_inv) best_inv = r.tok_s, ri = r;
