@@ -53,11 +53,6 @@ static void random_ids(int *ids, int n, int vocab, uint64_t *state) {
     }
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Prefill L tokens of one sequence in one pass; then G greedy decode steps.
  * Returns -1 on error. */
 static int bench_single(model *m, model_kv_pool *kv, int L, int G, bench_result *r, di_err *err) {
@@ -101,7 +96,7 @@ static int bench_single(model *m, model_kv_pool *kv, int L, int G, bench_result 
         t_token = fmin(t_token, dt);
         frac[nf++] = (double)info->active_bytes_per_token / dt / (bw * 1e9);
     }
-    qsort(frac, (size_t)nf, sizeof *frac, cmp_double);
+    cli_sort_doubles(frac, nf);
     r->paired_rounds = nf;
     r->decode_paired_frac_b1 = nf ? (frac[(nf - 1) / 2] + frac[nf / 2]) / 2 : 0;
     free(frac);
