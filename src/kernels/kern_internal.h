@@ -97,12 +97,14 @@ void kern_bf16_inv1_avx512(pool *p, float *y, const uint16_t *xb, const kern_mat
  * per block of 64 columns, once per call (kern_i8_a64_prepare from the f32
  * activations, into kern_i8_a64_bytes of 64-byte aligned memory), then rows
  * [r0, r1) of y. For weights with one scale per row or groups of a multiple
- * of 64 columns that divide the row (kern_i8_a64_fits). */
+ * of 32 columns that divide the row (kern_i8_a64_fits). */
 #define KERN_I8_ROWS_MAX 3
 typedef struct kern_i8_a64 {
     const void *base; /* token t's int8 row at base + t * ld, zero to nb * 64
-                         columns, then its nb block scales (floats), then its
-                         nb block starts (int32, -8 x the block's sum) */
+                         columns, then its nb block scales (floats), its nb
+                         block starts (int32, -8 x the block's sum), then its
+                         blocks' halves' starts (2 nb int32, -16 x the half's
+                         sum) */
     size_t ld;
     int nb; /* blocks of 64 columns */
     int n;  /* tokens */

@@ -27,7 +27,10 @@
  * w + 128 against the signed activations and each of the block's 16 lanes
  * starts at -8 times the block's activation sum: over the lanes, exactly
  * -128 times it, so the lanes' integers add up to the weights times the
- * activations (each lane's value is exact and converts exactly).
+ * activations (each lane's value is exact and converts exactly). Weight
+ * groups of an odd multiple of 32 columns split a block in its middle; then
+ * each half's 8 lanes start at -16 times the half's sum and take the half's
+ * group scale.
  *
  * The order, per (row, token): each block's 16 lane values times the block's
  * scale (times the weight group's) onto one vector accumulator, the blocks in
@@ -47,14 +50,14 @@
 
 bool kern_i8_a64_fits(const kern_mat *W) {
     int g = W->group;
-    return g <= 0 || g == W->cols || (g % A64 == 0 && W->cols % g == 0);
+    return g <= 0 || g == W->cols || (g % 32 == 0 && W->cols % g == 0);
 }
 
 /* One token: its int8 row (zero to a whole number of blocks), the blocks'
- * scales, then their starts, 64-byte aligned. */
+ * scales, their starts, then their halves' starts, 64-byte aligned. */
 static size_t a64_token_bytes(int cols) {
     size_t nb = ((size_t)cols + A64 - 1) / A64;
-    return (nb * A64 + nb * (sizeof(float) + sizeof(int32_t)) + 63) & ~(size_t)63;
+    return (nb * A64 + nb * (sizeof(float) + 3 * sizeof(int32_t)) + 63) & ~(size_t)63;
 }
 
 size_t kern_i8_a64_bytes(int cols, int n) {
@@ -68,7 +71,7 @@ void kern_i8_a64_prepare(kern_i8_a64 *a, void *buf, const float *x, int K, int n
         const float *xt = x + (size_t)t * K;
         int8_t *q = (int8_t *)buf + (size_t)t * ld;
         float *sc = (float *)(q + (size_t)nb * A64);
-        int32_t *st = (int32_t *)(sc + nb);
+        int32_t *st = (int32_t *)(sc + nb), *hs = st + nb;
         for (int b = 0; b < nb; b++) {
             int k0 = b * A64, kv = K - k0 < A64 ? K - k0 : A64;
             __m512 v[4], m = _mm512_setzero_ps();
@@ -81,25 +84,33 @@ void kern_i8_a64_prepare(kern_i8_a64 *a, void *buf, const float *x, int K, int n
             float amax = _mm512_reduce_max_ps(m);
             sc[b] = amax / 127.0f;
             __m512 inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-            __m512i sum = _mm512_setzero_si512();
+            __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
             for (int i = 0; i < 4; i++) { /* nearest even; |x * inv| <= 127 */
                 __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v[i], inv));
-                sum = _mm512_add_epi32(sum, qi);
+                sum[i / 2] = _mm512_add_epi32(sum[i / 2], qi);
                 _mm_storeu_si128((__m128i *)(q + k0 + 16 * i), _mm512_cvtsepi32_epi8(qi));
             }
-            st[b] = -8 * _mm512_reduce_add_epi32(sum);
+            int s0 = _mm512_reduce_add_epi32(sum[0]), s1 = _mm512_reduce_add_epi32(sum[1]);
+            st[b] = -8 * (s0 + s1);
+            hs[2 * b] = -16 * s0, hs[2 * b + 1] = -16 * s1;
         }
     }
     *a = (kern_i8_a64){.base = buf, .ld = ld, .nb = nb, .n = n};
 }
 
+/* Weight scales: one per row, one per group of a multiple of 64 columns (a
+ * block's in one group), or groups of an odd multiple of 32 (a block's
+ * halves in groups of their own, the group boundary at most in its middle). */
+enum { WS_ROW, WS_BLOCK, WS_HALVES };
+
 AI void i8_rows(const kern_mat *W, float *y, const kern_i8_a64 *a, const float *bias, int r0,
-                int r1, const bool per_row, const int T) {
+                int r1, const int wmode, const int T) {
+    const bool per_row = wmode == WS_ROW;
     int K = W->cols, M = W->rows, nb = a->nb, nfull = K / A64;
-    int g = per_row ? K : W->group, ng = K / g;
+    int g = per_row ? K : W->group, ng = K / g, m = g / 32; /* halves per group */
     const int8_t *x = a->base;
     const float *sc = (const float *)(x + (size_t)nb * A64); /* token 0's */
-    const int32_t *st = (const int32_t *)(sc + nb);
+    const int32_t *st = (const int32_t *)(sc + nb), *hs = st + nb;
     size_t ld = a->ld;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int r = r0; r < r1; r++) {
@@ -108,6 +119,7 @@ AI void i8_rows(const kern_mat *W, float *y, const kern_i8_a64 *a, const float *
         __m512 acc[KERN_I8_ROWS_MAX];
 #pragma GCC unroll 3
         for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+        int hg = 0, hleft = m; /* the next half's group, and its halves left (no division) */
         for (int b = 0; b < nb; b++) {
             size_t k = (size_t)b * A64;
             /* the tail's missing weights load as 0 (128 after the flip)
@@ -118,16 +130,32 @@ AI void i8_rows(const kern_mat *W, float *y, const kern_i8_a64 *a, const float *
             else
                 wv = _mm512_maskz_loadu_epi8(_cvtu64_mask64(~0ull >> (A64 - (K - k))), w + k);
             wv = _mm512_xor_si512(wv, flip);
-            float wsc = per_row ? 1.0f : ws[k / g];
+            int glo = hg, ghi;
+            hg += --hleft == 0, hleft = hleft ? hleft : m;
+            ghi = hg;
+            hg += --hleft == 0, hleft = hleft ? hleft : m;
+            float wsc = wmode == WS_BLOCK ? ws[glo] : 1.0f;
+            __m512 wsv = _mm512_setzero_ps();
+            if (wmode == WS_HALVES) /* the second half past the row: its weights are 0 */
+                wsv = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(ws[glo]),
+                                           _mm512_set1_ps(k + 32 < (size_t)K ? ws[ghi] : 0));
 #pragma GCC unroll 3
             for (int t = 0; t < T; t++) {
                 size_t o = (size_t)t * ld;
-                __m512i s = _mm512_dpbusd_epi32(
-                    _mm512_set1_epi32(*(const int32_t *)((const char *)(st + b) + o)), wv,
-                    _mm512_load_si512(x + o + k));
+                __m512i start;
+                if (wmode == WS_HALVES) { /* each half's own: their scales differ */
+                    const int32_t *h = (const int32_t *)((const char *)(hs + 2 * b) + o);
+                    start = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(h[0]),
+                                                    _mm512_set1_epi32(h[1]));
+                } else {
+                    start = _mm512_set1_epi32(*(const int32_t *)((const char *)(st + b) + o));
+                }
+                __m512i s = _mm512_dpbusd_epi32(start, wv, _mm512_load_si512(x + o + k));
                 float s_b = *(const float *)((const char *)(sc + b) + o);
-                if (!per_row) s_b *= wsc;
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(s_b), acc[t]);
+                __m512 scale = wmode == WS_HALVES
+                                   ? _mm512_mul_ps(_mm512_set1_ps(s_b), wsv)
+                                   : _mm512_set1_ps(wmode == WS_BLOCK ? s_b * wsc : s_b);
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
             }
         }
 #pragma GCC unroll 3
@@ -142,9 +170,11 @@ AI void i8_rows(const kern_mat *W, float *y, const kern_i8_a64 *a, const float *
 AI void i8_rows_t(const kern_mat *W, float *y, const kern_i8_a64 *a, const float *bias, int r0,
                   int r1, const int T) {
     if (W->group <= 0 || W->group == W->cols)
-        i8_rows(W, y, a, bias, r0, r1, true, T);
+        i8_rows(W, y, a, bias, r0, r1, WS_ROW, T);
+    else if (W->group % A64 == 0)
+        i8_rows(W, y, a, bias, r0, r1, WS_BLOCK, T);
     else
-        i8_rows(W, y, a, bias, r0, r1, false, T);
+        i8_rows(W, y, a, bias, r0, r1, WS_HALVES, T);
 }
 
 void kern_i8_rows_avx512(const kern_mat *W, float *y, const kern_i8_a64 *a, const float *bias,

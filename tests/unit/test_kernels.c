@@ -371,25 +371,24 @@ static double i8_block_sums_ref(const tmat *t, int r, const int16_t *xa, const f
 }
 
 /* int8 from KERN_I8_ROWS_MAX + 1 to KERN_GEMM_MIN_N tokens (and every n in
- * batch-invariant mode, and fewer in plain mode for groups of 32) against the
- * exact sums of the quantized activations: each 32-column block's integer dot
- * product is exact, so only f32 rounding of the scaled block sums separates a
- * kernel from the reference. Rows past whole tiles of 16, columns past whole
- * blocks and 4-column groups, one scale per row or per group of 32, 64 or
- * 1024. A wrong sign fix, block start, scale or group index is far outside
- * the bound. */
+ * batch-invariant mode) against the exact sums of the quantized activations:
+ * each 32-column block's integer dot product is exact, so only f32 rounding
+ * of the scaled block sums separates a kernel from the reference. Rows past
+ * whole tiles of 16, columns past whole blocks and 4-column groups, one
+ * scale per row or per group of 32, 64 or 1024. A wrong sign fix, block
+ * start, scale or group index is far outside the bound. */
 TEST(kern_matmul_i8_exact_blocks) {
     kern_init();
-    /* from KERN_I8_ROWS_MAX + 1 tokens (below, plain mode takes activations
-     * in blocks of 64 where the weight groups allow: not groups of 32) */
-    static const shape cases[] = {{37, 1030, 9}, {16, 96, 12},   {5, 1031, 17}, {40, 2048, 10},
-                                  {33, 640, 32}, {21, 2048, 13}, {7, 352, 1},   {9, 96, 3}};
-    static const int groups[] = {0, 0, 0, 1024, 64, 32, 32, 32}; /* 0: per row */
+    /* from KERN_I8_ROWS_MAX + 1 tokens: below, plain mode takes activations in
+     * blocks of 64 */
+    static const shape cases[] = {{37, 1030, 9},  {16, 96, 12},  {5, 1031, 17},
+                                  {40, 2048, 10}, {33, 640, 32}, {21, 2048, 13}};
+    static const int groups[] = {0, 0, 0, 1024, 64, 32}; /* 0: per row */
     pool *p = pool_create(2);
     int bad = 0;
     for (int inv = 0; inv < 2 && !bad; inv++) {
         kern_set_batch_invariant(inv);
-        for (int s = 0; s < 8 && !bad; s++) {
+        for (int s = 0; s < 6 && !bad; s++) {
             shape sh = cases[s];
             int K = sh.cols, nb = (K + 31) / 32, g = groups[s] ? groups[s] : K;
             tmat t = make_mat(KT_I8, sh.rows, K, g);
@@ -427,15 +426,16 @@ TEST(kern_matmul_i8_exact_blocks) {
  * weights' +128 and the starts: each product's share of the bound is
  * (|w| + 256) |x|); and a token's outputs the same bits in a batch of 2 or
  * KERN_I8_ROWS_MAX as alone. Rows past the last 64 columns, groups of 64,
- * 128, 256. */
+ * 256, and of 32 and 96 (a block's halves in different groups, and the last
+ * block half past the row). */
 TEST(kern_matmul_i8_rows_a64) {
     kern_init();
     if (!kern_use_avx512_vnni()) {
         printf("  (no AVX-512 VNNI: the path is not taken here)\n");
         return;
     }
-    static const int dims[][2] = {{37, 1030}, {20, 2048}, {9, 640}, {7, 384}, {5, 1024}, {3, 96}};
-    static const int groups[] = {0, 0, 64, 128, 256, 0}; /* 0: per row */
+    static const int dims[][2] = {{37, 1030}, {20, 2048}, {9, 640}, {7, 384}, {5, 1024}, {3, 288}};
+    static const int groups[] = {0, 0, 64, 32, 256, 96}; /* 0: per row */
     static const int ns[] = {2, KERN_I8_ROWS_MAX};
     pool *p = pool_create(2);
     int bad = 0;
@@ -456,38 +456,39 @@ TEST(kern_matmul_i8_rows_a64) {
         void *buf = di_huge_alloc(kern_i8_a64_bytes(K, nmax));
         kern_i8_a64_prepare(&a, buf, x, K, nmax);
         int nb = a.nb;
-        int16_t *xa = malloc((size_t)K * sizeof(int16_t));
         for (int tk = 0; tk < nmax && !bad; tk++) {
             const int8_t *q = (const int8_t *)a.base + (size_t)tk * a.ld;
             const float *sc = (const float *)(q + (size_t)nb * 64);
-            const int32_t *st = (const int32_t *)(sc + nb);
+            const int32_t *st = (const int32_t *)(sc + nb), *hs = st + nb;
             const float *xt = x + (size_t)tk * K;
             for (int k = 0; k < K && !bad; k++) { /* the quantizer: nearest step */
                 double err = fabs((double)xt[k] - (double)q[k] * sc[k / 64]);
                 if (!(err <= 0.5 * sc[k / 64] + fabs(xt[k]) * 1e-6)) bad = 1 + s; /* + rounding */
-                xa[k] = q[k];
             }
             for (int b = 0; b < nb && !bad; b++) {
-                int sum = 0;
-                for (int k = b * 64; k < (b + 1) * 64; k++) sum += k < K ? q[k] : 0;
+                int half[2] = {0, 0};
+                for (int k = b * 64; k < (b + 1) * 64; k++) half[k % 64 / 32] += k < K ? q[k] : 0;
                 for (int k = K; k < (b + 1) * 64; k++) /* zero past the row */
                     if (q[k]) bad = 20 + s;
-                if (st[b] != -8 * sum) bad = 30 + s;
+                if (st[b] != -8 * (half[0] + half[1]) || hs[2 * b] != -16 * half[0] ||
+                    hs[2 * b + 1] != -16 * half[1])
+                    bad = 30 + s;
             }
             for (int r = 0; r < M && !bad; r++) {
-                double mag, ref = i8_block_sums_ref(&t, r, xa, sc, 64, &mag);
+                /* each product times its block's and its group's scale */
                 const int8_t *w = (const int8_t *)t.data + (size_t)r * K;
-                mag = fabs(bias[r]);
-                for (int k = 0; k < K; k++)
-                    mag += (abs(w[k]) + 256.0) * abs(xa[k]) * sc[k / 64] *
-                           fabs(t.scales[(size_t)r * (K / g) + k / g]);
-                ref += bias[r];
+                double ref = bias[r], mag = fabs(bias[r]);
+                for (int k = 0; k < K; k++) {
+                    double scale = (double)sc[k / 64] * t.scales[(size_t)r * (K / g) + k / g];
+                    ref += (double)w[k] * q[k] * scale;
+                    mag += (abs(w[k]) + 256.0) * abs(q[k]) * fabs(scale);
+                }
                 if (!(fabs(alone[(size_t)tk * M + r] - ref) <= 4e-7 * (nb + 4) * mag + 1e-30))
                     bad = 10 + s;
             }
         }
         di_huge_free(buf, kern_i8_a64_bytes(K, nmax));
-        free(x), free(y), free(alone), free(bias), free(xa);
+        free(x), free(y), free(alone), free(bias);
         free_mat(&t);
     }
     pool_free(p);
