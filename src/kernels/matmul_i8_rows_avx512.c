@@ -103,6 +103,14 @@ void kern_i8_a64_prepare(kern_i8_a64 *a, void *buf, const float *x, int K, int n
  * halves in groups of their own, the group boundary at most in its middle). */
 enum { WS_ROW, WS_BLOCK, WS_HALVES };
 
+/* The group of the next 32-column half (*hg, *hleft halves left in it; m
+ * halves a group), then one half on. */
+AI int next_half(int *hg, int *hleft, int m) {
+    int g = *hg;
+    if (--*hleft == 0) ++*hg, *hleft = m;
+    return g;
+}
+
 AI void i8_rows(const kern_mat *W, float *y, const kern_i8_a64 *a, const float *bias, int r0,
                 int r1, const int wmode, const int T) {
     const bool per_row = wmode == WS_ROW;
@@ -130,10 +138,8 @@ AI void i8_rows(const kern_mat *W, float *y, const kern_i8_a64 *a, const float *
             else
                 wv = _mm512_maskz_loadu_epi8(_cvtu64_mask64(~0ull >> (A64 - (K - k))), w + k);
             wv = _mm512_xor_si512(wv, flip);
-            int glo = hg, ghi;
-            hg += --hleft == 0, hleft = hleft ? hleft : m;
-            ghi = hg;
-            hg += --hleft == 0, hleft = hleft ? hleft : m;
+            int glo = 0, ghi = 0; /* the halves' groups */
+            if (wmode != WS_ROW) glo = next_half(&hg, &hleft, m), ghi = next_half(&hg, &hleft, m);
             float wsc = wmode == WS_BLOCK ? ws[glo] : 1.0f;
             __m512 wsv = _mm512_setzero_ps();
             if (wmode == WS_HALVES) /* the second half past the row: its weights are 0 */
