@@ -92,28 +92,25 @@ void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, con
  * activations rounded to bf16, zero from column K to a multiple of 32. */
 void kern_bf16_inv1_avx512(pool *p, float *y, const uint16_t *xb, const kern_mat *W,
                            const float *bias);
-/* 1 to KERN_I8_ROWS_MAX int8 tokens in plain mode on AVX-512 VNNI
- * (matmul_i8_rows_avx512.c): their activations quantized to int8, one scale
- * per block of 64 columns, once per call (kern_i8_a64_prepare from the f32
- * activations, into kern_i8_a64_bytes of 64-byte aligned memory), then rows
+/* Up to KERN_I8_X16_MAX int8 tokens in plain mode on AVX-512 VNNI
+ * (matmul_avx512.c): their activations quantized to int16, one scale per
+ * block of `block` columns, once per call (kern_i8_x16_prepare from the f32
+ * activations, into kern_i8_x16_bytes of 64-byte aligned memory), then rows
  * [r0, r1) of y. For weights with one scale per row or groups of a multiple
- * of 32 columns that divide the row (kern_i8_a64_fits). */
-#define KERN_I8_ROWS_MAX 3
-typedef struct kern_i8_a64 {
-    const void *base; /* token t's int8 row at base + t * ld, zero to nb * 64
-                         columns, then its nb block scales (floats), its nb
-                         block starts (int32, -8 x the block's sum), then its
-                         blocks' halves' starts (2 nb int32, -16 x the half's
-                         sum) */
-    size_t ld;
-    int nb; /* blocks of 64 columns */
-    int n;  /* tokens */
-} kern_i8_a64;
-bool kern_i8_a64_fits(const kern_mat *W);
-size_t kern_i8_a64_bytes(int cols, int n);
-void kern_i8_a64_prepare(kern_i8_a64 *a, void *buf, const float *x, int cols, int n);
-void kern_i8_rows_avx512(const kern_mat *W, float *y, const kern_i8_a64 *a, const float *bias,
-                         int r0, int r1);
+ * of 32 columns that divide the row (kern_i8_x16_fits). */
+#define KERN_I8_X16_MAX 3
+typedef struct kern_i8_x16 {
+    const void *base; /* token t's int16 row at base + t * ld, zero to `padded`
+                         columns, then its block scales (floats) */
+    size_t ld, padded;
+    int block; /* columns per block: 128, 64 or 32 */
+    int n;     /* tokens */
+} kern_i8_x16;
+bool kern_i8_x16_fits(const kern_mat *W);
+size_t kern_i8_x16_bytes(int cols, int n);
+void kern_i8_x16_prepare(kern_i8_x16 *a, void *buf, const float *x, const kern_mat *W, int n);
+void kern_i8_x16_rows_avx512(const kern_mat *W, float *y, const kern_i8_x16 *a, const float *bias,
+                             int r0, int r1);
 
 /* Every bf16 matmul on CPUs with AVX-512 BF16 (matmul_bf16_avx512.c):
  * vdpbf16ps on the activations rounded to bf16; one-token rows, the

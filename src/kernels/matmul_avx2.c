@@ -21,8 +21,8 @@
  * On AVX-512 CPUs, bf16 and (with VNNI) int8 at n >= 2 run their row
  * blocks at twice the width (matmul_avx512.c), in a fixed order of their own;
  * batch-invariant int8 takes those at every n, and plain int8 up to
- * KERN_I8_ROWS_MAX tokens a row kernel on activations in blocks of 64
- * (kern_i8_rows_avx512).
+ * KERN_I8_X16_MAX tokens the row kernel there on int16 activations
+ * (kern_i8_x16_rows_avx512).
  *
  * bf16 weights are widened two ways per 16 columns: a 32-bit lane holding
  * (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask, so the
@@ -69,7 +69,7 @@ typedef struct sb_job {
     const float *xs;    /* their per-block scales, n x nb */
     const int32_t *xst; /* AVX-512 int8: each block's start, kern_i8_block_starts */
     int nb;
-    kern_i8_a64 a64; /* int8, a few tokens in plain mode: their activations in blocks of 64 */
+    kern_i8_x16 x16; /* int8, a few tokens in plain mode: their int16 activations */
     int tile;        /* tokens per token tile */
     int n_tasks;
 } sb_job;
@@ -320,9 +320,9 @@ AI void sb_rows(const sb_job *j, int r0, const int R, int t_lo, int n) {
     }
 }
 
-static void sb_i8_rows(void *ctx, int lo, int hi) {
+static void sb_x16_rows(void *ctx, int lo, int hi) {
     const sb_job *j = ctx;
-    kern_i8_rows_avx512(j->W, j->y, &j->a64, j->bias, lo, hi);
+    kern_i8_x16_rows_avx512(j->W, j->y, &j->x16, j->bias, lo, hi);
 }
 
 static void sb_task(void *ctx, int task, int n_tasks) {
@@ -448,14 +448,14 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
          * n, and takes the one that serves batches. */
         j.i8_lanes = kern_use_avx512_vnni() && (n >= 2 || kern_batch_inv());
         j.nb = (K + KQ_BLOCK - 1) / KQ_BLOCK;
-        /* A few tokens in plain mode: rows one after another, on
-         * activations quantized in blocks of 64 of their own. */
-        if (n <= KERN_I8_ROWS_MAX && !kern_batch_inv() && kern_use_avx512_vnni() &&
-            kern_i8_a64_fits(W)) {
-            void *buf = kern_scratch(KERN_SCRATCH_ACT, kern_i8_a64_bytes(K, n));
-            kern_i8_a64_prepare(&j.a64, buf, x, K, n);
+        /* A few tokens in plain mode: rows one after another, on int16
+         * activations of their own. */
+        if (n <= KERN_I8_X16_MAX && !kern_batch_inv() && kern_use_avx512_vnni() &&
+            kern_i8_x16_fits(W)) {
+            void *buf = kern_scratch(KERN_SCRATCH_ACT, kern_i8_x16_bytes(K, n));
+            kern_i8_x16_prepare(&j.x16, buf, x, W, n);
             /* one stream per thread, the threads' ends balanced */
-            pool_for(p, sb_i8_rows, &j, W->rows, kern_one_token_grain(KT_I8, K));
+            pool_for(p, sb_x16_rows, &j, W->rows, kern_one_token_grain(KT_I8, K));
             return;
         }
         size_t nq = ((size_t)n * K + 32 + 63) & ~(size_t)63;

@@ -1,8 +1,10 @@
-/* matmul_avx512.c — on CPUs with AVX-512 without BF16 dot products: the
- * bf16 row blocks of the small-n matmul for batched decode (2 <= n <=
- * KERN_GEMM_MIN_N). matmul_avx2.c walks the rows and tokens and calls these
- * in place of its own 8-lane blocks. Batched decode is bound by the
- * arithmetic as much as by the memory stream: streaming a llama-1b's
+/* matmul_avx512.c — on CPUs with AVX-512: the bf16 row blocks of the
+ * small-n matmul for batched decode (2 <= n <= KERN_GEMM_MIN_N) where the
+ * CPU has no BF16 dot products, and the one-token int8 rows in plain mode
+ * (a single stream, 256-bit loads; below). matmul_avx2.c walks the rows and
+ * tokens and calls these in place of its own 8-lane blocks; int8 from two
+ * tokens has its own kernel (matmul_i8_avx512.c). Batched decode is bound by
+ * the arithmetic as much as by the memory stream: streaming a llama-1b's
  * matrices at n = 8, the bf16 blocks ran about 1.1-1.2x the AVX2 blocks'
  * rate. At n = 1 the AVX2 blocks streamed the weights 5-15 % faster
  * (measured on Zen 5), so they keep that case.
@@ -150,3 +152,186 @@ void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, 
         for (; k < K; k++) dst[k] = src[k];
     }
 }
+
+/* ---- int8, up to KERN_I8_X16_MAX tokens (plain mode) ------------------------ */
+/* The rows one after another, one sequential stream per thread with no
+ * software prefetch and the weights in 256-bit loads, as the bf16 one-token
+ * rows (matmul_bf16_avx512.c): the 4-row blocks' four streams and prefetch
+ * stream slower on Zen 5.
+ *
+ * The activations go in as int16, one scale per block of B columns (128,
+ * or 64 or 32 for weight groups that 128 does not divide): 15 bits of the
+ * block's largest magnitude, where the int8 blocks of 32 keep 7. Per 32
+ * columns the weights widen to int16 once (vpmovsxbw) and vpdpwssd adds
+ * their products with each token's activations in pairs; a block's sum is
+ * exact in integers (two chains of at most two steps), then converted and
+ * added times the block's scale (and the weight group's) onto the token's
+ * accumulator. Fewer instructions per weight byte than int8 activations'
+ * sign fix, vpdpbusd, conversion and FMA per 64 columns, which is what lets
+ * the stream run: one token, streaming llama-1b's matrices, 50.9-52.9
+ * against 45.6-48.1 GB/s (a plain read of them: 57.4-59.3). From two tokens
+ * the widened weights are shared: at 2 tokens 196-198 GFLOP/s against the
+ * 16-row lanes' (matmul_i8_avx512.c) 164-166, level at 3, behind from 4
+ * (each token's instructions slow the stream: 236-249 against 273-294).
+ *
+ * The order, per (row, token): the blocks in turn onto one accumulator,
+ * reduced, times the row scale, plus the bias — the same for every n up to
+ * KERN_I8_X16_MAX, so a token gets the same bits in any such batch. */
+
+/* Blocks of activation columns for W: the largest of 128, 64, 32 that
+ * divides its weight group (any, with one scale per row). */
+static int i8_x16_block(const kern_mat *W) {
+    int g = W->group;
+    if (g <= 0 || g == W->cols || g % 128 == 0) return 128;
+    return g % 64 == 0 ? 64 : 32;
+}
+
+bool kern_i8_x16_fits(const kern_mat *W) {
+    int g = W->group;
+    return g <= 0 || g == W->cols || (g % 32 == 0 && W->cols % g == 0);
+}
+
+/* One token's int16 row (zero to a multiple of 128 columns), then its
+ * scales, 64-byte aligned. */
+static size_t x16_row(int cols) {
+    return ((size_t)cols + 127) / 128 * 128;
+}
+static size_t x16_token_bytes(int cols) {
+    size_t padded = x16_row(cols);
+    return (padded * sizeof(int16_t) + (padded / 32) * sizeof(float) + 63) & ~(size_t)63;
+}
+
+size_t kern_i8_x16_bytes(int cols, int n) {
+    return x16_token_bytes(cols) * (size_t)n;
+}
+
+void kern_i8_x16_prepare(kern_i8_x16 *a, void *buf, const float *x, const kern_mat *W, int n) {
+    int K = W->cols, B = i8_x16_block(W), nb = (K + B - 1) / B;
+    size_t padded = x16_row(K), ld = x16_token_bytes(K);
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * K;
+        int16_t *x16 = (int16_t *)((char *)buf + (size_t)t * ld);
+        float *s16 = (float *)(x16 + padded);
+        for (int b = 0; b < nb; b++) {
+            int k0 = b * B, kv = K - k0 < B ? K - k0 : B;
+            __m512 m = _mm512_setzero_ps();
+            for (int k = 0; k < kv; k += 16) {
+                __mmask16 mk = kv - k >= 16 ? 0xffff : (__mmask16)((1u << (kv - k)) - 1);
+                m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(mk, xt + k0 + k)));
+            }
+            float amax = _mm512_reduce_max_ps(m);
+            s16[b] = amax / 32767.0f;
+            __m512 inv = _mm512_set1_ps(amax > 0 ? 32767.0f / amax : 0.0f);
+            for (int k = 0; k < B; k += 16) { /* nearest even; zero past the row */
+                __mmask16 mk = k >= kv        ? 0
+                               : kv - k >= 16 ? 0xffff
+                                              : (__mmask16)((1u << (kv - k)) - 1);
+                __m512i q =
+                    _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mk, xt + k0 + k), inv));
+                _mm256_storeu_si256((__m256i *)(x16 + k0 + k), _mm512_cvtsepi32_epi16(q));
+            }
+        }
+        memset(x16 + (size_t)nb * B, 0, (padded - (size_t)nb * B) * sizeof(int16_t));
+    }
+    *a = (kern_i8_x16){.base = buf, .ld = ld, .padded = padded, .block = B, .n = n};
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512vnni")
+
+/* One block of S steps (S = B / 32) of a row from w against T tokens' int16
+ * activations from x (ld bytes apart): each token's exact sum, into sum.
+ * cols: the row's columns left from w (all of the block unless its last). */
+AI void i8_x16_block_sums(__m512i *sum, const int8_t *w, const char *x, size_t ld, const int S,
+                          int cols, const int T) {
+    __m512i c0[KERN_I8_X16_MAX], c1[KERN_I8_X16_MAX];
+#pragma GCC unroll 3
+    for (int t = 0; t < T; t++) c0[t] = c1[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int i = 0; i < S; i++) {
+        int left = cols - 32 * i;
+        __mmask32 m = left >= 32 ? ~0u : left > 0 ? (1u << left) - 1 : 0;
+        __m256i wv = m == ~0u ? _mm256_loadu_si256((const __m256i *)(w + 32 * i))
+                              : _mm256_maskz_loadu_epi8(m, w + 32 * i);
+        __m512i w16 = _mm512_cvtepi8_epi16(wv);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512i xv = _mm512_loadu_si512(x + (size_t)t * ld + 64 * i);
+            if (i & 1)
+                c1[t] = _mm512_dpwssd_epi32(c1[t], w16, xv);
+            else
+                c0[t] = _mm512_dpwssd_epi32(c0[t], w16, xv);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) sum[t] = S > 1 ? _mm512_add_epi32(c0[t], c1[t]) : c0[t];
+}
+
+AI void i8_x16_rows(const kern_mat *W, float *y, const kern_i8_x16 *a, const float *bias, int r0,
+                    int r1, const int S, const bool per_row, const int T) {
+    const int B = 32 * S;
+    int K = W->cols, M = W->rows, nb = (K + B - 1) / B, nfull = K / B;
+    int g = per_row ? K : W->group, ng = K / g;
+    const char *x0 = a->base;
+    size_t ld = a->ld;
+    const float *s16 = (const float *)(x0 + a->padded * sizeof(int16_t)); /* token 0's */
+    for (int r = r0; r < r1; r++) {
+        const int8_t *w = (const int8_t *)W->data + (size_t)r * K;
+        const float *ws = W->scales + (size_t)r * ng;
+        __m512 acc[KERN_I8_X16_MAX];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            size_t k = (size_t)b * B;
+            __m512i sum[KERN_I8_X16_MAX];
+            if (b < nfull)
+                i8_x16_block_sums(sum, w + k, x0 + k * sizeof(int16_t), ld, S, B, T);
+            else
+                i8_x16_block_sums(sum, w + k, x0 + k * sizeof(int16_t), ld, S, K - (int)k, T);
+            float wsc = per_row ? 1.0f : ws[k / g];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                float sc = *(const float *)((const char *)(s16 + b) + (size_t)t * ld);
+                if (!per_row) sc *= wsc;
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_set1_ps(sc), acc[t]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            float s = _mm512_reduce_add_ps(acc[t]);
+            if (per_row) s *= ws[0];
+            y[(size_t)t * M + r] = s + (bias ? bias[r] : 0.0f);
+        }
+    }
+}
+
+/* Every (block, per_row) case for T tokens. */
+AI void i8_x16_rows_t(const kern_mat *W, float *y, const kern_i8_x16 *a, const float *bias, int r0,
+                      int r1, const int T) {
+    bool per_row = W->group <= 0 || W->group == W->cols;
+    if (a->block == 128 && per_row)
+        i8_x16_rows(W, y, a, bias, r0, r1, 4, true, T);
+    else if (a->block == 128)
+        i8_x16_rows(W, y, a, bias, r0, r1, 4, false, T);
+    else if (a->block == 64)
+        i8_x16_rows(W, y, a, bias, r0, r1, 2, false, T);
+    else
+        i8_x16_rows(W, y, a, bias, r0, r1, 1, false, T);
+}
+
+void kern_i8_x16_rows_avx512(const kern_mat *W, float *y, const kern_i8_x16 *a, const float *bias,
+                             int r0, int r1) {
+    switch (a->n) {
+#define CASE(T)                                                                                    \
+    case T:                                                                                        \
+        i8_x16_rows_t(W, y, a, bias, r0, r1, T);                                                   \
+        break;
+        CASE(1)
+        CASE(2)
+        CASE(3)
+#undef CASE
+    default:
+        break;
+    }
+}
+#pragma GCC pop_options

@@ -249,7 +249,7 @@ TEST(kern_gemm_avx512_equals_avx2) {
  * within each small-batch kernel's range: its row of y is the same at n = 2
  * as among 8, at 12 or 17 as among 24 and at 26 as among 32 (the AVX2 and
  * int8 row blocks serve 2 to KERN_GEMM_MIN_N, with AVX-512 VNNI from
- * KERN_I8_ROWS_MAX + 1; bf16 on AVX-512 BF16 changes order after 8 tokens
+ * KERN_I8_X16_MAX + 1; bf16 on AVX-512 BF16 changes order after 8 tokens
  * and kernel after KERN_BF16_FEW_MAX = 24). Every
  * dtype, columns with and without tails (of 4, 32 and 64 columns), int8 per
  * row and grouped. */
@@ -272,9 +272,9 @@ TEST(kern_matmul_batched_decode_independent_of_n) {
                 kern_matmul(p, ref[i], x, &t.m, NULL, ref_n[i]);
             }
             for (int ni = 0; ni < 10 && !bad; ni++) {
-                /* int8 up to KERN_I8_ROWS_MAX tokens with VNNI: its own kernel,
-                 * a token's bits those it gets alone (kern_matmul_i8_rows_a64) */
-                if (t.m.dtype == KT_I8 && kern_use_avx512_vnni() && ns[ni] <= KERN_I8_ROWS_MAX)
+                /* int8 up to KERN_I8_X16_MAX tokens with VNNI: its own kernel,
+                 * a token's bits those it gets alone (kern_matmul_i8_int16_rows) */
+                if (t.m.dtype == KT_I8 && kern_use_avx512_vnni() && ns[ni] <= KERN_I8_X16_MAX)
                     continue;
                 kern_matmul(p, y1, x, &t.m, NULL, ns[ni]);
                 if (memcmp(ref[ref_of[ni]], y1, (size_t)ns[ni] * rows * 4))
@@ -370,17 +370,16 @@ static double i8_block_sums_ref(const tmat *t, int r, const int16_t *xa, const f
     return ref;
 }
 
-/* int8 from KERN_I8_ROWS_MAX + 1 to KERN_GEMM_MIN_N tokens (and every n in
- * batch-invariant mode) against the exact sums of the quantized activations:
- * each 32-column block's integer dot product is exact, so only f32 rounding
- * of the scaled block sums separates a kernel from the reference. Rows past
- * whole tiles of 16, columns past whole blocks and 4-column groups, one
- * scale per row or per group of 32, 64 or 1024. A wrong sign fix, block
- * start, scale or group index is far outside the bound. */
+/* int8 from KERN_I8_X16_MAX + 1 to KERN_GEMM_MIN_N tokens (and every n in
+ * batch-invariant mode) against the exact sums of the quantized activations: each 32-column
+ * block's integer dot product is exact, so only f32 rounding of the scaled
+ * block sums separates a kernel from the reference. Rows past whole tiles of
+ * 16, columns past whole blocks and 4-column groups, one scale per row or
+ * per group of 32, 64 or 1024. A wrong sign fix, block start, scale or group
+ * index is far outside the bound. */
 TEST(kern_matmul_i8_exact_blocks) {
     kern_init();
-    /* from KERN_I8_ROWS_MAX + 1 tokens: below, plain mode takes activations in
-     * blocks of 64 */
+    /* from KERN_I8_X16_MAX + 1 tokens: below, plain mode takes int16 activations */
     static const shape cases[] = {{37, 1030, 9},  {16, 96, 12},  {5, 1031, 17},
                                   {40, 2048, 10}, {33, 640, 32}, {21, 2048, 13}};
     static const int groups[] = {0, 0, 0, 1024, 64, 32}; /* 0: per row */
@@ -418,29 +417,26 @@ TEST(kern_matmul_i8_exact_blocks) {
     CHECKF(!bad, "int8 off the exact block sums of its quantized activations (case %d)", bad);
 }
 
-/* int8 up to KERN_I8_ROWS_MAX tokens in plain mode with AVX-512 VNNI:
- * activations quantized to int8 in blocks of 64 columns. Each activation
- * within half a step of its block's scale of the input and each block's
- * start -8 times its sum; the outputs the exact integer block sums times the
- * scales within f32 rounding (of the lanes' partial sums, which carry the
- * weights' +128 and the starts: each product's share of the bound is
- * (|w| + 256) |x|); and a token's outputs the same bits in a batch of 2 or
- * KERN_I8_ROWS_MAX as alone. Rows past the last 64 columns, groups of 64,
- * 256, and of 32 and 96 (a block's halves in different groups, and the last
- * block half past the row). */
-TEST(kern_matmul_i8_rows_a64) {
+/* int8 up to KERN_I8_X16_MAX tokens in plain mode with AVX-512 VNNI:
+ * activations in int16 blocks (128 columns, or 64 / 32 for groups 128 does
+ * not divide). Each activation within half a step of its block's scale of
+ * the input; the outputs the exact integer block sums times the scales
+ * within f32 rounding; and a token's outputs the same bits in a batch of 2
+ * or KERN_I8_X16_MAX as alone. Rows past the last 128 or 32 columns, groups of 32, 64,
+ * 256. */
+TEST(kern_matmul_i8_int16_rows) {
     kern_init();
     if (!kern_use_avx512_vnni()) {
         printf("  (no AVX-512 VNNI: the path is not taken here)\n");
         return;
     }
-    static const int dims[][2] = {{37, 1030}, {20, 2048}, {9, 640}, {7, 384}, {5, 1024}, {3, 288}};
-    static const int groups[] = {0, 0, 64, 32, 256, 96}; /* 0: per row */
-    static const int ns[] = {2, KERN_I8_ROWS_MAX};
+    static const int dims[][2] = {{37, 1030}, {20, 2048}, {9, 640}, {7, 352}, {5, 1024}, {3, 96}};
+    static const int groups[] = {0, 0, 64, 32, 256, 0}; /* 0: per row */
+    static const int ns[] = {2, KERN_I8_X16_MAX};
     pool *p = pool_create(2);
     int bad = 0;
     for (int s = 0; s < 6 && !bad; s++) {
-        int M = dims[s][0], K = dims[s][1], g = groups[s] ? groups[s] : K, nmax = KERN_I8_ROWS_MAX;
+        int M = dims[s][0], K = dims[s][1], g = groups[s] ? groups[s] : K, nmax = KERN_I8_X16_MAX;
         tmat t = make_mat(KT_I8, M, K, g);
         float *x = malloc((size_t)nmax * K * 4), *bias = malloc((size_t)M * 4);
         float *y = malloc((size_t)nmax * M * 4), *alone = malloc((size_t)nmax * M * 4);
@@ -452,48 +448,31 @@ TEST(kern_matmul_i8_rows_a64) {
             kern_matmul(p, y, x, &t.m, bias, ns[k]);
             if (memcmp(y, alone, (size_t)ns[k] * M * 4)) bad = 100 + s;
         }
-        kern_i8_a64 a;
-        void *buf = di_huge_alloc(kern_i8_a64_bytes(K, nmax));
-        kern_i8_a64_prepare(&a, buf, x, K, nmax);
-        int nb = a.nb;
+        kern_i8_x16 a;
+        void *buf = di_huge_alloc(kern_i8_x16_bytes(K, nmax));
+        kern_i8_x16_prepare(&a, buf, x, &t.m, nmax);
+        int B = a.block, nb = (K + B - 1) / B;
         for (int tk = 0; tk < nmax && !bad; tk++) {
-            const int8_t *q = (const int8_t *)a.base + (size_t)tk * a.ld;
-            const float *sc = (const float *)(q + (size_t)nb * 64);
-            const int32_t *st = (const int32_t *)(sc + nb), *hs = st + nb;
+            const int16_t *x16 = (const int16_t *)((const char *)a.base + (size_t)tk * a.ld);
+            const float *s16 = (const float *)(x16 + a.padded);
             const float *xt = x + (size_t)tk * K;
             for (int k = 0; k < K && !bad; k++) { /* the quantizer: nearest step */
-                double err = fabs((double)xt[k] - (double)q[k] * sc[k / 64]);
-                if (!(err <= 0.5 * sc[k / 64] + fabs(xt[k]) * 1e-6)) bad = 1 + s; /* + rounding */
-            }
-            for (int b = 0; b < nb && !bad; b++) {
-                int half[2] = {0, 0};
-                for (int k = b * 64; k < (b + 1) * 64; k++) half[k % 64 / 32] += k < K ? q[k] : 0;
-                for (int k = K; k < (b + 1) * 64; k++) /* zero past the row */
-                    if (q[k]) bad = 20 + s;
-                if (st[b] != -8 * (half[0] + half[1]) || hs[2 * b] != -16 * half[0] ||
-                    hs[2 * b + 1] != -16 * half[1])
-                    bad = 30 + s;
+                double err = fabs((double)xt[k] - (double)x16[k] * s16[k / B]);
+                if (!(err <= 0.5 * s16[k / B] + fabs(xt[k]) * 1e-6)) bad = 1 + s; /* + rounding */
             }
             for (int r = 0; r < M && !bad; r++) {
-                /* each product times its block's and its group's scale */
-                const int8_t *w = (const int8_t *)t.data + (size_t)r * K;
-                double ref = bias[r], mag = fabs(bias[r]);
-                for (int k = 0; k < K; k++) {
-                    double scale = (double)sc[k / 64] * t.scales[(size_t)r * (K / g) + k / g];
-                    ref += (double)w[k] * q[k] * scale;
-                    mag += (abs(w[k]) + 256.0) * abs(q[k]) * fabs(scale);
-                }
+                double mag, ref = i8_block_sums_ref(&t, r, x16, s16, B, &mag);
+                ref += bias[r], mag += fabs(bias[r]);
                 if (!(fabs(alone[(size_t)tk * M + r] - ref) <= 4e-7 * (nb + 4) * mag + 1e-30))
                     bad = 10 + s;
             }
         }
-        di_huge_free(buf, kern_i8_a64_bytes(K, nmax));
+        di_huge_free(buf, kern_i8_x16_bytes(K, nmax));
         free(x), free(y), free(alone), free(bias);
         free_mat(&t);
     }
     pool_free(p);
-    CHECKF(!bad,
-           "int8 rows on activations in blocks of 64: off the exact sums, or n-dependent (code %d)",
+    CHECKF(!bad, "int8 rows on int16 activations: off the exact sums, or n-dependent (code %d)",
            bad);
 }
 
