@@ -245,8 +245,9 @@ AI void few_rows_inv(const few_job *j, int r0, const int R, const int H) {
     }
 }
 
-/* Whole tiles, then single rows; H halves, batch-invariant or not. */
-AI void few_range_h(const few_job *j, int lo, int hi, const int H, const bool inv) {
+/* Whole tiles, then single rows; H halves, batch-invariant or not (one
+ * test a tile). */
+AI void few_range_h(const few_job *j, int lo, int hi, const int H, bool inv) {
     int r = lo;
     for (; r + FEW_R <= hi; r += FEW_R)
         inv ? few_rows_inv(j, r, FEW_R, H) : few_rows(j, r, FEW_R, H);
@@ -255,15 +256,10 @@ AI void few_range_h(const few_job *j, int lo, int hi, const int H, const bool in
 
 static void few_range(void *ctx, int lo, int hi) {
     const few_job *j = ctx;
-    int halves = (j->n + 7) / 8;
-    if (j->inv)
-        halves == 3   ? few_range_h(j, lo, hi, 3, true)
-        : halves == 2 ? few_range_h(j, lo, hi, 2, true)
-                      : few_range_h(j, lo, hi, 1, true);
-    else
-        halves == 3   ? few_range_h(j, lo, hi, 3, false)
-        : halves == 2 ? few_range_h(j, lo, hi, 2, false)
-                      : few_range_h(j, lo, hi, 1, false);
+    int halves = (j->n + 7) / 8; /* a constant H each: the accumulators stay in registers */
+    halves == 3   ? few_range_h(j, lo, hi, 3, j->inv)
+    : halves == 2 ? few_range_h(j, lo, hi, 2, j->inv)
+                  : few_range_h(j, lo, hi, 1, j->inv);
 }
 
 void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
