@@ -80,7 +80,7 @@ static int bench_single(model *m, model_kv_pool *kv, int L, int G, bench_result 
     }
     int next = sampler_argmax(logits, V), rounds = (G + BENCH_ROUND - 1) / BENCH_ROUND, nf = 0;
     double t_token = 1e30; /* best round's seconds per step */
-    double *frac = malloc(sizeof(double) * (size_t)rounds);
+    double *frac = di_malloc(sizeof(double) * (size_t)rounds);
     r->paired_bw_lo = 1e30, r->paired_bw_hi = 0;
     for (int done = 0, k; !rc && done < G; done += k) {
         k = G - done < BENCH_ROUND ? G - done : BENCH_ROUND;
