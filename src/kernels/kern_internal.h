@@ -33,6 +33,25 @@ enum {
 };
 void *kern_scratch(int slot, size_t bytes);
 
+/* Streaming weights from memory: the hardware's stream prefetchers work
+ * within 4 KiB pages and pick a stream up again only after demand loads
+ * have missed in the next page. A plain read runs far enough ahead of
+ * itself for that not to matter; a dot-product kernel, with several times
+ * the instructions per byte, does not, and stalls at every page. One
+ * prefetch KERN_PAGE_AHEAD bytes on, as a stream enters a page, starts the
+ * pages after it early. Measured streaming llama-1b's 65 matrices (2 MiB
+ * pages, 2 threads, alternating with the unchanged kernel in one process):
+ * bf16 one token +36-38 %, int8 one token +20-24 %, a plain read +11-13 %;
+ * 4, 8 and 12 KiB ahead alike, T0 and T1 alike, more lines per page no
+ * better. Called once per `step` bytes (at most a page) of a stream at p. */
+#define KERN_PAGE       4096
+#define KERN_PAGE_AHEAD 8192
+static inline void kern_page_ahead(const void *p, size_t step) {
+    uintptr_t a = (uintptr_t)p, last = a + step - 1, page = ~(uintptr_t)(KERN_PAGE - 1);
+    if (((a - 1) ^ last) & page) /* [a, a + step) starts a page or enters one */
+        __builtin_prefetch((const char *)(last & page) + KERN_PAGE_AHEAD);
+}
+
 /* Int8 matmul: activations are quantized on the fly to int8 in blocks of
  * KQ_BLOCK columns (one f32 scale per block, llama.cpp Q8_0 style), so the
  * dot product runs on integers. Needs every block inside one weight group:

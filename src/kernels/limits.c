@@ -24,6 +24,7 @@ typedef struct bw_job {
 __attribute__((target("avx2,fma"))) static double read_avx2(const uint8_t *p, size_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (size_t i = 0; i + 128 <= n; i += 128) {
+        kern_page_ahead(p + i, 128); /* as the weight-streaming kernels do */
         a0 = _mm256_add_ps(a0, _mm256_load_ps((const float *)(p + i)));
         a1 = _mm256_add_ps(a1, _mm256_load_ps((const float *)(p + i + 32)));
         a2 = _mm256_add_ps(a2, _mm256_load_ps((const float *)(p + i + 64)));
