@@ -17,7 +17,6 @@
 
 typedef struct bw_job {
     const uint8_t *buf;
-    size_t bytes;
 } bw_job;
 
 __attribute__((target("avx2,fma"))) static double read_avx2(const uint8_t *p, size_t n) {
@@ -56,22 +55,21 @@ static double read_scalar(const uint8_t *p, size_t n) {
 #define BW_GRAIN 16
 static void bw_range(void *ctx, int lo, int hi) {
     const bw_job *j = ctx;
-    const uint8_t *p = j->buf + (size_t)lo * 4096;
-    size_t n = (size_t)(hi - lo) * 4096;
+    const uint8_t *p = j->buf + (size_t)lo * KERN_PAGE;
+    size_t n = (size_t)(hi - lo) * KERN_PAGE;
     volatile double keep = kern_use_avx2() ? read_avx2(p, n) : read_scalar(p, n);
     (void)keep; /* the loads stay observable */
 }
 
 double kern_measure_read_bandwidth(pool *p, size_t bytes) {
     if (bytes < ((size_t)1 << 20)) bytes = (size_t)1 << 20;
-    bytes &= ~(size_t)4095;
-    bw_job j = {.bytes = bytes};
+    bytes &= ~(size_t)(KERN_PAGE - 1);
     /* Huge pages, like the weights (loader.c): the limit is what the
      * machine streams at best, not what 4 KiB pages allow. */
     uint8_t *buf = di_huge_alloc(bytes);
     memset(buf, 1, bytes); /* every page touched before timing */
-    j.buf = buf;
-    int pages = (int)(bytes / 4096);
+    bw_job j = {.buf = buf};
+    int pages = (int)(bytes / KERN_PAGE);
     pool_for(p, bw_range, &j, pages, BW_GRAIN); /* warm-up */
     double best = 0;
     for (int rep = 0; rep < 5; rep++) {
