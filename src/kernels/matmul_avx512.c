@@ -161,17 +161,9 @@ void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, 
  * Zen 5. The page touch: llama-1b's matrices at one token 20-24 % faster,
  * its decode 12-22 % (36.1-39.5 against 40.4-46.8 tok/s, alternating).
  *
- * Each weight line is also prefetched a page ahead with the non-temporal
- * hint, which keeps the stream from pushing the activations (2 bytes a
- * column, 16 KiB for a row of 8192) out of L1: reread from L2, they took
- * the L1 misses the weight stream needed. Confining the activations to
- * 4 KiB (wrong sums, a probe) ran rows of 16384 columns at 47-67 GB/s
- * against 37; the hint, streaming llama-1b's 65 matrices alternating with
- * the kernel without it: 1 token +11 %, 2 tokens +27 %, 3 tokens +14 %
- * (medians of 12-16 rounds); its int8 decode 45.7 -> 50.3 tok/s (medians of
- * 6 alternating runs). The T0 hint at the same distance was 4 % slower
- * than none; 2 or 8 KiB ahead, or a line a block (every other line),
- * gained less in a shorter harness.
+ * Each weight line is also prefetched a page on with the non-temporal
+ * hint (kern_stream_ahead), which keeps the activations, 2 bytes a column,
+ * in L1: 11-27 % faster at 1 to 3 tokens.
  *
  * The activations go in as int16, one scale per block of B columns (128,
  * or 64 or 32 for weight groups that 128 does not divide): 15 bits of the
@@ -191,8 +183,6 @@ void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, 
  * The order, per (row, token): the blocks in turn onto one accumulator,
  * reduced, times the row scale, plus the bias — the same for every n up to
  * KERN_I8_X16_MAX, so a token gets the same bits in any such batch. */
-
-#define I8_X16_NTA_AHEAD 4096 /* bytes */
 
 /* Blocks of activation columns for W: the largest of 128, 64, 32 that
  * divides its weight group (any, with one scale per row). */
@@ -299,9 +289,7 @@ AI void i8_x16_rows(const kern_mat *W, float *y, const kern_i8_x16 *a, const flo
         for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
         for (int b = 0; b < nb; b++) {
             size_t k = (size_t)b * B;
-            kern_page_ahead(w + k, (size_t)B);
-            for (int l = 0; l < B; l += 64) /* each line a page ahead, out of L1's way */
-                _mm_prefetch((const char *)(w + k + I8_X16_NTA_AHEAD + l), _MM_HINT_NTA);
+            kern_stream_ahead(w + k, (size_t)B);
             __m512i sum[KERN_I8_X16_MAX];
             if (b < nfull)
                 i8_x16_block_sums(sum, w + k, x0 + k * sizeof(int16_t), ld, S, B, T);

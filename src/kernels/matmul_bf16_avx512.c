@@ -585,16 +585,13 @@ static void tl_rows(void *ctx, int lo, int hi) {
  * left to the hardware prefetchers but for one touch two pages ahead as it
  * enters a page (kern_page_ahead): streaming llama-1b's matrices 36-38 %
  * faster, its decode 19-23 % (21.3-21.8 against 25.6-26.2 tok/s,
- * alternating runs); and each line prefetched a page ahead with the
- * non-temporal hint, which keeps the activations in L1 beside the stream
- * (as in the int8 rows, matmul_avx512.c, where it counts for more):
- * llama-1b's matrices 3-5 % faster (alternating with the same file without
- * it), its decode 2-4 % (five alternating runs, all faster). Prefetching
- * within the page, 256 B to 1 KiB ahead with the T0 hint, only got in the
- * way. Its own order: step s of a row goes to accumulator s mod 4; then
- * (a0 + a1) + (a2 + a3), one reduction. */
-#define DP1_CHAINS    4
-#define DP1_NTA_AHEAD 4096 /* bytes */
+ * alternating runs); and each line prefetched a page on with the
+ * non-temporal hint (kern_stream_ahead), which keeps the activations in L1
+ * beside the stream: 3-5 % faster, decode 2-4 %. Prefetching within the
+ * page, 256 B to 1 KiB ahead with the T0 hint, only got in the way. Its
+ * own order: step s of a row goes to accumulator s mod 4; then (a0 + a1) +
+ * (a2 + a3), one reduction. */
+#define DP1_CHAINS 4
 
 /* 32 bf16 weights as two 256-bit loads */
 AI __m512bh load_w32(const uint16_t *w) {
@@ -614,9 +611,7 @@ static void dp1_rows(void *ctx, int lo, int hi) {
         for (int c = 0; c < DP1_CHAINS; c++) a[c] = _mm512_setzero_ps();
         int k = 0;
         for (; k < K128; k += 128) {
-            kern_page_ahead(w + k, 128 * sizeof(uint16_t));
-            for (int l = 0; l < 128; l += 32) /* each line a page ahead, out of L1's way */
-                _mm_prefetch((const char *)(w + k + DP1_NTA_AHEAD / 2 + l), _MM_HINT_NTA);
+            kern_stream_ahead(w + k, 128 * sizeof(uint16_t));
 #pragma GCC unroll 4
             for (int c = 0; c < DP1_CHAINS; c++)
                 a[c] = _mm512_dpbf16_ps(a[c], load_w32(w + k + 32 * c),
