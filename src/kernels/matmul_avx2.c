@@ -22,7 +22,8 @@
  * blocks at twice the width (matmul_avx512.c), in a fixed order of their own;
  * batch-invariant int8 takes those at every n, and plain int8 up to
  * KERN_I8_X16_MAX tokens the row kernel there on int16 activations
- * (kern_i8_x16_rows_avx512).
+ * (kern_i8_x16_rows_avx512); f32 at one token in plain mode streams its
+ * rows one after another there (kern_f32_one_rows_avx512).
  *
  * bf16 weights are widened two ways per 16 columns: a 32-bit lane holding
  * (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask, so the
@@ -320,6 +321,11 @@ AI void sb_rows(const sb_job *j, int r0, const int R, int t_lo, int n) {
     }
 }
 
+static void sb_f32_one_rows(void *ctx, int lo, int hi) {
+    const sb_job *j = ctx;
+    kern_f32_one_rows_avx512(j->W, j->y, j->x, j->bias, lo, hi);
+}
+
 static void sb_x16_rows(void *ctx, int lo, int hi) {
     const sb_job *j = ctx;
     kern_i8_x16_rows_avx512(j->W, j->y, &j->x16, j->bias, lo, hi);
@@ -443,6 +449,10 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
         else
             split_even_odd(xp, x, n, K);
         j.xp = xp;
+    } else if (W->dtype == KT_F32 && n == 1 && kern_use_avx512()) {
+        /* one stream per thread, the threads' ends balanced */
+        pool_for(p, sb_f32_one_rows, &j, W->rows, kern_one_token_grain(KT_F32, K));
+        return;
     } else if (W->dtype == KT_I8) {
         /* As bf16, n >= 2; batch-invariant mode needs one order for every
          * n, and takes the one that serves batches. */
