@@ -153,6 +153,11 @@ size_t kern_i8_x16_bytes(int cols, int n);
 void kern_i8_x16_prepare(kern_i8_x16 *a, void *buf, const float *x, const kern_mat *W, int n);
 void kern_i8_x16_rows_avx512(const kern_mat *W, float *y, const kern_i8_x16 *a, const float *bias,
                              int r0, int r1);
+/* bf16 weights times one token in plain mode on CPUs with AVX-512 but no
+ * BF16 dot products (matmul_avx512.c): rows [r0, r1) of y, one after
+ * another; xp: the token's activations split by kern_split_even_odd32_avx512. */
+void kern_bf16_one_rows_avx512(const kern_mat *W, float *y, const float *xp, const float *bias,
+                               int r0, int r1);
 /* f32 weights times one token in plain mode on CPUs with AVX-512
  * (matmul_avx512.c): rows [r0, r1) of y, one after another. */
 void kern_f32_one_rows_avx512(const kern_mat *W, float *y, const float *x, const float *bias,

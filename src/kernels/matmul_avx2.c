@@ -22,8 +22,9 @@
  * blocks at twice the width (matmul_avx512.c), in a fixed order of their own;
  * batch-invariant int8 takes those at every n, and plain int8 up to
  * KERN_I8_X16_MAX tokens the row kernel there on int16 activations
- * (kern_i8_x16_rows_avx512); f32 at one token in plain mode streams its
- * rows one after another there (kern_f32_one_rows_avx512).
+ * (kern_i8_x16_rows_avx512); bf16 and f32 at one token in plain mode
+ * stream their rows one after another there (kern_bf16_one_rows_avx512,
+ * kern_f32_one_rows_avx512).
  *
  * bf16 weights are widened two ways per 16 columns: a 32-bit lane holding
  * (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask, so the
@@ -321,6 +322,11 @@ AI void sb_rows(const sb_job *j, int r0, const int R, int t_lo, int n) {
     }
 }
 
+static void sb_bf16_one_rows(void *ctx, int lo, int hi) {
+    const sb_job *j = ctx;
+    kern_bf16_one_rows_avx512(j->W, j->y, j->xp, j->bias, lo, hi);
+}
+
 static void sb_f32_one_rows(void *ctx, int lo, int hi) {
     const sb_job *j = ctx;
     kern_f32_one_rows_avx512(j->W, j->y, j->x, j->bias, lo, hi);
@@ -435,10 +441,17 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
                       int n) {
     sb_job j = {.W = W, .y = y, .x = x, .bias = bias, .n = n};
     int K = W->cols;
+    if (W->dtype == KT_BF16 && n == 1 && kern_use_avx512()) {
+        float *xp = kern_scratch(KERN_SCRATCH_ACT, (size_t)K * sizeof(float));
+        kern_split_even_odd32_avx512(xp, (size_t)K, x, 1, K);
+        j.xp = xp;
+        /* one stream per thread, the threads' ends balanced */
+        pool_for(p, sb_bf16_one_rows, &j, W->rows, kern_one_token_grain(KT_BF16, K));
+        return;
+    }
     if (W->dtype == KT_BF16) {
-        /* At one token the AVX2 block streamed the weights 5-15 % faster
-         * (measured on Zen 5); from two tokens on, the arithmetic counts. */
-        j.avx512 = kern_use_avx512() && n >= 2;
+        /* From two tokens the AVX-512 blocks: the arithmetic counts. */
+        j.avx512 = kern_use_avx512();
         /* AVX-512: rows padded by 128 bytes, so that the tokens' activations
          * at one column do not all fall in one L1 set (with the weight rows,
          * 4 KiB apart at 2048 columns) when K is a multiple of 1024. */

@@ -1,13 +1,13 @@
 /* matmul_avx512.c — on CPUs with AVX-512: the bf16 row blocks of the
  * small-n matmul for batched decode (2 <= n <= KERN_GEMM_MIN_N) where the
- * CPU has no BF16 dot products, and the one-token int8 rows in plain mode
- * (a single stream, 256-bit loads; below). matmul_avx2.c walks the rows and
- * tokens and calls these in place of its own 8-lane blocks; int8 from two
- * tokens has its own kernel (matmul_i8_avx512.c). Batched decode is bound by
- * the arithmetic as much as by the memory stream: streaming a llama-1b's
- * matrices at n = 8, the bf16 blocks ran about 1.1-1.2x the AVX2 blocks'
- * rate. At n = 1 the AVX2 blocks streamed the weights 5-15 % faster
- * (measured on Zen 5), so they keep that case.
+ * CPU has no BF16 dot products, and the one-token rows in plain mode (a
+ * single stream per thread, 256-bit loads; below) for bf16 without BF16
+ * dot products, f32, and int8 up to KERN_I8_X16_MAX tokens. matmul_avx2.c
+ * walks the rows and tokens and calls these in place of its own 8-lane
+ * blocks; int8 from two tokens has its own kernel (matmul_i8_avx512.c).
+ * Batched decode is bound by the arithmetic as much as by the memory
+ * stream: streaming a llama-1b's matrices at n = 8, the bf16 blocks ran
+ * about 1.1-1.2x the AVX2 blocks' rate.
  *
  * Same scheme as the AVX2 blocks, twice as wide: a block of 4 rows stays in
  * L1 while the tokens pass over it (4 at a time in registers, 16
@@ -153,6 +153,64 @@ void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, 
     }
 }
 
+/* 64 bytes from memory as two 256-bit loads: on the Zen 5 machines here
+ * 512-bit loads from memory stream markedly slower (matmul_bf16_avx512.c). */
+AI __m512 load_f32x16(const float *w) {
+    __m256 lo = _mm256_loadu_ps(w), hi = _mm256_loadu_ps(w + 8);
+    return _mm512_castpd_ps(
+        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+/* ---- bf16 without BF16 dot products, one token (plain mode) ---------------- */
+/* The rows one after another as the f32 one-token rows below, each 32
+ * columns widened by the shift and the mask against the activations split
+ * by kern_split_even_odd32_avx512 (xp), eight accumulators (the even and
+ * the odd halves of the four 32-column chunks of a 128-column step).
+ * Streaming 16 of llama-1b's matrices with the BF16 dot products switched
+ * off (this host's stand-in for AVX-512 CPUs without them), alternating
+ * with the AVX2 4-row blocks that had served the case (they had streamed
+ * 5-15 % faster than these blocks at twice the width): 66.3-66.4 against
+ * 45.3-47.0 GB/s (x1.41, medians of 12 rounds). Its own order:
+ * chunk c of each step onto accumulators (c, even) and (c, odd), the row's
+ * last partial step in masked 32-column chunks, then the eight added as a
+ * tree, one reduction, the columns past the last multiple of 32 in
+ * sequence, then the bias. */
+void kern_bf16_one_rows_avx512(const kern_mat *W, float *y, const float *xp, const float *bias,
+                               int r0, int r1) {
+    int K = W->cols, K32 = K & ~31, K128 = K & ~127;
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    for (int r = r0; r < r1; r++) {
+        const uint16_t *w = (const uint16_t *)W->data + (size_t)r * K;
+        __m512 a[4][2];
+        for (int c = 0; c < 4; c++) a[c][0] = a[c][1] = _mm512_setzero_ps();
+        int k = 0;
+        for (; k < K128; k += 128) {
+            kern_stream_ahead(w + k, 128 * sizeof(uint16_t));
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                __m512i v = _mm512_castps_si512(load_f32x16((const float *)(w + k + 32 * c)));
+                a[c][0] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)),
+                                          _mm512_loadu_ps(xp + k + 32 * c), a[c][0]);
+                a[c][1] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)),
+                                          _mm512_loadu_ps(xp + k + 32 * c + 16), a[c][1]);
+            }
+        }
+        for (int c = 0; k < K32; k += 32, c++) {
+            __m512i v = _mm512_loadu_si512(w + k);
+            a[c][0] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)),
+                                      _mm512_loadu_ps(xp + k), a[c][0]);
+            a[c][1] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)),
+                                      _mm512_loadu_ps(xp + k + 16), a[c][1]);
+        }
+        __m512 s4[4];
+        for (int c = 0; c < 4; c++) s4[c] = _mm512_add_ps(a[c][0], a[c][1]);
+        float s = _mm512_reduce_add_ps(
+            _mm512_add_ps(_mm512_add_ps(s4[0], s4[1]), _mm512_add_ps(s4[2], s4[3])));
+        for (; k < K; k++) s += kern_bf16_to_f32(w[k]) * xp[k];
+        y[r] = s + (bias ? bias[r] : 0.0f);
+    }
+}
+
 /* ---- f32, one token (plain mode) ------------------------------------------ */
 /* As the bf16 one-token rows (matmul_bf16_avx512.c): the rows one after
  * another, one sequential stream per thread with kern_stream_ahead's
@@ -164,11 +222,6 @@ void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, 
  * of 16 columns of each 64-column step onto accumulator c (the row's last
  * partial step in masked chunks, zero past the row), then (a0 + a1) +
  * (a2 + a3), one reduction, then the bias. */
-AI __m512 load_f32x16(const float *w) {
-    __m256 lo = _mm256_loadu_ps(w), hi = _mm256_loadu_ps(w + 8);
-    return _mm512_castpd_ps(
-        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
-}
 
 void kern_f32_one_rows_avx512(const kern_mat *W, float *y, const float *x, const float *bias,
                               int r0, int r1) {
