@@ -441,12 +441,17 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
                       int n) {
     sb_job j = {.W = W, .y = y, .x = x, .bias = bias, .n = n};
     int K = W->cols;
-    if (W->dtype == KT_BF16 && n == 1 && kern_use_avx512()) {
+    /* One token on AVX-512, bf16 and f32: the rows one after another, one
+     * stream per thread, the threads' ends balanced. */
+    if (n == 1 && kern_use_avx512() && W->dtype == KT_BF16) {
         float *xp = kern_scratch(KERN_SCRATCH_ACT, (size_t)K * sizeof(float));
         kern_split_even_odd32_avx512(xp, (size_t)K, x, 1, K);
         j.xp = xp;
-        /* one stream per thread, the threads' ends balanced */
         pool_for(p, sb_bf16_one_rows, &j, W->rows, kern_one_token_grain(KT_BF16, K));
+        return;
+    }
+    if (n == 1 && kern_use_avx512() && W->dtype == KT_F32) {
+        pool_for(p, sb_f32_one_rows, &j, W->rows, kern_one_token_grain(KT_F32, K));
         return;
     }
     if (W->dtype == KT_BF16) {
@@ -462,10 +467,6 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
         else
             split_even_odd(xp, x, n, K);
         j.xp = xp;
-    } else if (W->dtype == KT_F32 && n == 1 && kern_use_avx512()) {
-        /* one stream per thread, the threads' ends balanced */
-        pool_for(p, sb_f32_one_rows, &j, W->rows, kern_one_token_grain(KT_F32, K));
-        return;
     } else if (W->dtype == KT_I8) {
         /* As bf16, n >= 2; batch-invariant mode needs one order for every
          * n, and takes the one that serves batches. */
