@@ -175,10 +175,19 @@ AI __m512 load_f32x16(const float *w) {
  * last partial step in masked 32-column chunks, then the eight added as a
  * tree, one reduction, the columns past the last multiple of 32 in
  * sequence, then the bias. */
+/* 32 bf16 weights (64 bytes, wv) onto a chunk's even and odd accumulators
+ * against the chunk's split activations xp. */
+AI void bf16_one_chunk(__m512 a[2], __m512 wv, const float *xp) {
+    __m512i v = _mm512_castps_si512(wv);
+    __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
+    a[0] = _mm512_fmadd_ps(we, _mm512_loadu_ps(xp), a[0]);
+    a[1] = _mm512_fmadd_ps(wo, _mm512_loadu_ps(xp + 16), a[1]);
+}
+
 void kern_bf16_one_rows_avx512(const kern_mat *W, float *y, const float *xp, const float *bias,
                                int r0, int r1) {
     int K = W->cols, K32 = K & ~31, K128 = K & ~127;
-    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
     for (int r = r0; r < r1; r++) {
         const uint16_t *w = (const uint16_t *)W->data + (size_t)r * K;
         __m512 a[4][2];
@@ -187,21 +196,11 @@ void kern_bf16_one_rows_avx512(const kern_mat *W, float *y, const float *xp, con
         for (; k < K128; k += 128) {
             kern_stream_ahead(w + k, 128 * sizeof(uint16_t));
 #pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) {
-                __m512i v = _mm512_castps_si512(load_f32x16((const float *)(w + k + 32 * c)));
-                a[c][0] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)),
-                                          _mm512_loadu_ps(xp + k + 32 * c), a[c][0]);
-                a[c][1] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)),
-                                          _mm512_loadu_ps(xp + k + 32 * c + 16), a[c][1]);
-            }
+            for (int c = 0; c < 4; c++)
+                bf16_one_chunk(a[c], load_f32x16((const float *)(w + k + 32 * c)), xp + k + 32 * c);
         }
-        for (int c = 0; k < K32; k += 32, c++) {
-            __m512i v = _mm512_loadu_si512(w + k);
-            a[c][0] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)),
-                                      _mm512_loadu_ps(xp + k), a[c][0]);
-            a[c][1] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)),
-                                      _mm512_loadu_ps(xp + k + 16), a[c][1]);
-        }
+        for (int c = 0; k < K32; k += 32, c++)
+            bf16_one_chunk(a[c], load_f32x16((const float *)(w + k)), xp + k);
         __m512 s4[4];
         for (int c = 0; c < 4; c++) s4[c] = _mm512_add_ps(a[c][0], a[c][1]);
         float s = _mm512_reduce_add_ps(
@@ -222,7 +221,6 @@ void kern_bf16_one_rows_avx512(const kern_mat *W, float *y, const float *xp, con
  * of 16 columns of each 64-column step onto accumulator c (the row's last
  * partial step in masked chunks, zero past the row), then (a0 + a1) +
  * (a2 + a3), one reduction, then the bias. */
-
 void kern_f32_one_rows_avx512(const kern_mat *W, float *y, const float *x, const float *bias,
                               int r0, int r1) {
     int K = W->cols, K64 = K & ~63;
