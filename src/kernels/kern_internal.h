@@ -123,7 +123,8 @@ void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const
 void kern_i8_block_starts(int32_t *st, const int8_t *xq, int n, int K);
 /* bf16 weights times 2 to KERN_BF16_FEW_MAX tokens on AVX-512 BF16 (in
  * batch-invariant mode in that mode's order), 16 lanes = 8 tokens x 2
- * pairs, up to three halves of 8 tokens (matmul_bf16_few_avx512.c); xb: the
+ * pairs, up to three halves of 8 tokens, or in plain mode up to
+ * KERN_BF16_DOT_MAX tokens a row at a time (matmul_bf16_few_avx512.c); xb: the
  * tokens' activations rounded to bf16, rows ldx apart, zero from column K
  * to a multiple of 4. */
 #define KERN_BF16_FEW_MAX 24

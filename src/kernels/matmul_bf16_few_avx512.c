@@ -41,10 +41,10 @@
  * tokens one chain per half, then the same. It depends on the shape and on
  * which of the three ranges n is in (up to KERN_BF16_DOT_MAX, then up to 8,
  * from 9), not on the tile, the thread, the number of halves or the
- * token's place. In batch-invariant
- * mode, the order every n takes there (matmul_bf16_avx512.c): per block of
- * KERN_BF16_GEMM_KC columns one chain per lane, the lanes' sums added and
- * the block's sum added onto the output so far, from the bias. */
+ * token's place. In batch-invariant mode, the order every n takes there
+ * (matmul_bf16_avx512.c): per block of KERN_BF16_GEMM_KC columns one chain
+ * per lane, the lanes' sums added and the block's sum added onto the
+ * output so far, from the bias. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -66,7 +66,7 @@ typedef struct few_job {
      * xt[(h * U + u) * 16]: lane 2i + s = token 8h + i's pair 2u + s */
     const uint32_t *xt;
     size_t U;
-    const uint16_t *xb; /* up to 8 tokens in plain mode: their bf16 rows, ldx apart */
+    const uint16_t *xb; /* dot-product form: the tokens' bf16 rows, ldx apart */
     size_t ldx;
     const float *bias;
     int n;
