@@ -24,6 +24,7 @@
  * column tail in sequence — so a token gets the same bits whatever n (from 2),
  * its place in the batch or the thread count. */
 #include "kernels/kern_internal.h"
+#include "kernels/load_avx512.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -153,14 +154,6 @@ void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, 
     }
 }
 
-/* 64 bytes from memory as two 256-bit loads: on the Zen 5 machines here
- * 512-bit loads from memory stream markedly slower (matmul_bf16_avx512.c). */
-AI __m512 load_f32x16(const float *w) {
-    __m256 lo = _mm256_loadu_ps(w), hi = _mm256_loadu_ps(w + 8);
-    return _mm512_castpd_ps(
-        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
-}
-
 /* ---- bf16 without BF16 dot products, one token (plain mode) ---------------- */
 /* The rows one after another as the f32 one-token rows below, each 32
  * columns widened by the shift and the mask against the activations split
@@ -175,10 +168,9 @@ AI __m512 load_f32x16(const float *w) {
  * last partial step in masked 32-column chunks, then the eight added as a
  * tree, one reduction, the columns past the last multiple of 32 in
  * sequence, then the bias. */
-/* 32 bf16 weights (64 bytes, wv) onto a chunk's even and odd accumulators
+/* 32 bf16 weights (64 bytes, v) onto a chunk's even and odd accumulators
  * against the chunk's split activations xp. */
-AI void bf16_one_chunk(__m512 a[2], __m512 wv, const float *xp) {
-    __m512i v = _mm512_castps_si512(wv);
+AI void bf16_one_chunk(__m512 a[2], __m512i v, const float *xp) {
     __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
     a[0] = _mm512_fmadd_ps(we, _mm512_loadu_ps(xp), a[0]);
@@ -197,10 +189,10 @@ void kern_bf16_one_rows_avx512(const kern_mat *W, float *y, const float *xp, con
             kern_stream_ahead(w + k, 128 * sizeof(uint16_t));
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
-                bf16_one_chunk(a[c], load_f32x16((const float *)(w + k + 32 * c)), xp + k + 32 * c);
+                bf16_one_chunk(a[c], kern_load64_halves(w + k + 32 * c), xp + k + 32 * c);
         }
         for (int c = 0; k < K32; k += 32, c++)
-            bf16_one_chunk(a[c], load_f32x16((const float *)(w + k)), xp + k);
+            bf16_one_chunk(a[c], kern_load64_halves(w + k), xp + k);
         __m512 s4[4];
         for (int c = 0; c < 4; c++) s4[c] = _mm512_add_ps(a[c][0], a[c][1]);
         float s = _mm512_reduce_add_ps(
@@ -233,8 +225,8 @@ void kern_f32_one_rows_avx512(const kern_mat *W, float *y, const float *x, const
             kern_stream_ahead(w + k, 64 * sizeof(float));
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
-                a[c] = _mm512_fmadd_ps(load_f32x16(w + k + 16 * c), _mm512_loadu_ps(x + k + 16 * c),
-                                       a[c]);
+                a[c] = _mm512_fmadd_ps(_mm512_castsi512_ps(kern_load64_halves(w + k + 16 * c)),
+                                       _mm512_loadu_ps(x + k + 16 * c), a[c]);
         }
         for (int c = 0; k < K; k += 16, c++) {
             __mmask16 m = K - k >= 16 ? 0xffff : (__mmask16)((1u << (K - k)) - 1);

@@ -38,6 +38,7 @@
  * one while the odd one runs (split), 5-7 % slower than their plain order
  * at 64 and 512 tokens. */
 #include "kernels/kern_internal.h"
+#include "kernels/load_avx512.h"
 
 #include <immintrin.h>
 #include <stdlib.h>
@@ -579,9 +580,7 @@ static void tl_rows(void *ctx, int lo, int hi) {
 /* Bound by streaming the weights, so the rows are read strictly in order:
  * one sequential stream per thread, four accumulators per row (32-column
  * steps in turn) to cover the dot products' latency. The weights are read
- * in 256-bit halves: on the Zen 5 machines here, 512-bit loads from memory
- * stream markedly slower (a plain read of llama-1b's matrices in the model:
- * 48-52 GB/s with 512-bit loads, 60-64 with 256-bit ones). The stream is
+ * in 256-bit halves (kern_load64_halves). The stream is
  * left to the hardware prefetchers but for one touch two pages ahead as it
  * enters a page (kern_page_ahead): streaming llama-1b's matrices 36-38 %
  * faster, its decode 19-23 % (21.3-21.8 against 25.6-26.2 tok/s,
@@ -592,13 +591,6 @@ static void tl_rows(void *ctx, int lo, int hi) {
  * own order: step s of a row goes to accumulator s mod 4; then (a0 + a1) +
  * (a2 + a3), one reduction. */
 #define DP1_CHAINS 4
-
-/* 32 bf16 weights as two 256-bit loads */
-AI __m512bh load_w32(const uint16_t *w) {
-    __m256i lo = _mm256_loadu_si256((const __m256i *)w);
-    __m256i hi = _mm256_loadu_si256((const __m256i *)(w + 16));
-    return (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
 
 static void dp1_rows(void *ctx, int lo, int hi) {
     const dp_job *j = ctx;
@@ -614,7 +606,7 @@ static void dp1_rows(void *ctx, int lo, int hi) {
             kern_stream_ahead(w + k, 128 * sizeof(uint16_t));
 #pragma GCC unroll 4
             for (int c = 0; c < DP1_CHAINS; c++)
-                a[c] = _mm512_dpbf16_ps(a[c], load_w32(w + k + 32 * c),
+                a[c] = _mm512_dpbf16_ps(a[c], (__m512bh)kern_load64_halves(w + k + 32 * c),
                                         (__m512bh)_mm512_loadu_si512(x + k + 32 * c));
         }
         for (int c = 0; k < K; k += 32, c++) { /* the tail, masked; x is zero past K */

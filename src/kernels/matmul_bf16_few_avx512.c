@@ -46,6 +46,7 @@
  * per lane, the lanes' sums added and the block's sum added onto the
  * output so far, from the bias. */
 #include "kernels/kern_internal.h"
+#include "kernels/load_avx512.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -278,9 +279,7 @@ AI void few_dot_row(const few_job *j, const uint16_t *xb, size_t ldx, int r, con
         kern_stream_ahead(w + k, 64 * sizeof(uint16_t));
 #pragma GCC unroll 2
         for (int c = 0; c < 2; c++) {
-            __m256i lo = _mm256_loadu_si256((const __m256i *)(w + k + 32 * c));
-            __m256i hi = _mm256_loadu_si256((const __m256i *)(w + k + 32 * c + 16));
-            __m512bh wv = (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            __m512bh wv = (__m512bh)kern_load64_halves(w + k + 32 * c);
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++)
                 a[t][c] = _mm512_dpbf16_ps(
