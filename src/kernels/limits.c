@@ -15,10 +15,6 @@
 
 #include "base/base.h"
 
-typedef struct bw_job {
-    const uint8_t *buf;
-} bw_job;
-
 __attribute__((target("avx2,fma"))) static double read_avx2(const uint8_t *p, size_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (size_t i = 0; i + 128 <= n; i += 128) {
@@ -54,9 +50,8 @@ static double read_scalar(const uint8_t *p, size_t n) {
  * GB/s where this one read 74-78 with the page touch alone. The lines'
  * non-temporal prefetch adds 0-9 % (median about 3 %) to a plain read. */
 #define BW_GRAIN 16
-static void bw_range(void *ctx, int lo, int hi) {
-    const bw_job *j = ctx;
-    const uint8_t *p = j->buf + (size_t)lo * KERN_PAGE;
+static void bw_range(void *buf, int lo, int hi) {
+    const uint8_t *p = (const uint8_t *)buf + (size_t)lo * KERN_PAGE;
     size_t n = (size_t)(hi - lo) * KERN_PAGE;
     volatile double keep = kern_use_avx2() ? read_avx2(p, n) : read_scalar(p, n);
     (void)keep; /* the loads stay observable */
@@ -69,13 +64,12 @@ double kern_measure_read_bandwidth(pool *p, size_t bytes) {
      * machine streams at best, not what 4 KiB pages allow. */
     uint8_t *buf = di_huge_alloc(bytes);
     memset(buf, 1, bytes); /* every page touched before timing */
-    bw_job j = {.buf = buf};
     int pages = (int)(bytes / KERN_PAGE);
-    pool_for(p, bw_range, &j, pages, BW_GRAIN); /* warm-up */
+    pool_for(p, bw_range, buf, pages, BW_GRAIN); /* warm-up */
     double best = 0;
     for (int rep = 0; rep < 5; rep++) {
         double t0 = di_now();
-        pool_for(p, bw_range, &j, pages, BW_GRAIN);
+        pool_for(p, bw_range, buf, pages, BW_GRAIN);
         double dt = di_now() - t0;
         if (dt > 0 && (double)bytes / dt > best) best = (double)bytes / dt;
     }
