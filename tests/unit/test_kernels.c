@@ -247,10 +247,11 @@ TEST(kern_gemm_avx512_equals_avx2) {
 
 /* Decode batches give each token the same bits whatever the batch size,
  * within each small-batch kernel's range: its row of y is the same at n = 2
- * as among 8, at 12 or 17 as among 24 and at 26 as among 32 (the AVX2 and
- * int8 row blocks serve 2 to KERN_GEMM_MIN_N, with AVX-512 VNNI from
- * KERN_I8_X16_MAX + 1; bf16 on AVX-512 BF16 changes order after 8 tokens
- * and kernel after KERN_BF16_FEW_MAX = 24). Every
+ * to 4 as among 5, at 6 or 7 as among 8, at 12 to 23 as among 24 and at 26
+ * or 31 as among 32 (the AVX2 and int8 row blocks serve 2 to
+ * KERN_GEMM_MIN_N, with AVX-512 VNNI from KERN_I8_X16_MAX + 1; bf16 on
+ * AVX-512 BF16 changes order after KERN_BF16_DOT_MAX = 5 and 8 tokens and
+ * kernel after KERN_BF16_FEW_MAX = 24). Every
  * dtype, columns with and without tails (of 4, 32 and 64 columns), int8 per
  * row and grouped. */
 _Static_assert(KERN_BF16_DOT_MAX == 5, "the ranges below");
@@ -267,9 +268,10 @@ TEST(kern_matmul_batched_decode_independent_of_n) {
             int K = cols[c], group = d == 4 ? 32 : K;
             tmat t = make_mat(d < 4 ? (kern_dtype)d : KT_I8, rows, K, group);
             float *x = malloc((size_t)nmax * K * 4), *y1 = malloc((size_t)nmax * rows * 4);
-            float *ref[4];
+            enum { N_REF = sizeof ref_n / sizeof ref_n[0] };
+            float *ref[N_REF];
             for (int i = 0; i < nmax * K; i++) x[i] = frand();
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < N_REF; i++) {
                 ref[i] = malloc((size_t)nmax * rows * 4);
                 kern_matmul(p, ref[i], x, &t.m, NULL, ref_n[i]);
             }
@@ -282,7 +284,7 @@ TEST(kern_matmul_batched_decode_independent_of_n) {
                 if (memcmp(ref[ref_of[ni]], y1, (size_t)ns[ni] * rows * 4))
                     bad = 1 + ni + 10 * d + 100 * c;
             }
-            for (int i = 0; i < 4; i++) free(ref[i]);
+            for (int i = 0; i < N_REF; i++) free(ref[i]);
             free(x), free(y1);
             free_mat(&t);
         }
