@@ -166,6 +166,18 @@ void kern_bf16_one_rows_avx512(const kern_mat *W, float *y, const float *xp, con
  * (matmul_avx512.c): rows [r0, r1) of y, one after another. */
 void kern_f32_one_rows_avx512(const kern_mat *W, float *y, const float *x, const float *bias,
                               int r0, int r1);
+/* The same two on CPUs with AVX2 but not AVX-512 (matmul_one_avx2.c); xp:
+ * the token's activations split by 16-column blocks into even then odd
+ * columns (x: as they are, for the row's last partial block). */
+void kern_bf16_one_rows_avx2(const kern_mat *W, float *y, const float *x, const float *xp,
+                             const float *bias, int r0, int r1);
+void kern_f32_one_rows_avx2(const kern_mat *W, float *y, const float *x, const float *bias, int r0,
+                            int r1);
+/* int8 weights (kern_i8_blockable) times one token in plain mode on AVX2
+ * (matmul_one_avx2.c): xq, xs the token's activations quantized by
+ * kern_quantize_act. */
+void kern_i8_one_rows_avx2(const kern_mat *W, float *y, const int8_t *xq, const float *xs,
+                           const float *bias, int r0, int r1);
 
 /* Every bf16 matmul on CPUs with AVX-512 BF16 (matmul_bf16_avx512.c):
  * vdpbf16ps on the activations rounded to bf16; one-token rows, the

@@ -24,7 +24,9 @@
  * KERN_I8_X16_MAX tokens the row kernel there on int16 activations
  * (kern_i8_x16_rows_avx512); bf16 and f32 at one token in plain mode
  * stream their rows one after another there (kern_bf16_one_rows_avx512,
- * kern_f32_one_rows_avx512).
+ * kern_f32_one_rows_avx512). Without AVX-512, one token in plain mode
+ * streams its rows one after another too, in 256 bits (matmul_one_avx2.c):
+ * bf16, f32 and int8.
  *
  * bf16 weights are widened two ways per 16 columns: a 32-bit lane holding
  * (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask, so the
@@ -63,7 +65,7 @@ typedef struct sb_job {
     const float *x;  /* n x cols activations (natural order) */
     const float *xp; /* bf16: activations with each 16-block (AVX-512: 32-block) split even/odd */
     size_t ldxp;     /* floats from one token's row of xp to the next */
-    bool avx512;     /* bf16: blocks through kern_sb_rows_bf16_avx512 */
+    bool avx512;     /* bf16 blocks and one-token rows through the AVX-512 kernels */
     bool i8_lanes;   /* int8 with AVX-512 VNNI: tiles of KERN_I8_TILE_ROWS rows */
     const float *bias;
     int n;
@@ -322,14 +324,22 @@ AI void sb_rows(const sb_job *j, int r0, const int R, int t_lo, int n) {
     }
 }
 
-static void sb_bf16_one_rows(void *ctx, int lo, int hi) {
+/* One token, bf16 or f32, plain mode: the rows one after another. */
+static void sb_one_rows(void *ctx, int lo, int hi) {
     const sb_job *j = ctx;
-    kern_bf16_one_rows_avx512(j->W, j->y, j->xp, j->bias, lo, hi);
+    if (j->W->dtype == KT_BF16 && j->avx512)
+        kern_bf16_one_rows_avx512(j->W, j->y, j->xp, j->bias, lo, hi);
+    else if (j->W->dtype == KT_BF16)
+        kern_bf16_one_rows_avx2(j->W, j->y, j->x, j->xp, j->bias, lo, hi);
+    else if (j->avx512)
+        kern_f32_one_rows_avx512(j->W, j->y, j->x, j->bias, lo, hi);
+    else
+        kern_f32_one_rows_avx2(j->W, j->y, j->x, j->bias, lo, hi);
 }
 
-static void sb_f32_one_rows(void *ctx, int lo, int hi) {
+static void sb_i8_one_rows(void *ctx, int lo, int hi) {
     const sb_job *j = ctx;
-    kern_f32_one_rows_avx512(j->W, j->y, j->x, j->bias, lo, hi);
+    kern_i8_one_rows_avx2(j->W, j->y, j->xq, j->xs, j->bias, lo, hi);
 }
 
 static void sb_x16_rows(void *ctx, int lo, int hi) {
@@ -441,17 +451,19 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
                       int n) {
     sb_job j = {.W = W, .y = y, .x = x, .bias = bias, .n = n};
     int K = W->cols;
-    /* One token on AVX-512, bf16 and f32: the rows one after another, one
-     * stream per thread, the threads' ends balanced. */
-    if (n == 1 && kern_use_avx512() && W->dtype == KT_BF16) {
-        float *xp = kern_scratch(KERN_SCRATCH_ACT, (size_t)K * sizeof(float));
-        kern_split_even_odd32_avx512(xp, (size_t)K, x, 1, K);
-        j.xp = xp;
-        pool_for(p, sb_bf16_one_rows, &j, W->rows, kern_one_token_grain(KT_BF16, K));
-        return;
-    }
-    if (n == 1 && kern_use_avx512() && W->dtype == KT_F32) {
-        pool_for(p, sb_f32_one_rows, &j, W->rows, kern_one_token_grain(KT_F32, K));
+    /* One token, bf16 and f32: the rows one after another, one stream per
+     * thread, the threads' ends balanced. */
+    if (n == 1 && (W->dtype == KT_BF16 || W->dtype == KT_F32)) {
+        j.avx512 = kern_use_avx512();
+        if (W->dtype == KT_BF16) {
+            float *xp = kern_scratch(KERN_SCRATCH_ACT, (size_t)K * sizeof(float));
+            if (j.avx512)
+                kern_split_even_odd32_avx512(xp, (size_t)K, x, 1, K);
+            else
+                split_even_odd(xp, x, 1, K);
+            j.xp = xp;
+        }
+        pool_for(p, sb_one_rows, &j, W->rows, kern_one_token_grain(W->dtype, K));
         return;
     }
     if (W->dtype == KT_BF16) {
@@ -490,6 +502,12 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
             kern_quantize_act(xq + (size_t)t * K, xs + (size_t)t * j.nb, x + (size_t)t * K, K);
         j.xq = xq;
         j.xs = xs;
+        /* One token in plain mode (no int16 rows above): the rows one after
+         * another, one stream per thread. */
+        if (n == 1 && !kern_batch_inv()) {
+            pool_for(p, sb_i8_one_rows, &j, W->rows, kern_one_token_grain(KT_I8, K));
+            return;
+        }
         if (j.i8_lanes) {
             int32_t *xst = (int32_t *)(xs + ns);
             kern_i8_block_starts(xst, xq, n, K);
