@@ -166,11 +166,30 @@ void kern_bf16_one_rows_avx512(const kern_mat *W, float *y, const float *xp, con
  * (matmul_avx512.c): rows [r0, r1) of y, one after another. */
 void kern_f32_one_rows_avx512(const kern_mat *W, float *y, const float *x, const float *bias,
                               int r0, int r1);
-/* The same two on CPUs with AVX2 but not AVX-512 (matmul_one_avx2.c); xp:
- * the token's activations split by 16-column blocks into even then odd
- * columns (x: as they are, for the row's last partial block). */
-void kern_bf16_one_rows_avx2(const kern_mat *W, float *y, const float *x, const float *xp,
-                             const float *bias, int r0, int r1);
+/* bf16, f32 and int8 (kern_i8_blockable) weights times 1 to
+ * KERN_ONE_ROWS_MAX tokens in plain mode with AVX2 (matmul_one_avx2.c):
+ * rows [r0, r1) of y, one after another, each weight step read once for
+ * every token. Taken by bf16 and f32 without AVX-512, by int8 where neither
+ * the int16 rows nor the 16-row lanes (matmul_avx512.c, matmul_i8_avx512.c)
+ * do. llama-1b under DEEPINFER_ISA=avx2 on Zen 5, against the 4-row blocks
+ * of matmul_avx2.c: decode at batch 1 bf16 15.2-16.1 -> 20.8-21.9 tok/s,
+ * int8 31.2-32.0 -> 41.2-45.0, f32 8.5-9.4 -> 11.3-12.0 (alternating runs);
+ * batch 2 bf16 29.5 -> 35.5, int8 53.6 -> 56.1; batch 3 bf16 30.6 -> 38.5,
+ * int8 59.2 -> 63.3 (one bench run each). */
+#define KERN_ONE_ROWS_MAX 3
+typedef struct kern_one_rows {
+    const kern_mat *W;
+    float *y; /* n x rows */
+    const float *bias;
+    int n;
+    const float *x;  /* bf16, f32: the tokens' activations, rows cols apart */
+    const float *xp; /* bf16: the same, each 16-column block split into its even then odd columns */
+    size_t ldxp;     /* floats from one token's row of xp to the next */
+    const int8_t *xq; /* int8: the activations quantized by kern_quantize_act, rows cols apart */
+    const float *xs;  /* their block scales, rows nb apart */
+    int nb;
+} kern_one_rows;
+void kern_one_rows_avx2(const kern_one_rows *o, int r0, int r1);
 void kern_f32_one_rows_avx2(const kern_mat *W, float *y, const float *x, const float *bias, int r0,
                             int r1);
 /* int8 weights (kern_i8_blockable) times one token in plain mode on AVX2

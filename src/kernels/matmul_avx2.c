@@ -65,7 +65,7 @@ typedef struct sb_job {
     const float *x;  /* n x cols activations (natural order) */
     const float *xp; /* bf16: activations with each 16-block (AVX-512: 32-block) split even/odd */
     size_t ldxp;     /* floats from one token's row of xp to the next */
-    bool avx512;     /* bf16 blocks and one-token rows through the AVX-512 kernels */
+    bool avx512;     /* bf16: blocks through kern_sb_rows_bf16_avx512 */
     bool i8_lanes;   /* int8 with AVX-512 VNNI: tiles of KERN_I8_TILE_ROWS rows */
     const float *bias;
     int n;
@@ -324,22 +324,32 @@ AI void sb_rows(const sb_job *j, int r0, const int R, int t_lo, int n) {
     }
 }
 
-/* One token, bf16 or f32, plain mode: the rows one after another. */
-static void sb_one_rows(void *ctx, int lo, int hi) {
+/* One token, bf16 or f32, on AVX-512: the rows one after another. */
+static void sb_one_rows_avx512(void *ctx, int lo, int hi) {
     const sb_job *j = ctx;
-    if (j->W->dtype == KT_BF16 && j->avx512)
+    if (j->W->dtype == KT_BF16)
         kern_bf16_one_rows_avx512(j->W, j->y, j->xp, j->bias, lo, hi);
-    else if (j->W->dtype == KT_BF16)
-        kern_bf16_one_rows_avx2(j->W, j->y, j->x, j->xp, j->bias, lo, hi);
-    else if (j->avx512)
-        kern_f32_one_rows_avx512(j->W, j->y, j->x, j->bias, lo, hi);
     else
-        kern_f32_one_rows_avx2(j->W, j->y, j->x, j->bias, lo, hi);
+        kern_f32_one_rows_avx512(j->W, j->y, j->x, j->bias, lo, hi);
 }
 
-static void sb_i8_one_rows(void *ctx, int lo, int hi) {
-    const sb_job *j = ctx;
-    kern_i8_one_rows_avx2(j->W, j->y, j->xq, j->xs, j->bias, lo, hi);
+static void one_rows_avx2(void *ctx, int lo, int hi) {
+    kern_one_rows_avx2(ctx, lo, hi);
+}
+
+/* Up to KERN_ONE_ROWS_MAX tokens in plain mode through the AVX2 rows. */
+static void run_one_rows_avx2(pool *p, const sb_job *j) {
+    kern_one_rows o = {.W = j->W,
+                       .y = j->y,
+                       .bias = j->bias,
+                       .n = j->n,
+                       .x = j->x,
+                       .xp = j->xp,
+                       .ldxp = j->ldxp,
+                       .xq = j->xq,
+                       .xs = j->xs,
+                       .nb = j->nb};
+    pool_for(p, one_rows_avx2, &o, j->W->rows, kern_one_token_grain(j->W->dtype, j->W->cols));
 }
 
 static void sb_x16_rows(void *ctx, int lo, int hi) {
@@ -451,19 +461,26 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
                       int n) {
     sb_job j = {.W = W, .y = y, .x = x, .bias = bias, .n = n};
     int K = W->cols;
-    /* One token, bf16 and f32: the rows one after another, one stream per
-     * thread, the threads' ends balanced. */
-    if (n == 1 && (W->dtype == KT_BF16 || W->dtype == KT_F32)) {
-        j.avx512 = kern_use_avx512();
+    /* A few tokens, bf16 and f32: the rows one after another, one stream
+     * per thread, the threads' ends balanced; on AVX-512 one token. */
+    if (n == 1 && kern_use_avx512() && (W->dtype == KT_BF16 || W->dtype == KT_F32)) {
         if (W->dtype == KT_BF16) {
             float *xp = kern_scratch(KERN_SCRATCH_ACT, (size_t)K * sizeof(float));
-            if (j.avx512)
-                kern_split_even_odd32_avx512(xp, (size_t)K, x, 1, K);
-            else
-                split_even_odd(xp, x, 1, K);
+            kern_split_even_odd32_avx512(xp, (size_t)K, x, 1, K);
             j.xp = xp;
         }
-        pool_for(p, sb_one_rows, &j, W->rows, kern_one_token_grain(W->dtype, K));
+        pool_for(p, sb_one_rows_avx512, &j, W->rows, kern_one_token_grain(W->dtype, K));
+        return;
+    }
+    if (n <= KERN_ONE_ROWS_MAX && !kern_use_avx512() &&
+        (W->dtype == KT_BF16 || W->dtype == KT_F32)) {
+        if (W->dtype == KT_BF16) {
+            float *xp = kern_scratch(KERN_SCRATCH_ACT, (size_t)n * K * sizeof(float));
+            split_even_odd(xp, x, n, K);
+            j.xp = xp;
+            j.ldxp = (size_t)K;
+        }
+        run_one_rows_avx2(p, &j);
         return;
     }
     if (W->dtype == KT_BF16) {
@@ -502,10 +519,10 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
             kern_quantize_act(xq + (size_t)t * K, xs + (size_t)t * j.nb, x + (size_t)t * K, K);
         j.xq = xq;
         j.xs = xs;
-        /* One token in plain mode (no int16 rows above): the rows one after
-         * another, one stream per thread. */
-        if (n == 1 && !kern_batch_inv()) {
-            pool_for(p, sb_i8_one_rows, &j, W->rows, kern_one_token_grain(KT_I8, K));
+        /* A few tokens in plain mode where neither the int16 rows above nor
+         * the 16-row lanes run: the rows one after another. */
+        if (n <= KERN_ONE_ROWS_MAX && !j.i8_lanes && !kern_batch_inv()) {
+            run_one_rows_avx2(p, &j);
             return;
         }
         if (j.i8_lanes) {

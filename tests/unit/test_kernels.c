@@ -276,10 +276,16 @@ TEST(kern_matmul_batched_decode_independent_of_n) {
                 kern_matmul(p, ref[i], x, &t.m, NULL, ref_n[i]);
             }
             for (int ni = 0; ni < 10 && !bad; ni++) {
-                /* int8 up to KERN_I8_X16_MAX tokens with VNNI: its own kernel,
-                 * a token's bits those it gets alone (kern_matmul_i8_int16_rows) */
-                if (t.m.dtype == KT_I8 && kern_use_avx512_vnni() && ns[ni] <= KERN_I8_X16_MAX)
-                    continue;
+                /* A few tokens through the row kernels, in orders of their own
+                 * (kern_matmul_i8_int16_rows, kern_matmul_avx2_rows_independent_
+                 * of_n): int8 up to KERN_I8_X16_MAX tokens with VNNI, up to
+                 * KERN_ONE_ROWS_MAX without; f32 and bf16 up to KERN_ONE_ROWS_MAX
+                 * without AVX-512. */
+                int rows_max = t.m.dtype == KT_I8
+                                   ? (kern_use_avx512_vnni() ? KERN_I8_X16_MAX : KERN_ONE_ROWS_MAX)
+                               : t.m.dtype != KT_F16 && !kern_use_avx512() ? KERN_ONE_ROWS_MAX
+                                                                           : 0;
+                if (ns[ni] <= rows_max) continue;
                 kern_matmul(p, y1, x, &t.m, NULL, ns[ni]);
                 if (memcmp(ref[ref_of[ni]], y1, (size_t)ns[ni] * rows * 4))
                     bad = 1 + ni + 10 * d + 100 * c;
@@ -289,6 +295,39 @@ TEST(kern_matmul_batched_decode_independent_of_n) {
             free_mat(&t);
         }
     pool_free(p);
+    CHECKF(!bad, "a token's row changed with the batch size (code %d)", bad);
+}
+
+/* With AVX2 alone, up to KERN_ONE_ROWS_MAX tokens go through the row
+ * kernels (matmul_one_avx2.c): f32, bf16 and int8 (per row and per group),
+ * rows with and without a partial last step. Each token's outputs are the
+ * same bits at every n from 2 on (bf16 and int8 lay a token alone out
+ * otherwise; f32 alone too). */
+TEST(kern_matmul_avx2_rows_independent_of_n) {
+    kern_init();
+    kern_force_avx2(true);
+    static const int dims[][2] = {{37, 1030}, {20, 2048}, {9, 640}, {7, 352}, {5, 100}, {3, 31}};
+    pool *p = pool_create(2);
+    int bad = 0, nmax = KERN_ONE_ROWS_MAX;
+    for (int s = 0; s < 6 && !bad; s++)
+        for (int d = 0; d < 4 && !bad; d++) {
+            int M = dims[s][0], K = dims[s][1], g = d == 3 && K % 32 == 0 ? 32 : K;
+            tmat t = make_mat(d < 2 ? (kern_dtype)d : KT_I8, M, K, g);
+            float *x = malloc((size_t)nmax * K * 4), *bias = malloc((size_t)M * 4);
+            float *y = malloc((size_t)nmax * M * 4), *all = malloc((size_t)nmax * M * 4);
+            for (int i = 0; i < nmax * K; i++) x[i] = frand();
+            for (int i = 0; i < M; i++) bias[i] = frand();
+            kern_matmul(p, all, x, &t.m, bias, nmax);
+            for (int n = 1; n < nmax && !bad; n++) {
+                kern_matmul(p, y, x, &t.m, bias, n);
+                if ((n > 1 || d == 0) && memcmp(y, all, (size_t)n * M * 4))
+                    bad = 1 + n + 10 * d + 100 * s;
+            }
+            free(x), free(bias), free(y), free(all);
+            free_mat(&t);
+        }
+    pool_free(p);
+    kern_force_avx2(false);
     CHECKF(!bad, "a token's row changed with the batch size (code %d)", bad);
 }
 
