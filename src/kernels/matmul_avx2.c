@@ -24,9 +24,9 @@
  * KERN_I8_X16_MAX tokens the row kernel there on int16 activations
  * (kern_i8_x16_rows_avx512); bf16 and f32 at one token in plain mode
  * stream their rows one after another there (kern_bf16_one_rows_avx512,
- * kern_f32_one_rows_avx512). Without AVX-512, one token in plain mode
- * streams its rows one after another too, in 256 bits (matmul_one_avx2.c):
- * bf16, f32 and int8.
+ * kern_f32_one_rows_avx512). With AVX2 alone up to KERN_ONE_ROWS_MAX tokens
+ * in plain mode stream the rows one after another too, in 256 bits
+ * (matmul_one_avx2.c): bf16, f32 and int8.
  *
  * bf16 weights are widened two ways per 16 columns: a 32-bit lane holding
  * (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask, so the
@@ -461,8 +461,8 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
                       int n) {
     sb_job j = {.W = W, .y = y, .x = x, .bias = bias, .n = n};
     int K = W->cols;
-    /* A few tokens, bf16 and f32: the rows one after another, one stream
-     * per thread, the threads' ends balanced; on AVX-512 one token. */
+    /* One token on AVX-512, bf16 and f32: the rows one after another, one
+     * stream per thread, the threads' ends balanced. */
     if (n == 1 && kern_use_avx512() && (W->dtype == KT_BF16 || W->dtype == KT_F32)) {
         if (W->dtype == KT_BF16) {
             float *xp = kern_scratch(KERN_SCRATCH_ACT, (size_t)K * sizeof(float));
@@ -470,17 +470,6 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
             j.xp = xp;
         }
         pool_for(p, sb_one_rows_avx512, &j, W->rows, kern_one_token_grain(W->dtype, K));
-        return;
-    }
-    if (n <= KERN_ONE_ROWS_MAX && !kern_use_avx512() &&
-        (W->dtype == KT_BF16 || W->dtype == KT_F32)) {
-        if (W->dtype == KT_BF16) {
-            float *xp = kern_scratch(KERN_SCRATCH_ACT, (size_t)n * K * sizeof(float));
-            split_even_odd(xp, x, n, K);
-            j.xp = xp;
-            j.ldxp = (size_t)K;
-        }
-        run_one_rows_avx2(p, &j);
         return;
     }
     if (W->dtype == KT_BF16) {
@@ -519,17 +508,19 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
             kern_quantize_act(xq + (size_t)t * K, xs + (size_t)t * j.nb, x + (size_t)t * K, K);
         j.xq = xq;
         j.xs = xs;
-        /* A few tokens in plain mode where neither the int16 rows above nor
-         * the 16-row lanes run: the rows one after another. */
-        if (n <= KERN_ONE_ROWS_MAX && !j.i8_lanes && !kern_batch_inv()) {
-            run_one_rows_avx2(p, &j);
-            return;
-        }
         if (j.i8_lanes) {
             int32_t *xst = (int32_t *)(xs + ns);
             kern_i8_block_starts(xst, xq, n, K);
             j.xst = xst;
         }
+    }
+    /* A few tokens in plain mode with AVX2 (bf16 and f32 without AVX-512,
+     * int8 where neither the int16 rows above nor the 16-row lanes run):
+     * the rows one after another, one stream per thread. */
+    if (n <= KERN_ONE_ROWS_MAX && W->dtype != KT_F16 && !kern_batch_inv() &&
+        (W->dtype == KT_I8 ? !j.i8_lanes : !kern_use_avx512())) {
+        run_one_rows_avx2(p, &j);
+        return;
     }
     size_t tok_bytes = W->dtype == KT_I8 ? (size_t)K + (size_t)j.nb * 4 : (size_t)K * 4;
     size_t tile = SB_TILE_BYTES / tok_bytes;
