@@ -134,7 +134,7 @@ void kern_i8_block_starts(int32_t *st, const int8_t *xq, int n, int K);
  * bytes of L1 beside the weight stream: kern_bf16_dot_max(cols) is the
  * most tokens that take it for rows of `cols`. */
 #define KERN_BF16_DOT_MAX 5
-#define KERN_BF16_DOT_CAP 6
+#define KERN_BF16_DOT_CAP 8
 #define KERN_BF16_DOT_L1  (32 << 10)
 static inline int kern_bf16_dot_max(int cols) {
     long fit = KERN_BF16_DOT_L1 / (2L * (cols > 0 ? cols : 1));

