@@ -124,24 +124,13 @@ void kern_i8_block_starts(int32_t *st, const int8_t *xq, int n, int K);
 /* bf16 weights times 2 to KERN_BF16_FEW_MAX tokens on AVX-512 BF16 (in
  * batch-invariant mode in that mode's order), 16 lanes = 8 tokens x 2
  * pairs, up to three halves of 8 tokens, or in plain mode up to
- * kern_bf16_dot_max(cols) tokens a row at a time (matmul_bf16_few_avx512.c); xb: the
+ * KERN_BF16_DOT_MAX tokens a row at a time (matmul_bf16_few_avx512.c); xb: the
  * tokens' activations rounded to bf16, rows ldx apart, zero from column K
  * to a multiple of 4. */
 #define KERN_BF16_FEW_MAX 24
-/* In plain mode up to KERN_BF16_DOT_MAX of those tokens take the kernel's
- * dot-product form instead, a row at a time (its own order), and up to
- * KERN_BF16_DOT_CAP where their bf16 activations fit in KERN_BF16_DOT_L1
- * bytes of L1 beside the weight stream: kern_bf16_dot_max(cols) is the
- * most tokens that take it for rows of `cols`. */
+/* In plain mode up to this many of those tokens take the kernel's
+ * dot-product form instead, a row at a time (its own order). */
 #define KERN_BF16_DOT_MAX 5
-#define KERN_BF16_DOT_CAP 8
-#define KERN_BF16_DOT_L1  (32 << 10)
-static inline int kern_bf16_dot_max(int cols) {
-    long fit = KERN_BF16_DOT_L1 / (2L * (cols > 0 ? cols : 1));
-    return fit > KERN_BF16_DOT_CAP   ? KERN_BF16_DOT_CAP
-           : fit < KERN_BF16_DOT_MAX ? KERN_BF16_DOT_MAX
-                                     : (int)fit;
-}
 void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
                           const float *bias, int n);
 /* bf16 weights times one token in batch-invariant mode on AVX-512 BF16, in

@@ -31,7 +31,7 @@
  * rounds) 504-551 and 642-652 GFLOP/s against 439-470 and 526-556. The
  * kernel streams at about 90 % of the one-token rows' rate up to 8 tokens.
  *
- * Up to kern_bf16_dot_max(K) tokens in plain mode the kernel takes a
+ * Up to KERN_BF16_DOT_MAX tokens in plain mode the kernel takes a
  * dot-product form instead (few_dot_row, below), a row at a time.
  *
  * The order of the sums (its own, as every plain-mode kernel's): up to 8
@@ -39,7 +39,7 @@
  * with its even-pair and odd-pair lanes; at the row's end the two chains
  * added, then the bias, the even-pair lane and the odd-pair lane. From 9
  * tokens one chain per half, then the same. It depends on the shape and on
- * which of the three ranges n is in (up to kern_bf16_dot_max(K), then up to 8,
+ * which of the three ranges n is in (up to KERN_BF16_DOT_MAX, then up to 8,
  * from 9), not on the tile, the thread, the number of halves or the
  * token's place. In batch-invariant mode, the order every n takes there
  * (matmul_bf16_avx512.c): per block of KERN_BF16_GEMM_KC columns one chain
@@ -252,24 +252,21 @@ AI void few_rows_inv(const few_job *j, int r0, const int R, const int H) {
     }
 }
 
-/* Up to kern_bf16_dot_max(K) tokens in plain mode, one row at a time,
+/* Up to KERN_BF16_DOT_MAX tokens in plain mode, one row at a time,
  * dot-product style: each 32-column step of the row (one 64-byte read of
  * the weights, two 256-bit loads) goes into one vdpbf16ps per token against
  * the token's bf16 activations, two chains per token (the even and the odd
  * steps); no broadcasts. The rows stream one after another, with
  * kern_stream_ahead's prefetches. Streaming llama-1b's 65 matrices,
  * alternating with the 8 x 2 lanes below (medians of 8 rounds): 2 tokens
- * 71 against 42 GB/s (x1.6), 3 x1.38, 4 x1.41, 5 x1.04; at 6 to 8 tokens
- * 0.93, 0.88, 0.85 over all of them, but by shape: rows of 2048 columns at
- * 8 tokens 1.04-1.08, rows of 8192 0.54 (each token's activations are read
- * once per row, and 8 tokens of 8192 columns, 128 KiB, come from L2). So
- * from 6 to 8 tokens only where the tokens' activations fit in
- * KERN_BF16_DOT_L1: the 65 matrices at 6 tokens 1.17, 7 1.14, 8 1.00-1.02
- * against the lanes (medians of 10). Its order, per (row, token): the even
- * steps onto one accumulator and the odd ones onto another, the row's last
- * partial step masked onto the chain its parity gives, the two added,
- * reduced, plus the bias; the same for every n that takes it. */
-_Static_assert(KERN_BF16_DOT_CAP <= 8, "few_dot_row holds 8 tokens' accumulators");
+ * 71 against 42 GB/s (x1.6), 3 x1.38, 4 x1.41, 5 x1.04; 6 0.93, 7 0.88, 8
+ * 0.85 (the lanes' one broadcast a row per step serves 8 tokens; here each
+ * token's activations are a load of their own). Its order, per (row,
+ * token): the even steps onto one accumulator and the odd ones onto
+ * another, the row's last partial step masked onto the chain its parity
+ * gives, the two added, reduced, plus the bias; the same for every n up to
+ * KERN_BF16_DOT_MAX. */
+_Static_assert(KERN_BF16_DOT_MAX <= 8, "few_dot_row holds 8 tokens' accumulators");
 AI void few_dot_row(const few_job *j, const uint16_t *xb, size_t ldx, int r, const int T) {
     const kern_mat *W = j->W;
     int K = W->cols, K64 = K & ~63, M = W->rows;
@@ -328,9 +325,6 @@ static void few_dot_range(void *ctx, int lo, int hi) {
         CASE(3)
         CASE(4)
         CASE(5)
-        CASE(6)
-        CASE(7)
-        CASE(8)
 #undef CASE
     default:
         break;
@@ -347,7 +341,7 @@ static void few_range(void *ctx, int lo, int hi) {
 
 void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
                           const float *bias, int n) {
-    if (n <= kern_bf16_dot_max(W->cols) && !kern_batch_inv()) {
+    if (n <= KERN_BF16_DOT_MAX && !kern_batch_inv()) {
         few_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n};
         pool_for(p, few_dot_range, &j, W->rows, kern_one_token_grain(KT_BF16, W->cols));
         return;
