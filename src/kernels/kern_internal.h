@@ -190,13 +190,6 @@ typedef struct kern_one_rows {
     int nb;
 } kern_one_rows;
 void kern_one_rows_avx2(const kern_one_rows *o, int r0, int r1);
-void kern_f32_one_rows_avx2(const kern_mat *W, float *y, const float *x, const float *bias, int r0,
-                            int r1);
-/* int8 weights (kern_i8_blockable) times one token in plain mode on AVX2
- * (matmul_one_avx2.c): xq, xs the token's activations quantized by
- * kern_quantize_act. */
-void kern_i8_one_rows_avx2(const kern_mat *W, float *y, const int8_t *xq, const float *xs,
-                           const float *bias, int r0, int r1);
 
 /* Every bf16 matmul on CPUs with AVX-512 BF16 (matmul_bf16_avx512.c):
  * vdpbf16ps on the activations rounded to bf16; one-token rows, the

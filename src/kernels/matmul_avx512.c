@@ -4,7 +4,8 @@
  * single stream per thread, 256-bit loads; below) for bf16 without BF16
  * dot products, f32, and int8 up to KERN_I8_X16_MAX tokens. matmul_avx2.c
  * walks the rows and tokens and calls these in place of its own 8-lane
- * blocks; int8 from two tokens has its own kernel (matmul_i8_avx512.c).
+ * blocks; int8 from KERN_I8_X16_MAX + 1 tokens has its own kernel
+ * (matmul_i8_avx512.c).
  * Batched decode is bound by the arithmetic as much as by the memory
  * stream: streaming a llama-1b's matrices at n = 8, the bf16 blocks ran
  * about 1.1-1.2x the AVX2 blocks' rate.

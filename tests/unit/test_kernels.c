@@ -301,8 +301,8 @@ TEST(kern_matmul_batched_decode_independent_of_n) {
 /* With AVX2 alone, up to KERN_ONE_ROWS_MAX tokens go through the row
  * kernels (matmul_one_avx2.c): f32, bf16 and int8 (per row and per group),
  * rows with and without a partial last step. Each token's outputs are the
- * same bits at every n from 2 on (bf16 and int8 lay a token alone out
- * otherwise; f32 alone too). */
+ * same bits at every n from 2 on, and for f32 alone too (bf16 and int8
+ * take a layout of their own for a token alone). */
 TEST(kern_matmul_avx2_rows_independent_of_n) {
     kern_init();
     kern_force_avx2(true);
