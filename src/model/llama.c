@@ -109,10 +109,8 @@ static void attn_task(void *ctx, int task, int n_tasks) {
     attn_job *j = ctx;
     const model_config *c = &j->m->cfg;
     int nkv = c->n_kv_heads, hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
-    size_t qd = (size_t)c->n_heads * hd, kv_dim = (size_t)nkv * hd, ml = (size_t)j->max_span;
-    size_t E = (size_t)model_kv_entry_floats(j->m, j->l);
+    size_t qd = (size_t)c->n_heads * hd, ml = (size_t)j->max_span;
     kern_dtype kt = model_kv_step_dtype(j->st);
-    size_t es = kern_dtype_size(kt);
     float scale = 1.0f / sqrtf((float)hd);
     float *sc = j->scratch + (size_t)task * j->task_floats;
     float *qb = sc + (size_t)j->max_rows * ml, *ob = qb + (size_t)j->max_rows * hd;
@@ -133,8 +131,9 @@ static void attn_task(void *ctx, int task, int n_tasks) {
             q = qb, o = ob;
         }
         for (int i = 0, run; i < span; i += run) {
-            const char *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, span - i, &run);
-            kern_dot_heads(sc + i, ml, q, rows, e + (size_t)kh * hd * es, kt, E, run, hd);
+            size_t stride;
+            const void *k = model_kv_run(j->m, j->st, j->l, b, s0 + i, span - i, kh, &run, &stride);
+            kern_dot_heads(sc + i, ml, q, rows, k, kt, stride, run, hd);
         }
         for (int i = 0; i < nt; i++) {
             int pos = j->st->pos[t0 + i];
@@ -148,9 +147,10 @@ static void attn_task(void *ctx, int task, int n_tasks) {
         }
         memset(o, 0, sizeof(float) * (size_t)rows * hd);
         for (int i = 0, run; i < span; i += run) {
-            const char *e = model_kv_run(j->m, j->st, j->l, b, s0 + i, span - i, &run);
-            kern_axpy_heads(o, (size_t)hd, sc + i, ml, rows, e + (kv_dim + (size_t)kh * hd) * es,
-                            kt, E, run, hd);
+            size_t stride;
+            const void *v =
+                model_kv_run(j->m, j->st, j->l, b, s0 + i, span - i, nkv + kh, &run, &stride);
+            kern_axpy_heads(o, (size_t)hd, sc + i, ml, rows, v, kt, stride, run, hd);
         }
         if (nt > 1)
             for (int i = 0; i < nt; i++)

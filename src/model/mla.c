@@ -121,7 +121,6 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
     }
     int nh = hb - ha;
     size_t lora = (size_t)d->lora, ml = (size_t)c->max_ctx;
-    size_t E = (size_t)model_kv_entry_floats(c->m, c->l);
     kern_dtype kt = model_kv_step_dtype(c->st);
     /* a head's query laid out as a cache entry: the latent part, then the
      * rope part, so one dot product per (head, position) covers both */
@@ -133,8 +132,9 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
                sizeof(float) * (size_t)d->rope);
     }
     for (int j = 0, run; j < C; j += run) {
-        const void *e = model_kv_run(c->m, c->st, c->l, b, s0 + j, C - j, &run);
-        kern_dot_heads(sc + j, ml, qh, nh, e, kt, E, run, (int)qe);
+        size_t stride;
+        const void *e = model_kv_run(c->m, c->st, c->l, b, s0 + j, C - j, 0, &run, &stride);
+        kern_dot_heads(sc + j, ml, qh, nh, e, kt, stride, run, (int)qe);
     }
     for (int h = 0; h < nh; h++) {
         float *sh = sc + h * ml;
@@ -142,9 +142,10 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
         memset(c->olat + ((size_t)(ha + h) * c->na + i) * lora, 0, sizeof(float) * lora);
     }
     for (int j = 0, run; j < C; j += run) {
-        const void *e = model_kv_run(c->m, c->st, c->l, b, s0 + j, C - j, &run);
+        size_t stride;
+        const void *e = model_kv_run(c->m, c->st, c->l, b, s0 + j, C - j, 0, &run, &stride);
         kern_axpy_heads(c->olat + ((size_t)ha * c->na + i) * lora, (size_t)c->na * lora, sc + j, ml,
-                        nh, e, kt, E, run, d->lora);
+                        nh, e, kt, stride, run, d->lora);
     }
     if (c->fused) /* out_h = W_uv o_lat */
         for (int h = ha; h < hb; h++)

@@ -123,9 +123,13 @@ typedef struct model_batch_seq {
  * (copy-on-write when a forked sequence writes into a shared block). */
 void model_kv_copy_block(model_kv_pool *kv, int dst, int src);
 /* A block's memory: model_kv_block_bytes, every full-attention layer (main
- * and MTP) layer-major, [layer][position][entry] (the KV store persists and
- * restores blocks through it). NULL for an id outside the pool. */
+ * and MTP) layer-major, each layer part-major, [layer][part][position][part's
+ * elements] (kvcache.c; the KV store persists and restores blocks through
+ * it). NULL for an id outside the pool. */
 void *model_kv_block_data(model_kv_pool *kv, int block);
+/* Names that layout. Stored blocks are only valid for the layout they were
+ * written in, so it is part of a KV store's fingerprint. */
+#define MODEL_KV_LAYOUT "part-major"
 /* The block's layer segments in that order: byte offset and size of each
  * full-attention layer within a block, at most max of them. Returns how many
  * there are (may exceed max: then only max were written). */

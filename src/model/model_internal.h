@@ -225,18 +225,23 @@ kern_dtype model_kv_step_dtype(const model_step *st);
 /* Stores the entry of step token t for layer l (paged block for full layers,
  * step staging for sliding-window layers), rounded to the KV dtype. */
 void model_kv_put(model *m, const model_step *st, int l, int t, const float *entry);
-/* The entry of batch sequence b at absolute position pos for layer l: the
- * cache for earlier positions, this step's entries for new ones. Valid for
- * every pos < n_past + n_tokens on full layers, and for the last
- * sliding_window positions before each of the step's tokens on SWA layers. */
-const void *model_kv_get(model *m, const model_step *st, int l, int b, int pos);
-/* model_kv_get's entry as f32 values (model_kv_entry_floats of them). */
+/* The entry of batch sequence b at absolute position pos for layer l as f32
+ * values (model_kv_entry_floats of them): the cache for earlier positions,
+ * this step's entries for new ones. Valid for every pos < n_past + n_tokens
+ * on full layers, and for the last sliding_window positions before each of
+ * the step's tokens on SWA layers. */
 void model_kv_read(model *m, const model_step *st, int l, int b, int pos, float *out);
-/* The same entries as model_kv_get, a run at a time: returns the entry of
- * position pos and sets *n (1..want) to how many consecutive positions follow
- * it in memory, one model_kv_entry_floats(l) apart. Lets attention loop over
- * plain arrays instead of calling model_kv_get per position. */
-const void *model_kv_run(model *m, const model_step *st, int l, int b, int pos, int want, int *n);
+/* What attention reads of an entry, as separate rows of
+ * model_kv_entry_floats(l) / model_kv_parts(l) elements: GQA 2 x n_kv_heads
+ * parts (K of each kv head, then V of each); MLA one (latent, then k_pe). */
+int model_kv_parts(const model *m, int l);
+/* Part `part` of the same entries as model_kv_read, a run at a time, in
+ * place: returns the part's row at position pos and sets *n (1..want) to how
+ * many consecutive positions' rows follow it in memory, *stride elements
+ * apart (a part's width in the paged pool, a whole entry in ring buffers and
+ * step staging). Lets attention loop over plain arrays. */
+const void *model_kv_run(model *m, const model_step *st, int l, int b, int pos, int want, int part,
+                         int *n, size_t *stride);
 /* After layer l's attention: moves staged sliding-window entries into the
  * sequences' ring buffers. No-op for full layers. */
 void model_kv_commit(model *m, const model_step *st, int l);

@@ -473,14 +473,19 @@ TEST(forward_bf16_kv_cache) {
             }
         }
         int E = model_kv_entry_floats(m[0], 0), win = m[0]->cfg.sliding_window, bad = 0;
+        float *e0 = malloc(sizeof(float) * (size_t)E), *e1 = malloc(sizeof(float) * (size_t)E);
         for (int pos = m[0]->cfg.layer_swa[0] ? n - win : 0; pos < n; pos++) {
             model_batch_seq bs[2] = {{.seq = &s[0]}, {.seq = &s[1]}};
             model_step st0 = {.kv = kv[0], .batch = &bs[0], .n_batch = 1};
             model_step st1 = {.kv = kv[1], .batch = &bs[1], .n_batch = 1};
-            const float *e0 = model_kv_get(m[0], &st0, 0, 0, pos);
-            const uint16_t *e1 = model_kv_get(m[1], &st1, 0, 0, pos);
-            for (int i = 0; i < E; i++) bad += e1[i] != kern_f32_to_bf16(e0[i]);
+            model_kv_read(m[0], &st0, 0, 0, pos, e0);
+            model_kv_read(m[1], &st1, 0, 0, pos, e1);
+            for (int i = 0; i < E; i++)
+                bad += kern_f32_to_bf16(e1[i]) != kern_f32_to_bf16(e0[i]) ||
+                       e1[i] != kern_bf16_to_f32(kern_f32_to_bf16(e1[i]));
         }
+        free(e0);
+        free(e1);
         CHECKF(!bad, "%s: %d layer-0 entries are not the f32 ones rounded", names[p], bad);
         double d = row_rel_diff(lg[0], lg[1], n, V);
         CHECKF(d < 3e-2, "%s: bf16 KV logits %.3g from the f32 KV ones", names[p], d);
