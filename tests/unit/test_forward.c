@@ -430,7 +430,9 @@ TEST(forward_threads_agree) {
 /* A bf16 KV cache (the default with bf16 weights): half the block bytes;
  * layer 0's entries (which no attention feeds) are the f32 cache's rounded
  * to bf16, bit for bit, in the pool and in sliding-window rings alike; the
- * logits stay within bf16 error of the f32 cache's. */
+ * logits stay within bf16 error of the f32 cache's. In the pool, each part
+ * of the entries (a kv head's K or V, MLA's whole entry) is one contiguous
+ * run of a block's positions. */
 TEST(forward_bf16_kv_cache) {
     static const char *names[] = {"llama3-tiny", "mistral-tiny", "dsv3-tiny", "hybrid-tiny"};
     for (int p = 0; p < 4; p++) {
@@ -483,6 +485,23 @@ TEST(forward_bf16_kv_cache) {
             for (int i = 0; i < E; i++)
                 bad += kern_f32_to_bf16(e1[i]) != kern_f32_to_bf16(e0[i]) ||
                        e1[i] != kern_bf16_to_f32(kern_f32_to_bf16(e1[i]));
+        }
+        if (!m[0]->cfg.layer_swa[0]) { /* the pool: each part's rows one contiguous run */
+            model_batch_seq bs = {.seq = &s[0]};
+            model_step st = {.kv = kv[0], .batch = &bs, .n_batch = 1};
+            int parts = model_kv_parts(m[0], 0), width = E / parts;
+            for (int q = 0; q < parts; q++) {
+                int run;
+                size_t stride;
+                const float *r = model_kv_run(m[0], &st, 0, 0, 0, n, q, &run, &stride);
+                CHECK(run == n && stride == (size_t)width);
+                for (int pos = 0; pos < n; pos++) {
+                    model_kv_read(m[0], &st, 0, 0, pos, e0);
+                    bad += memcmp(r + (size_t)pos * width, e0 + q * width,
+                                  sizeof(float) * (size_t)width) != 0;
+                }
+            }
+            CHECKF(!bad, "%s: %d rows of parts differ from the entries", names[p], bad);
         }
         free(e0);
         free(e1);
