@@ -24,7 +24,7 @@
 #include "kernels/hsum_avx2.h"
 
 #define AI         static inline __attribute__((always_inline))
-#define ROWS_AHEAD 16 /* cached rows prefetched ahead (want_prefetch) */
+#define ROWS_AHEAD 16 /* cached rows prefetched ahead (prefetch_row) */
 
 /* 16 elements of row storage from element k: f32, or bf16 widened. */
 AI __m512 load16(const void *p, size_t k, const bool bf) {
@@ -122,20 +122,17 @@ AI void dot4x4(float *out, size_t ld, const float *a, int h0, const void *b, con
     }
 }
 
-/* Whether the attention helpers prefetch the rows they walk: when the rows
- * lie a whole cache entry apart (sliding-window rings: every head's K and V
- * of a token between them), a stride the hardware prefetchers do not follow,
- * and when they are short (a kv head's keys or values, 256 bytes a token in
- * bf16), which they do not fetch far enough ahead: llama-1b's 16 layers at
- * 512 positions took 1.8-1.9 ms a token on two threads without, 1.44-1.5
- * with (harness). Long dense rows (MLA's latent entries, 1 KiB and more)
- * stream by themselves, and prefetching them stalls. Into L2 (T1): the loads
- * that follow need no L1 miss slots held for the prefetches. */
-AI bool want_prefetch(size_t stride, int n, size_t esize) {
-    return stride >= 4 * (size_t)n || (size_t)n * esize <= 512;
-}
-
-/* Row i of b, all n elements of esize bytes, towards L2. */
+/* The attention helpers prefetch the rows they walk, ROWS_AHEAD rows ahead,
+ * into L2 (T1: the loads that follow need no L1 miss slots held for the
+ * prefetches). Sliding-window rings keep whole entries side by side (a
+ * head's rows a page apart for a 1B-scale model), a stride the hardware
+ * prefetchers do not follow; and they fetch a kv head's contiguous 256-byte
+ * rows (bf16) or MLA's 576-element latent rows not far enough ahead either:
+ * llama-1b's 16 layers at 512 positions took 1.44-1.5 ms a token on two
+ * threads with, ~2.2 without (harness); dsv3-1b decode at 6,400 positions,
+ * attention time against the matmuls' 0.28-0.30 with, 0.34-0.36 without.
+ *
+ * prefetch_row: row i of b, all n elements of esize bytes. */
 AI void prefetch_row(const void *b, size_t stride, int i, int n, size_t esize) {
     const char *r = (const char *)b + (size_t)i * stride * esize;
     for (size_t k = 0; k < (size_t)n * esize; k += 64) _mm_prefetch(r + k, _MM_HINT_T1);
@@ -144,12 +141,11 @@ AI void prefetch_row(const void *b, size_t stride, int i, int n, size_t esize) {
 AI void dot_heads(float *out, size_t ld, const float *a, int n_a, const void *b, const bool bf,
                   size_t stride, int m, int n) {
     size_t esize = bf ? 2 : 4;
-    bool ahead = want_prefetch(stride, n, esize);
     int h = 0;
     for (; n % 16 == 0 && h + 4 <= n_a; h += 4) {
         int i = 0;
         for (; i + 4 <= m; i += 4) {
-            if (ahead && h == 0 && i + ROWS_AHEAD + 4 <= m)
+            if (h == 0 && i + ROWS_AHEAD + 4 <= m)
                 for (int r = 0; r < 4; r++) prefetch_row(b, stride, i + ROWS_AHEAD + r, n, esize);
             dot4x4(out, ld, a, h, b, bf, stride, i, n);
         }
@@ -176,7 +172,6 @@ void kern_dot_heads_avx512(float *out, size_t ld, const float *a, int n_a, const
 /* Heads [h0, h0 + H) (H <= 4), columns [c, c + 64). */
 AI void axpy64(float *y, size_t ldy, const float *a, size_t lda, int h0, const int H, const void *x,
                const bool bf, size_t stride, int m, int c, int n) {
-    bool ahead = c == 0 && want_prefetch(stride, n, bf ? 2 : 4); /* the whole row, once */
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int h = 0; h < H; h++)
@@ -184,7 +179,8 @@ AI void axpy64(float *y, size_t ldy, const float *a, size_t lda, int h0, const i
         for (int v = 0; v < 4; v++) acc[h][v] = _mm512_loadu_ps(y + (h0 + h) * ldy + c + 16 * v);
     for (int i = 0; i < m; i++) {
         size_t r = (size_t)i * stride + c;
-        if (ahead && i + ROWS_AHEAD < m) prefetch_row(x, stride, i + ROWS_AHEAD, n, bf ? 2 : 4);
+        if (c == 0 && i + ROWS_AHEAD < m) /* the whole row, once */
+            prefetch_row(x, stride, i + ROWS_AHEAD, n, bf ? 2 : 4);
         __m512 xv[4];
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) xv[v] = load16(x, r + 16 * v, bf);
