@@ -147,7 +147,7 @@ kvs *engine_kv_store_open(model *m, const char *model_dir, const char *dtype_tag
                       .n_layers = n,
                       .layer_off = off,
                       .layer_bytes = bytes};
-    char tag[128]; /* what the entries hold depends on both, where they lie on the layout */
+    char tag[128]; /* what the entries hold depends on both; where they lie on the layout */
     snprintf(tag, sizeof tag, "%s/kv-%s/%s", dtype_tag, model_kv_dtype_name(m), MODEL_KV_LAYOUT);
     if (kvs_fingerprint_model(model_dir, tag, lay.block_bytes, &lay.fingerprint, err)) return NULL;
     return kvs_open(store_dir, &lay, ko, err);

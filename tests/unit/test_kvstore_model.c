@@ -22,12 +22,11 @@ enum { PROMPT = 300, GEN = 6, MAXL = 64 };
 
 /* The pool block's segments: every full-attention layer (main and MTP),
  * layer-major, 128 entries each (kvcache.c's layout). */
-static int full_layers(const model *m, int *ids, size_t *off, size_t *bytes) {
+static int full_layers(const model *m, size_t *off, size_t *bytes) {
     int n = 0;
     size_t o = 0;
     for (int l = 0; l < m->cfg.n_layers + m->cfg.num_nextn_predict_layers && n < MAXL; l++) {
         if (m->cfg.layer_swa[l]) continue;
-        ids[n] = l;
         off[n] = o;
         bytes[n] = (size_t)MODEL_KV_BLOCK * model_kv_entry_bytes(m, l);
         o += bytes[n++];
@@ -35,7 +34,7 @@ static int full_layers(const model *m, int *ids, size_t *off, size_t *bytes) {
     return o == model_kv_block_bytes(m) ? n : -1;
 }
 
-/* Layer k's region of the block holding pos (a whole block's positions). */
+/* The layer segment at byte offset off of the block that holds pos. */
 static char *region(model_kv_pool *kv, model_seq *s, size_t off, int pos) {
     return (char *)model_kv_block_data(kv, s->blocks[pos / 128]) + off;
 }
@@ -77,9 +76,8 @@ TEST(kvstore_model_restart_same_greedy_output) {
     di_err err;
     model *m = model_load(dir, &mo, &err);
     CHECKF(m, "%s", err.msg);
-    int ids[MAXL];
     size_t off[MAXL], bytes[MAXL];
-    int nl = full_layers(m, ids, off, bytes);
+    int nl = full_layers(m, off, bytes);
     CHECK(nl > 0);
     size_t off2[MAXL], bytes2[MAXL]; /* model.h's accessor agrees with the hand-made layout */
     CHECK(model_kv_block_layout(m, off2, bytes2, MAXL) == nl);
