@@ -2,13 +2,14 @@
  * all measured in the same run. Read bandwidth and FMA peak come first; then
  * prefill of --prompt-len tokens (fraction of FMA peak: the FLOPs the
  * prefill really does — matmuls, the output head for the last token only,
- * attention over the causal context — / time / peak), decode at batch 1 (fraction of the bandwidth
- * roofline: bandwidth / weight bytes read per token, active experts only for MoE), and decode at
- * batch B (B sequences stepping together). Where bf16 matmuls run on bf16
- * dot products (AVX-512 BF16), which do twice an FMA's arithmetic, prefill
- * is also given as a fraction of their peak. --json prints one object.
- * With --serving, the engine under a conversational load instead
- * (bench_serving.c). */
+ * attention over the causal context — / time / peak), decode at batch 1
+ * (fraction of the bandwidth roofline: bandwidth / weight bytes read per
+ * token, active experts only for MoE), and decode at batch B (B sequences
+ * stepping together; against batch 1, and as a fraction of its limit,
+ * batch_limit). Where bf16 matmuls run on bf16 dot products (AVX-512 BF16),
+ * which do twice an FMA's arithmetic, prefill is also given as a fraction of
+ * their peak. --json prints one object. With --serving, the engine under a
+ * conversational load instead (bench_serving.c). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +44,10 @@ typedef struct bench_result {
     double decode_paired_frac_b1, paired_bw_lo, paired_bw_hi; /* see BENCH_PAIRED_BW */
     int paired_rounds;
     double decode_tok_s_bB, decode_bB_over_b1;
+    double batch_peak_gflops; /* the peak batch B's matmuls run on (batch_peak_name) */
+    const char *batch_peak_name;
+    double decode_limit_tok_s_bB, decode_limit_frac_bB;
+    bool limit_by_compute_bB; /* the matmuls at the peak bind, not the weights' read */
     int batch, prompt_len, gen_len;
 } bench_result;
 
@@ -166,6 +171,8 @@ static void print_result(const bench_result *r, const model_info *info, bool jso
             r->decode_roofline_frac_b1, "decode_tok_s_bB", r->decode_tok_s_bB, "decode_bB_over_b1",
             r->decode_bB_over_b1, "batch", r->batch, "gen_len", r->gen_len, "kernels", kern_isa());
         json_object_set_new(o, "decode_paired_frac_b1", json_real(r->decode_paired_frac_b1));
+        json_object_set_new(o, "decode_limit_tok_s_bB", json_real(r->decode_limit_tok_s_bB));
+        json_object_set_new(o, "decode_limit_frac_bB", json_real(r->decode_limit_frac_bB));
         if (r->bf16_dot_gflops > 0) {
             json_object_set_new(o, "bf16_dot_gflops", json_real(r->bf16_dot_gflops));
             json_object_set_new(o, "prefill_bf16_dot_frac", json_real(r->prefill_dot_frac));
@@ -192,8 +199,35 @@ static void print_result(const bench_result *r, const model_info *info, bool jso
     printf("                 paired: %.1f %% (median of %d rounds, each against the bandwidth read "
            "just before it: %.1f-%.1f GB/s)\n",
            100 * r->decode_paired_frac_b1, r->paired_rounds, r->paired_bw_lo, r->paired_bw_hi);
-    printf("decode batch %-3d %.2f tok/s  = %.2fx batch 1\n", r->batch, r->decode_tok_s_bB,
-           r->decode_bB_over_b1);
+    printf("decode batch %-3d %.2f tok/s  = %.2fx batch 1, %.1f %% of its limit (%.2f tok/s: ",
+           r->batch, r->decode_tok_s_bB, r->decode_bB_over_b1, 100 * r->decode_limit_frac_bB,
+           r->decode_limit_tok_s_bB);
+    if (r->limit_by_compute_bB)
+        printf("%d tokens' matmuls a step at the %s peak, %.1f GOP/s)\n", r->batch,
+               r->batch_peak_name, r->batch_peak_gflops);
+    else
+        printf("the active weights read once a step at the read bandwidth)\n");
+}
+
+/* Batch B's limit: B tokens a step, a step no shorter than reading the
+ * active weights once at the read bandwidth (for MoE, as if the batch's
+ * tokens shared their experts) nor than B tokens' matmuls at
+ * the peak of the arithmetic the batched kernels run on (bf16 or int8 dot
+ * products where the CPU has them, else FMAs). Attention is not counted,
+ * so it is an upper bound on tok/s. */
+static void batch_limit(bench_result *r, const model_info *info, const char *dtype, pool *p) {
+    r->batch_peak_gflops = r->fma_gflops, r->batch_peak_name = "fp32 FMA";
+    if (r->bf16_dot_gflops > 0 && !strcmp(dtype, "bf16")) {
+        r->batch_peak_gflops = r->bf16_dot_gflops, r->batch_peak_name = "bf16 dot";
+    } else if (!strncmp(dtype, "int8", 4) && r->batch > 1) {
+        double i8 = kern_measure_i8_dot_peak(p);
+        if (i8 > 0) r->batch_peak_gflops = i8, r->batch_peak_name = "int8 dot";
+    }
+    double t_read = (double)info->active_bytes_per_token / (r->bandwidth_gbs * 1e9);
+    double t_mm = r->batch * info->flops_per_token / (r->batch_peak_gflops * 1e9);
+    r->limit_by_compute_bB = t_mm > t_read;
+    r->decode_limit_tok_s_bB = r->batch / fmax(t_read, t_mm);
+    r->decode_limit_frac_bB = r->decode_tok_s_bB / r->decode_limit_tok_s_bB;
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -270,6 +304,7 @@ int cmd_bench(int argc, char **argv) {
         }
         double roof = r.bandwidth_gbs * 1e9 / (double)info->active_bytes_per_token;
         r.decode_roofline_frac_b1 = r.decode_tok_s_b1 / roof;
+        batch_limit(&r, info, dtype, model_pool(m));
     }
     if (rc)
         fprintf(stderr, "deepinfer bench: %s\n", err.msg);
