@@ -213,8 +213,9 @@ static void print_result(const bench_result *r, const model_info *info, bool jso
  * active weights once at the read bandwidth (for MoE, as if the batch's
  * tokens shared their experts) nor than B tokens' matmuls at
  * the peak of the arithmetic the batched kernels run on (bf16 or int8 dot
- * products where the CPU has them, else FMAs). Attention is not counted,
- * so it is an upper bound on tok/s. */
+ * products where the CPU has them, else FMAs; int8 at 2 or 3 tokens
+ * multiplies int16 activations at half the int8 rate, but there the read
+ * binds). Attention is not counted, so it is an upper bound on tok/s. */
 static void batch_limit(bench_result *r, const model_info *info, const char *dtype, pool *p) {
     r->batch_peak_gflops = r->fma_gflops, r->batch_peak_name = "fp32 FMA";
     if (r->bf16_dot_gflops > 0 && !strcmp(dtype, "bf16")) {
