@@ -1,0 +1,88 @@
+"""`deepinfer bench --json`: one JSON object on stdout with the keys the
+execution-core issue names (and the figures README describes), whose
+fractions agree with the raw figures they are made of: decode at batch 1
+against bandwidth / bytes read per token, batch B against batch 1 and
+against its own limit (never above it by more than the host's drift), and
+bad arguments refused with a usage line. Tiny models, a few steps: seconds.
+Prints "N passed, N failed"."""
+import json
+import os
+import subprocess
+import sys
+
+BIN = os.environ.get("DI_BIN", "build/deepinfer")
+MODELS = os.environ.get("DI_TEST_MODELS", "build/models")
+
+REQUIRED = ["bandwidth_gbs", "fma_gflops", "prefill_tok_s", "prefill_peak_frac",
+            "decode_tok_s_b1", "decode_roofline_frac_b1", "decode_tok_s_bB", "batch",
+            "decode_bB_over_b1", "decode_paired_frac_b1", "decode_limit_tok_s_bB",
+            "decode_limit_frac_bB", "weight_mb", "rss_after_load_mb", "gen_len", "prompt_len"]
+
+
+def bench(preset, *args):
+    p = subprocess.run([BIN, "bench", "--model", os.path.join(MODELS, preset), "--json",
+                        "--prompt-len", "16", "--gen-len", "8", "--threads", "2", *args],
+                       capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    lines = p.stdout.decode().strip().splitlines()
+    assert len(lines) == 1, f"expected one line of JSON, got {len(lines)}"
+    return json.loads(lines[0])
+
+
+def close(a, b, rel=1e-9):
+    return abs(a - b) <= rel * max(abs(a), abs(b))
+
+
+def json_case(preset, dtype, batch):
+    r = bench(preset, "--dtype", dtype, "--batch", str(batch))
+    missing = [k for k in REQUIRED if k not in r]
+    assert not missing, f"missing keys {missing}"
+    assert r["batch"] == batch and r["prompt_len"] == 16 and r["gen_len"] == 8
+    for k in REQUIRED:
+        assert isinstance(r[k], (int, float)) and r[k] > 0, f"{k} = {r[k]}"
+    assert close(r["decode_bB_over_b1"], r["decode_tok_s_bB"] / r["decode_tok_s_b1"])
+    assert close(r["decode_limit_frac_bB"], r["decode_tok_s_bB"] / r["decode_limit_tok_s_bB"])
+    # The limit is an upper bound measured against the best of two bandwidth
+    # reads: a run can exceed it only by the host's drift between them.
+    assert r["decode_limit_frac_bB"] < 1.5, r["decode_limit_frac_bB"]
+    assert r["decode_roofline_frac_b1"] < 1.5, r["decode_roofline_frac_b1"]
+    if dtype == "bf16":
+        assert r.get("bf16_dot_gflops", 1) > 0
+
+
+def bad_args_case(preset, opt, value):
+    """Refused before any measuring: a nonzero exit and one line naming the option."""
+    p = subprocess.run([BIN, "bench", "--model", os.path.join(MODELS, preset), opt, value],
+                       capture_output=True, timeout=60)
+    assert p.returncode != 0, "accepted"
+    err = p.stderr.decode(errors="replace")
+    assert opt in err or "usage" in err, err
+    assert p.stdout == b"", p.stdout
+
+
+def main():
+    passed = failed = 0
+    cases = [(json_case, ("llama3-tiny", "bf16", 3)), (json_case, ("llama3-tiny", "f32", 1)),
+             (json_case, ("dsv3-tiny", "int8", 2)),
+             (bad_args_case, ("llama3-tiny", "--batch", "0")),
+             (bad_args_case, ("llama3-tiny", "--prompt-len", "131072")),  # + gen-len 32 > context
+             (bad_args_case, ("llama3-tiny", "--dtype", "int4"))]
+    for fn, args in cases:
+        name = f"{fn.__name__} {' '.join(map(str, args))}"
+        if not os.path.isdir(os.path.join(MODELS, args[0])):
+            print(f"FAIL {name}: no model {args[0]} in {MODELS}")
+            failed += 1
+            continue
+        try:
+            fn(*args)
+            passed += 1
+            print(f"ok   {name}")
+        except Exception as e:  # noqa: BLE001 - every failure is reported, the run goes on
+            failed += 1
+            print(f"FAIL {name}: {e}")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
