@@ -1,4 +1,4 @@
-"""`deepinfer bench --json`: one JSON object on stdout with the keys the
+"""`deepinfer bench`. With --json: one JSON object on stdout with the keys the
 execution-core issue names (and the figures README describes), whose
 fractions agree with the raw figures they are made of: decode at batch 1
 against bandwidth / bytes read per token, batch B against batch 1 and
@@ -7,6 +7,7 @@ bad arguments refused with a usage line. Tiny models, a few steps: seconds.
 Prints "N passed, N failed"."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -60,10 +61,34 @@ def bad_args_case(preset, opt, value):
     assert p.stdout == b"", p.stdout
 
 
+def serving_case(preset):
+    p = subprocess.run([BIN, "bench", "--serving", "--model", os.path.join(MODELS, preset),
+                        "--threads", "2", "--concurrency", "1,2", "--requests", "8", "--seed", "1",
+                        "--prompt-scale", "0.05", "--output-scale", "0.05", "--max-output", "16"],
+                       capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    out = p.stdout.decode()
+    rows = [l.split() for l in out.splitlines() if re.match(r"^ +\d+ +\d+ +\d", l)]
+    levels = [(int(r[0]), int(r[1])) for r in rows]
+    assert levels[:2] == [(1, 8), (2, 8)], levels
+    for r in rows:
+        tok_s, hit = float(r[2]), float(r[8].rstrip("%"))
+        assert tok_s > 0 and 0 <= hit <= 100, r
+    m = re.search(r"target: output tok/s at 2 concurrent / at 1 = ([\d.]+)x .* at most ([\d.]+)x", out)
+    assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, out
+    m = re.search(r"target: idle fraction at 2 concurrent = ([\d.]+) %", out)
+    assert m and 0 <= float(m.group(1)) <= 100, out
+    m = re.search(r"target: TTFT of a 2048-token prompt, first (\d+) cached: [\d.]+ s vs [\d.]+ s "
+                  r"uncached = ([\d.]+) %", out)
+    assert m and int(m.group(1)) == 1920 and float(m.group(2)) > 0, out
+    assert re.search(r"target: batch-invariant overhead at 2 concurrent: -?[\d.]+ %", out), out
+
+
 def main():
     passed = failed = 0
     cases = [(json_case, ("llama3-tiny", "bf16", 3)), (json_case, ("llama3-tiny", "f32", 1)),
-             (json_case, ("dsv3-tiny", "int8", 2)),
+             (json_case, ("dsv3-tiny", "int8", 2)), (serving_case, ("llama3-tiny",)),
+             (serving_case, ("hybrid-tiny",)),
              (bad_args_case, ("llama3-tiny", "--batch", "0")),
              (bad_args_case, ("llama3-tiny", "--prompt-len", "131072")),  # + gen-len 32 > context
              (bad_args_case, ("llama3-tiny", "--dtype", "int4"))]
