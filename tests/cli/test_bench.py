@@ -12,6 +12,9 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pyharness import run_cases  # noqa: E402
+
 BIN = os.environ.get("DI_BIN", "build/deepinfer")
 MODELS = os.environ.get("DI_TEST_MODELS", "build/models")
 
@@ -86,28 +89,13 @@ def serving_case(preset):
 
 
 def main():
-    passed = failed = 0
     cases = [(json_case, ("llama3-tiny", "bf16", 3)), (json_case, ("llama3-tiny", "f32", 1)),
              (json_case, ("dsv3-tiny", "int8", 2)), (serving_case, ("llama3-tiny",)),
              (serving_case, ("hybrid-tiny",)),
              (bad_args_case, ("llama3-tiny", "--batch", "0")),
              (bad_args_case, ("llama3-tiny", "--prompt-len", "131072")),  # + gen-len 32 > context
              (bad_args_case, ("llama3-tiny", "--dtype", "int4"))]
-    for fn, args in cases:
-        name = f"{fn.__name__} {' '.join(map(str, args))}"
-        if not os.path.isdir(os.path.join(MODELS, args[0])):
-            print(f"FAIL {name}: no model {args[0]} in {MODELS}")
-            failed += 1
-            continue
-        try:
-            fn(*args)
-            passed += 1
-            print(f"ok   {name}")
-        except Exception as e:  # noqa: BLE001 - every failure is reported, the run goes on
-            failed += 1
-            print(f"FAIL {name}: {e}")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return run_cases([(f"{fn.__name__} {' '.join(map(str, args))}", fn, args) for fn, args in cases])
 
 
 if __name__ == "__main__":

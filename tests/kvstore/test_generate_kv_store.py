@@ -10,6 +10,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pyharness import run_cases  # noqa: E402
+
 BIN = os.environ.get("DI_BIN", "build/deepinfer")
 MODELS = os.environ.get("DI_TEST_MODELS", "build/models")
 PROMPT = " ".join(f"the quick brown fox jumps over the lazy dog {i}" for i in range(30))
@@ -51,20 +54,9 @@ def kv_dtype_case(preset):
 
 
 def main():
-    passed = failed = 0
     cases = [(case, p) for p in ["llama3-tiny", "hybrid-tiny", "dsv2-tiny"]]
     cases += [(kv_dtype_case, p) for p in ["llama3-tiny", "dsv2-tiny"]]
-    for fn, preset in cases:
-        name = f"{fn.__name__} {preset}"
-        try:
-            fn(preset)
-            passed += 1
-            print(f"ok {name}")
-        except Exception as e:  # noqa: BLE001 - report and count
-            failed += 1
-            print(f"FAIL {name}: {e}")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return run_cases([(f"{fn.__name__} {preset}", fn, (preset,)) for fn, preset in cases])
 
 
 if __name__ == "__main__":
