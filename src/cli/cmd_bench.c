@@ -37,6 +37,7 @@
 typedef struct bench_result {
     double bandwidth_gbs, fma_gflops;
     double bf16_dot_gflops; /* 0 unless bf16 matmuls run on bf16 dot products */
+    double i8_dot_gflops;   /* int8 batched decode's peak: 0 unless int8 at batch > 1 with VNNI */
     double prefill_dot_frac;
     double load_s, rss_after_load_mb, weight_mb;
     double prefill_tok_s, prefill_gflop_s, prefill_peak_frac;
@@ -216,14 +217,12 @@ static void print_result(const bench_result *r, const model_info *info, bool jso
  * products where the CPU has them, else FMAs; int8 at 2 or 3 tokens
  * multiplies int16 activations at half the int8 rate, but there the read
  * binds). Attention is not counted, so it is an upper bound on tok/s. */
-static void batch_limit(bench_result *r, const model_info *info, const char *dtype, pool *p) {
+static void batch_limit(bench_result *r, const model_info *info, const char *dtype) {
     r->batch_peak_gflops = r->fma_gflops, r->batch_peak_name = "fp32 FMA";
-    if (r->bf16_dot_gflops > 0 && !strcmp(dtype, "bf16")) {
+    if (r->bf16_dot_gflops > 0 && !strcmp(dtype, "bf16"))
         r->batch_peak_gflops = r->bf16_dot_gflops, r->batch_peak_name = "bf16 dot";
-    } else if (!strncmp(dtype, "int8", 4) && r->batch > 1) {
-        double i8 = kern_measure_i8_dot_peak(p);
-        if (i8 > 0) r->batch_peak_gflops = i8, r->batch_peak_name = "int8 dot";
-    }
+    else if (r->i8_dot_gflops > 0)
+        r->batch_peak_gflops = r->i8_dot_gflops, r->batch_peak_name = "int8 dot";
     double t_read = (double)info->active_bytes_per_token / (r->bandwidth_gbs * 1e9);
     double t_mm = r->batch * info->flops_per_token / (r->batch_peak_gflops * 1e9);
     r->limit_by_compute_bB = t_mm > t_read;
@@ -303,9 +302,11 @@ int cmd_bench(int argc, char **argv) {
             r.bf16_dot_gflops = fmax(r.bf16_dot_gflops, kern_measure_bf16_dot_peak(model_pool(m)));
             r.prefill_dot_frac = r.prefill_gflop_s / r.bf16_dot_gflops;
         }
+        if (!strncmp(dtype, "int8", 4) && batch > 1)
+            r.i8_dot_gflops = kern_measure_i8_dot_peak(model_pool(m));
         double roof = r.bandwidth_gbs * 1e9 / (double)info->active_bytes_per_token;
         r.decode_roofline_frac_b1 = r.decode_tok_s_b1 / roof;
-        batch_limit(&r, info, dtype, model_pool(m));
+        batch_limit(&r, info, dtype);
     }
     if (rc)
         fprintf(stderr, "deepinfer bench: %s\n", err.msg);
