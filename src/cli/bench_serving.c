@@ -188,6 +188,8 @@ typedef struct level_result {
     int peak_blocks;
     double peak_kv_mb, peak_rss_mb;
     double gflop; /* the matmuls' work at least (level_gflop) */
+    /* preemptions (and how many swapped), tokens through the model */
+    long long preemptions, swap_outs, computed_tokens;
 } level_result;
 
 /* The matmul work a level did at least, in GFLOP: every prompt token the
@@ -263,6 +265,9 @@ static int run_level(model *m, const engine_opts *o, breq *reqs, int n, int conc
         .peak_kv_mb = peak * (double)model_kv_block_bytes(m) / 1e6,
         .peak_rss_mb = peak_rss_mb(),
         .gflop = level_gflop(model_get_info(m), &s, n),
+        .preemptions = s.preemptions,
+        .swap_outs = s.swap_outs,
+        .computed_tokens = s.computed_tokens,
     };
     free(ttft);
     free(lv.tbt);
@@ -291,6 +296,10 @@ static void print_level(const level_result *r, double peak) {
            1e3 * r->tbt_p50, 1e3 * r->tbt_p99, 100 * r->hit_rate, r->peak_blocks, r->peak_kv_mb,
            r->peak_rss_mb, 100 * r->idle, 100 * r->ahead, 100 * r->plan_overlap, r->wall_s,
            100 * r->gflop / r->wall_s / peak);
+    if (r->preemptions) /* the KV pool ran out: what resuming cost */
+        printf("      preemptions %lld (%lld swapped to host memory), %lld tokens through the "
+               "model\n",
+               r->preemptions, r->swap_outs, r->computed_tokens);
     fflush(stdout);
 }
 
@@ -335,7 +344,7 @@ int cmd_bench_serving(int argc, char **argv) {
     const char *dir = NULL, *dtype = "bf16", *kv_dtype = "auto", *levels_s = "1,4,16,64",
                *replay = "bounded";
     int requests = 0, threads = 0, inv = 0, serving = 0, kv_mib = 0, max_out = 1024, no_ttft = 0,
-        no_inv = 0, no_overlap = 0;
+        no_inv = 0, no_overlap = 0, swap_mib = 0;
     float step_ms = 1000, scale = 1, out_scale = 1;
     int inv_conc = 0;
     uint64_t seed = 1;
@@ -351,6 +360,7 @@ int cmd_bench_serving(int argc, char **argv) {
         {"--kv-dtype", OPT_STR, &kv_dtype, CLI_KV_DTYPE_HELP},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--kv-memory", OPT_INT, &kv_mib, "KV pool MiB (default: room for the workload)"},
+        {"--swap-space", OPT_INT, &swap_mib, "host MiB for preempted sequences' KV (default 0)"},
         {"--step-ms", OPT_FLOAT, &step_ms, "engine step budget in ms (default 1000: CPU scale)"},
         {"--max-output", OPT_INT, &max_out, "cap on drawn output lengths (default 1024)"},
         {"--swa-replay", OPT_STR, &replay, "bounded (default) | exact"},
@@ -370,7 +380,7 @@ int cmd_bench_serving(int argc, char **argv) {
     int lv[16];
     int n_lv = parse_levels(levels_s, lv, 16);
     if (!dir || n_lv < 1 || requests < 0 || max_out < 1 || scale <= 0 || out_scale <= 0 ||
-        inv_conc < 0 || (strcmp(replay, "bounded") && strcmp(replay, "exact"))) {
+        inv_conc < 0 || swap_mib < 0 || (strcmp(replay, "bounded") && strcmp(replay, "exact"))) {
         if (n_lv < 1) fprintf(stderr, "deepinfer bench: bad --concurrency list '%s'\n", levels_s);
         cli_usage(stderr, opts, n_opts, syn);
         return 2;
@@ -383,6 +393,7 @@ int cmd_bench_serving(int argc, char **argv) {
                       .kv_memory = (size_t)(kv_mib > 0 ? kv_mib : 4096) << 20,
                       .swa_replay_exact = !strcmp(replay, "exact"),
                       .batch_invariant = inv,
+                      .swap_bytes = (size_t)swap_mib << 20,
                       .no_overlap = no_overlap};
     size_t bb = model_kv_block_bytes(m);
     if (kv_mib <= 0 && bb) { /* room for 64 long requests, bounded by 4 GiB */

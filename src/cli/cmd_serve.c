@@ -29,6 +29,7 @@ int cmd_serve(int argc, char **argv) {
     float ttl_chat_h = -1, ttl_agent_h = -1;
     int batch_invariant = 0;
     int port = 8000, threads = 0, kv_mib = 0, kv_blocks = 0, max_running = 0, max_len = 0;
+    int swap_mib = 0;
     int no_prefix = 0, max_body_kib = 8192, depth = 64, pending = 256, conns = 512;
     int def_max = 4096, max_n = 16, timeout = 600, verbose = 0;
     float step_ms = 0;
@@ -44,6 +45,8 @@ int cmd_serve(int argc, char **argv) {
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--kv-memory", OPT_INT, &kv_mib, "KV cache size in MiB (default 1024)"},
         {"--kv-blocks", OPT_INT, &kv_blocks, "KV cache size in 128-token blocks (overrides)"},
+        {"--swap-space", OPT_INT, &swap_mib,
+         "host MiB for preempted sequences' KV (default 0: preempted ones recompute)"},
         {"--max-running", OPT_INT, &max_running, "sequences decoded together (default 256)"},
         {"--max-model-len", OPT_INT, &max_len, "context per request (default: the model's)"},
         {"--step-ms", OPT_FLOAT, &step_ms, "engine step time budget in ms (default 50)"},
@@ -78,9 +81,9 @@ int cmd_serve(int argc, char **argv) {
         cli_usage(stderr, opts, n_opts, syn);
         return 2;
     }
-    if (port < 0 || port > 65535 || kv_mib < 0 || kv_blocks < 0 || max_running < 0 || max_len < 0 ||
-        max_body_kib <= 0 || depth <= 0 || pending <= 0 || conns <= 0 || def_max <= 0 ||
-        max_n <= 0 || timeout <= 0) {
+    if (port < 0 || port > 65535 || kv_mib < 0 || kv_blocks < 0 || swap_mib < 0 ||
+        max_running < 0 || max_len < 0 || max_body_kib <= 0 || depth <= 0 || pending <= 0 ||
+        conns <= 0 || def_max <= 0 || max_n <= 0 || timeout <= 0) {
         fprintf(stderr, "deepinfer serve: a numeric option is out of range\n");
         return 2;
     }
@@ -146,6 +149,7 @@ int cmd_serve(int argc, char **argv) {
     const model_info *info = model_get_info(m);
     engine_opts eo = {.kv_blocks = kv_blocks,
                       .kv_memory = (size_t)kv_mib << 20,
+                      .swap_bytes = (size_t)swap_mib << 20,
                       .step_ms = step_ms,
                       .max_running = max_running,
                       .max_model_len = max_len,

@@ -84,6 +84,7 @@ static void publish(engine *e) {
     s.prefix_hit_tokens = b.hit_tokens;
     s.cows = b.cows;
     s.evictions = b.evictions;
+    s.swap_bytes_used = (size_t)sched_swap_used(e->sched) * e->run.kv_block_bytes;
     if (e->store) {
         s.kv_store_hit_tokens = sched_store_hit_tokens(e->sched);
         s.kv_store = kvs_get_stats(e->store);
@@ -231,6 +232,17 @@ engine *engine_create_runner(const engine_runner *r, const engine_detok *detok,
         engine_free(e);
         return NULL;
     }
+    int swap_blocks = 0;
+    if (o.swap_bytes) {
+        if (!r->kv_block_data) {
+            di_errf(err, "engine: --swap-space: the backend exposes no KV block memory");
+            engine_free(e);
+            return NULL;
+        }
+        /* blocks of no bytes (only sliding-window layers): swapping is free */
+        size_t n = r->kv_block_bytes ? o.swap_bytes / r->kv_block_bytes : (size_t)INT32_MAX;
+        swap_blocks = n > (size_t)INT32_MAX ? INT32_MAX : (int)n;
+    }
     /* The store extends the prefix cache: off with it. */
     if (!o.no_prefix_cache && (!r->has_swa || e->swa)) e->store = o.kv_store;
     e->store_io = (kvs_pool_io){r->ctx, r->kv_block_data};
@@ -240,7 +252,8 @@ engine *engine_create_runner(const engine_runner *r, const engine_detok *detok,
                                                  .can_copy = r->copy_block != NULL,
                                                  .block_chunks = e->swa,
                                                  .store = e->store,
-                                                 .store_io = e->store_io});
+                                                 .store_io = e->store_io,
+                                                 .swap_blocks = swap_blocks});
     e->next_req_id = 1;
     if (engine_exec_start(&e->exec, &e->run)) {
         di_errf(err, "engine: cannot start the compute thread");

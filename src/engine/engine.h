@@ -113,6 +113,12 @@ typedef struct engine_opts {
      * becomes full is persisted under the request's traffic class (chat /
      * agent TTL). Used only while the prefix cache is on. */
     kvs *kv_store;
+    /* Host memory for the KV of preempted sequences (vLLM's swap space):
+     * while it has room, a sequence preempted for lack of blocks has its
+     * blocks copied out and back in when it resumes, instead of recomputing
+     * its tokens. 0: preemption by recomputation only. Needs a backend that
+     * exposes its KV blocks (runner.kv_block_data). */
+    size_t swap_bytes;
     /* Plan each step only after the previous step's pass has ended (for
      * comparisons; by default the next step is planned while a pass runs). */
     bool no_overlap;
@@ -126,6 +132,10 @@ typedef struct engine_stats {
     long long computed_tokens;   /* tokens through the model */
     long long generated_tokens;
     long long steps, preemptions, cows, evictions;
+    /* Preemptions by swapping (part of preemptions), their resumptions, and
+     * the swap space held now. */
+    long long swap_outs, swap_ins;
+    size_t swap_bytes_used;
     long long requests_done, requests_cancelled;
     /* Sliding-window state: snapshots restored on prefix hits, replays run
      * (and their tokens) when the snapshot was missing, cache occupancy. */

@@ -110,6 +110,7 @@ engine *engine_create(model *m, tokenizer *tok, const engine_opts *opts, di_err 
                        .forward = mr_forward,
                        .copy_block = mr_copy_block,
                        .kv_block_data = mr_kv_block_data,
+                       .kv_block_bytes = model_kv_block_bytes(m),
                        .pool = model_pool(m),
                        .set_batch_invariant = mr_batch_invariant,
                        .destroy = mr_destroy};

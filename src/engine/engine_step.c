@@ -497,6 +497,36 @@ void engine_drain(engine *e) {
 }
 
 /* --- the next pass ------------------------------------------------------------ */
+/* Swap space: the KV of sequences preempted by swapping is copied out of
+ * their released blocks (nothing has written them since), then that of
+ * sequences admitted again is copied into their fresh blocks (which may be
+ * the blocks just copied out), before any block copy or pass writes a
+ * block. A swapped sequence keeps its model state (its rings), so it
+ * resumes exactly where it stopped. */
+static void swap_blocks(engine *e, const sched_plan *p) {
+    size_t bb = e->run.kv_block_bytes;
+    for (int i = 0; i < p->n_swap_outs; i++) {
+        seq *q = p->swap_outs[i];
+        const int *ids = p->swap_out_ids + p->swap_out_at[i];
+        char *buf = bb ? di_malloc(bb * (size_t)q->swap_blocks) : NULL;
+        for (int b = 0; bb && b < q->swap_blocks; b++)
+            memcpy(buf + bb * (size_t)b, e->run.kv_block_data(e->run.ctx, ids[b]), bb);
+        free(q->swap_buf);
+        q->swap_buf = buf;
+        e->st.swap_outs++;
+    }
+    for (int i = 0; i < p->n_swap_ins; i++) {
+        seq *q = p->swap_ins[i];
+        for (int b = 0; bb && b < q->swap_blocks; b++)
+            memcpy(e->run.kv_block_data(e->run.ctx, q->table.blocks[b]),
+                   (const char *)q->swap_buf + bb * (size_t)b, bb);
+        free(q->swap_buf);
+        q->swap_buf = NULL;
+        q->swap_blocks = 0;
+        e->st.swap_ins++;
+    }
+}
+
 /* Executes plan p up to the launch of its pass: failures, preemptions,
  * block copies, the batch, sliding-window restores and replays. Returns the
  * number of batch entries (0: nothing to run). */
@@ -506,10 +536,14 @@ static int prepare(engine *e, const sched_plan *p, di_err *err) {
         fail_seq(e, q, "engine: sequence does not fit in the KV pool (raise --kv-memory)");
     }
     for (int i = 0; i < p->n_preempted; i++) {
-        engine_seq_model_free(e, p->preempted[i]);
-        e->run.seq_init(e->run.ctx, &p->preempted[i]->mseq);
+        seq *q = p->preempted[i];
+        if (!q->swap_blocks) { /* recomputed from scratch: fresh model state */
+            engine_seq_model_free(e, q);
+            e->run.seq_init(e->run.ctx, &q->mseq);
+        }
         e->st.preemptions++;
     }
+    swap_blocks(e, p); /* after the test above: a swap-in empties swap_blocks */
     if (p->n_items == 0) return 0;
     for (int i = 0; i < p->n_cows; i++)
         if (p->cows[i].src >= 0 &&

@@ -48,8 +48,10 @@ typedef struct engine_runner {
     size_t (*swa_bytes)(const model_swa_state *st);
     /* Optional: a block's KV memory, model_kv_block_bytes laid out as
      * model_kv_block_layout (model.h). Needed by the persistent KV store
-     * (engine_opts.kv_store), which reads and fills blocks through it. */
+     * (engine_opts.kv_store), which reads and fills blocks through it, and
+     * by swap space (engine_opts.swap_bytes), which copies whole blocks. */
     void *(*kv_block_data)(void *ctx, int block);
+    size_t kv_block_bytes; /* a block's size in that memory (swap space) */
     /* Optional: the backend's compute pool. It is idle between passes, and
      * the engine samples a pass's logits rows on it then. */
     pool *pool;

@@ -20,6 +20,8 @@ struct sched {
     seq_list fetching; /* admitted with a store hit still being read */
     sched_plan plan;
     int cap_items, cap_pre, cap_fail;
+    int n_swap_ids, cap_swap_ids; /* plan.swap_out_ids */
+    int swap_used;                /* blocks of swap space held by waiting sequences */
     long long store_hit_tokens;
 };
 
@@ -54,6 +56,10 @@ sched *sched_create(bm *b, const sched_opts *o) {
     return s;
 }
 
+int sched_swap_used(const sched *s) {
+    return s->swap_used;
+}
+
 long long sched_store_hit_tokens(const sched *s) {
     return s->store_hit_tokens;
 }
@@ -67,6 +73,10 @@ void sched_free(sched *s) {
     free(s->plan.cows);
     free(s->plan.preempted);
     free(s->plan.failed);
+    free(s->plan.swap_outs);
+    free(s->plan.swap_out_at);
+    free(s->plan.swap_out_ids);
+    free(s->plan.swap_ins);
     free(s);
 }
 
@@ -156,7 +166,17 @@ static bool release_idle_holders(sched *s, const seq *except) {
     return any;
 }
 
+/* A swapped sequence that leaves before it is admitted again gives its swap
+ * space back (its buffer goes with the sequence). */
+static void drop_swap(sched *s, seq *q) {
+    if (q->swap_blocks && q->state != SEQ_RUNNING) {
+        s->swap_used -= q->swap_blocks;
+        q->swap_blocks = 0;
+    }
+}
+
 void sched_remove(sched *s, seq *q) {
+    drop_swap(s, q);
     if (!list_remove(&s->running, q) && !list_remove(&s->waiting, q)) list_remove(&s->fetching, q);
     if (q->store_load) drop_load(q);
     bm_release(s->b, &q->table);
@@ -182,24 +202,49 @@ static void plan_reserve(sched *s) {
         s->cap_items = need * 2;
         p->items = di_realloc(p->items, sizeof *p->items * (size_t)s->cap_items);
         p->cows = di_realloc(p->cows, sizeof *p->cows * (size_t)s->cap_items);
+        p->swap_ins = di_realloc(p->swap_ins, sizeof(seq *) * (size_t)s->cap_items);
     }
     if (s->running.n + 1 > s->cap_pre) {
         s->cap_pre = (s->running.n + 1) * 2;
         p->preempted = di_realloc(p->preempted, sizeof(seq *) * (size_t)s->cap_pre);
+        p->swap_outs = di_realloc(p->swap_outs, sizeof(seq *) * (size_t)s->cap_pre);
+        p->swap_out_at = di_realloc(p->swap_out_at, sizeof(int) * (size_t)s->cap_pre);
     }
     if (need > s->cap_fail) {
         s->cap_fail = need * 2;
         p->failed = di_realloc(p->failed, sizeof(seq *) * (size_t)s->cap_fail);
     }
     p->n_items = p->n_cows = p->n_preempted = p->n_failed = 0;
+    p->n_swap_outs = p->n_swap_ins = s->n_swap_ids = 0;
     p->n_decode = p->n_prefill_tokens = 0;
+}
+
+/* Swaps q's KV out when the swap space has room for it (not while its store
+ * blocks are still loading): its block ids go into the plan, for the engine
+ * to copy before they are reused. */
+static bool swap_out(sched *s, seq *q) {
+    int nb = (q->n_computed + BM_BLOCK - 1) / BM_BLOCK;
+    if (nb > q->table.n) nb = q->table.n;
+    if (q->store_load || nb == 0 || nb > s->o.swap_blocks - s->swap_used) return false;
+    sched_plan *p = &s->plan;
+    if (s->n_swap_ids + nb > s->cap_swap_ids) {
+        s->cap_swap_ids = (s->n_swap_ids + nb) * 2;
+        p->swap_out_ids = di_realloc(p->swap_out_ids, sizeof(int) * (size_t)s->cap_swap_ids);
+    }
+    memcpy(p->swap_out_ids + s->n_swap_ids, q->table.blocks, sizeof(int) * (size_t)nb);
+    p->swap_out_at[p->n_swap_outs] = s->n_swap_ids;
+    p->swap_outs[p->n_swap_outs++] = q;
+    s->n_swap_ids += nb;
+    s->swap_used += nb;
+    q->swap_blocks = nb;
+    return true;
 }
 
 static void preempt(sched *s, seq *q) {
     list_remove(&s->running, q);
+    if (!swap_out(s, q)) q->n_computed = 0;
     if (q->store_load) drop_load(q);
     bm_release(s->b, &q->table);
-    q->n_computed = 0;
     q->n_preempt++;
     sched_add_waiting(s, q);
     s->plan.preempted[s->plan.n_preempted++] = q;
@@ -246,6 +291,10 @@ static void add_item(sched *s, seq *q, int n, const bm_cow *cow) {
 
 /* Blocks the first chunk of waiting sequence q takes. */
 static int first_chunk_blocks(const sched *s, const seq *q) {
+    if (q->swap_blocks) { /* its swapped KV comes back into fresh blocks */
+        int chunk = seq_pending(q) < s->o.token_budget ? seq_pending(q) : s->o.token_budget;
+        return (q->n_computed + chunk + BM_BLOCK - 1) / BM_BLOCK;
+    }
     int hit = q->table.n ? q->n_computed : bm_lookup(s->b, q->tokens, q->n_tokens - 1);
     int chunk = seq_pending(q) - (hit - q->n_computed);
     if (chunk > s->o.token_budget) chunk = s->o.token_budget;
@@ -358,11 +407,12 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
     int w = 0;
     while (!short_of_blocks && budget > 0 && w < s->waiting.n && s->running.n < s->o.max_running) {
         seq *q = s->waiting.v[w];
-        if (q->table.n == 0 && shares_pending_prefix(s, q)) {
+        bool fresh = q->table.n == 0 && !q->swap_blocks; /* no blocks, no swapped KV */
+        if (fresh && shares_pending_prefix(s, q)) {
             w++;
             continue;
         }
-        if (q->table.n == 0 && !attach_prefix(s, q)) continue; /* fetching aside */
+        if (fresh && !attach_prefix(s, q)) continue; /* fetching aside */
         int n = chunk_len(s, q, budget);
         bool reserved = bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) == 0;
         if (!reserved && release_idle_holders(s, q))
@@ -370,8 +420,9 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
         if (!reserved) {
             if (q->store_load) drop_load(q);
             bm_release(s->b, &q->table);
-            q->n_computed = 0;
+            if (!q->swap_blocks) q->n_computed = 0;
             if (!ahead && s->running.n == 0 && s->plan.n_items == 0) { /* pool too small */
+                drop_swap(s, q);
                 list_remove(&s->waiting, q);
                 q->state = SEQ_FINISHED;
                 s->plan.failed[s->plan.n_failed++] = q;
@@ -380,6 +431,10 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
             break;
         }
         q->admitted = true;
+        if (q->swap_blocks) { /* its swap space is the engine's to empty now */
+            s->swap_used -= q->swap_blocks;
+            s->plan.swap_ins[s->plan.n_swap_ins++] = q;
+        }
         list_remove(&s->waiting, q);
         sched_add_running(s, q);
         add_item(s, q, n, &cow);
@@ -413,6 +468,11 @@ bool sched_plan_add(sched *s, seq *q) {
 
 void sched_plan_drop(sched *s, seq *q) {
     sched_plan *p = &s->plan;
+    for (int i = 0; i < p->n_swap_ins; i++)
+        if (p->swap_ins[i] == q) {
+            p->swap_ins[i] = p->swap_ins[--p->n_swap_ins];
+            break;
+        }
     for (int i = 0; i < p->n_items; i++) {
         sched_item *it = &p->items[i];
         if (it->s != q) continue;

@@ -16,8 +16,12 @@
  *      are read and layer 0 is in the pool. Its first pass waits for each
  *      later layer as it needs it (seq.store_load, model_seq.kv_wait).
  * When blocks run out, the running sequence that comes last in that order is
- * preempted by recomputation: its blocks are released and it goes back to
- * the waiting queue with its generated tokens kept, to be prefilled again.
+ * preempted: its blocks are released and it goes back to the waiting queue
+ * with its generated tokens kept. With swap space (sched_opts.swap_blocks)
+ * and room left in it, its KV goes to host memory first (the plan lists the
+ * blocks to copy out) and comes back into fresh blocks when it is admitted
+ * again (the plan lists it among swap_ins), so nothing is recomputed;
+ * otherwise it is preempted by recomputation, to be prefilled again.
  * A waiting sequence of a more urgent priority class than running ones
  * preempts them the same way when it lacks blocks or a running slot.
  *
@@ -57,6 +61,9 @@ typedef struct sched_opts {
      * store_io. */
     kvs *store;
     kvs_pool_io store_io;
+    /* Host swap space for preempted sequences' KV, in blocks (0: preemption
+     * by recomputation only). */
+    int swap_blocks;
 } sched_opts;
 
 typedef struct sched_item {
@@ -76,6 +83,16 @@ typedef struct sched_plan {
     int n_preempted;
     seq **failed; /* can never fit in the pool: removed, blocks released */
     int n_failed;
+    /* Preempted by swapping (also in preempted): copy the first swap_blocks
+     * of their released blocks, swap_out_ids[swap_out_at[i] ..], out before
+     * anything else writes a block. */
+    seq **swap_outs;
+    int *swap_out_at, *swap_out_ids;
+    int n_swap_outs;
+    /* Admitted again after a swap: copy swap_buf into the first swap_blocks
+     * blocks of their table (after the swap-outs), then free it. */
+    seq **swap_ins;
+    int n_swap_ins;
     int n_decode, n_prefill_tokens;
 } sched_plan;
 
@@ -95,6 +112,8 @@ int sched_n_waiting(const sched *s);
 /* Sequences admitted with a store hit whose blocks are still being read. */
 int sched_n_fetching(const sched *s);
 int sched_n_running(const sched *s);
+/* Blocks of swap space in use. */
+int sched_swap_used(const sched *s);
 /* Prompt tokens attached from the store so far. */
 long long sched_store_hit_tokens(const sched *s);
 /* Makes the next step's plan (valid until the next call). */

@@ -36,6 +36,7 @@ void seq_free(seq *s) {
     bm_table_free(&s->table);
     stop_state_free(&s->stop);
     free(s->run_blocks);
+    free(s->swap_buf);
     free(s->tokens);
     free(s);
 }

@@ -34,6 +34,11 @@ typedef struct seq {
     int n_cached;   /* prompt tokens served by the prefix cache at first admission */
     bool admitted;  /* has been admitted once (n_cached is final) */
     int n_preempt;  /* times preempted */
+    /* Preempted by swapping: the KV of its first n_computed tokens is in
+     * swap_buf (swap_blocks blocks of the runner's block size, engine-owned),
+     * not in the pool, and its table is empty until it is admitted again. */
+    int swap_blocks;
+    void *swap_buf;
 
     bm_table table;
     model_seq mseq; /* the model's view: blocks point into table */

@@ -202,6 +202,14 @@ char *srv_metrics_render(srv_metrics *m, const engine_stats *st, int pending) {
         put(&b, "# TYPE deepinfer_preemptions_total counter\ndeepinfer_preemptions_total %lld\n",
             st->preemptions);
         put(&b,
+            "# HELP deepinfer_swap_outs_total Preemptions whose KV went to the host swap space.\n"
+            "# TYPE deepinfer_swap_outs_total counter\ndeepinfer_swap_outs_total %lld\n",
+            st->swap_outs);
+        put(&b,
+            "# TYPE deepinfer_swap_ins_total counter\ndeepinfer_swap_ins_total %lld\n"
+            "# TYPE deepinfer_swap_used_bytes gauge\ndeepinfer_swap_used_bytes %zu\n",
+            st->swap_ins, st->swap_bytes_used);
+        put(&b,
             "# HELP deepinfer_engine_compute_idle_ratio Fraction of the time with work in flight "
             "that the compute threads sat idle between forward passes.\n"
             "# TYPE deepinfer_engine_compute_idle_ratio gauge\n"

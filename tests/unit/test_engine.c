@@ -73,6 +73,9 @@ static int fake_copy(void *c, int dst, int src, di_err *err) {
     memcpy(f->kv + (size_t)dst * 128, f->kv + (size_t)src * 128, sizeof(uint64_t) * 128);
     return 0;
 }
+static void *fake_block_data(void *c, int block) {
+    return ((fake *)c)->kv + (size_t)block * 128;
+}
 static int fake_forward(void *c, model_batch_seq *b, int n, di_err *err) {
     fake *f = c;
     while (atomic_load(&f->hold)) usleep(200);
@@ -156,7 +159,9 @@ static engine *fake_engine_opts(fake *f, bool swa, const engine_opts *o) {
                        .seq_init = fake_seq_init,
                        .seq_free = fake_seq_free,
                        .forward = fake_forward,
-                       .copy_block = f->copy ? fake_copy : NULL};
+                       .copy_block = f->copy ? fake_copy : NULL,
+                       .kv_block_data = fake_block_data,
+                       .kv_block_bytes = 128 * sizeof(uint64_t)};
     engine_detok d = {.open = fd_open, .push = fd_push, .flush = fd_flush, .close = fd_close};
     di_err err;
     return engine_create_runner(&r, &d, o, &err);
@@ -298,14 +303,19 @@ TEST(engine_fake_prefix_hits) {
     fake_free(f);
 }
 
-/* A pool too small for everyone at once: sequences get preempted, resume by
- * recomputation, and still produce the reference output. */
-static void preempt_case(bool copy) {
+/* A pool too small for everyone at once: sequences get preempted, resume
+ * (by recomputation, or from swap space of swap_blocks blocks), and still
+ * produce the reference output. *computed: the tokens computed. */
+static void preempt_case(bool copy, int swap_blocks, long long *computed) {
     enum { NR = 10 };
     static int prompts[NR][200];
     static result res[NR];
     fake *f = fake_new(12, copy);
-    engine *e = fake_engine(f, 512, 16, false);
+    engine *e = fake_engine_opts(
+        f, false,
+        &(engine_opts){.step_tokens = 512,
+                       .max_running = 16,
+                       .swap_bytes = (size_t)swap_blocks * 128 * sizeof(uint64_t)});
     memset(res, 0, sizeof res);
     atomic_store(&f->hold, 1);
     for (int i = 0; i < NR; i++) {
@@ -322,13 +332,36 @@ static void preempt_case(bool copy) {
     }
     CHECKF(s.preemptions > 0, "no preemption happened");
     CHECK(s.blocks_used == 0);
+    if (swap_blocks >= 12) /* room for any sequence's blocks: every preemption swaps */
+        CHECKF(s.swap_outs == s.preemptions, "swap-outs %lld of %lld preemptions", s.swap_outs,
+               s.preemptions);
+    CHECKF(swap_blocks ? s.swap_outs > 0 : s.swap_outs == 0, "swap-outs %lld", s.swap_outs);
+    CHECKF(s.swap_ins == s.swap_outs && s.swap_bytes_used == 0, "swap-ins %lld of %lld, %zu held",
+           s.swap_ins, s.swap_outs, s.swap_bytes_used);
     engine_free(e);
     CHECK(f->n_free == 12);
     fake_free(f);
+    *computed = s.computed_tokens;
 }
 
 TEST(engine_fake_preemption_resume) {
-    preempt_case(true);
+    long long n;
+    preempt_case(true, 0, &n);
+}
+
+/* Swap space: preempted sequences' KV goes to host memory and back, so
+ * they resume without recomputing their tokens (each of the 10 requests
+ * puts its prompt and 149 of its 150 tokens through the model once: 1,450 +
+ * 1,490); with room for
+ * only a few blocks, some preemptions swap and the rest recompute. */
+TEST(engine_fake_preemption_swap) {
+    long long recompute = 0, swap = 0, some = 0;
+    preempt_case(true, 0, &recompute);
+    preempt_case(true, 64, &swap);
+    CHECKF(swap == 1450 + 1490 && recompute > swap, "tokens computed: %lld with swap, %lld without",
+           swap, recompute);
+    preempt_case(false, 3, &some);
+    CHECKF(some > swap, "tokens computed with 3 blocks of swap space: %lld", some);
 }
 
 /* n > 1: branches share the prompt blocks, each is a correct continuation
@@ -394,7 +427,8 @@ TEST(engine_fake_fork_recompute) {
     fork_case(false);
 }
 TEST(engine_fake_preemption_recompute_cow) {
-    preempt_case(false);
+    long long n;
+    preempt_case(false, 0, &n);
 }
 
 TEST(engine_fake_stop_conditions) {
@@ -480,10 +514,18 @@ static unsigned lcg(unsigned *r) {
     return *r >> 8;
 }
 
-TEST(engine_fake_stress_10k) {
+/* 10,000 random requests (shared prefixes, n > 1, priorities, random
+ * cancellations) through a 48-block pool, preempting by recomputation or
+ * with swap_blocks blocks of swap space: everything finishes and the pool
+ * (and the swap space) is whole again. */
+static void stress_case(int swap_blocks) {
     enum { NR = 10000 };
     fake *f = fake_new(48, false);
-    engine *e = fake_engine(f, 256, 64, false);
+    engine *e = fake_engine_opts(
+        f, false,
+        &(engine_opts){.step_tokens = 256,
+                       .max_running = 64,
+                       .swap_bytes = (size_t)swap_blocks * 128 * sizeof(uint64_t)});
     stress st = {.mu = PTHREAD_MUTEX_INITIALIZER};
     unsigned rng = 777;
 #define SR() lcg(&rng)
@@ -519,10 +561,22 @@ TEST(engine_fake_stress_10k) {
     CHECK(st.cancelled > 0 && s.prefix_hit_tokens > 0);
     CHECKF(s.plans_ahead > 0 && s.preemptions > 0, "plans ahead %lld, preemptions %lld",
            s.plans_ahead, s.preemptions);
+    /* swapped sequences cancelled while they waited never come back in */
+    CHECKF((swap_blocks ? s.swap_outs > 0 : s.swap_outs == 0) && s.swap_ins <= s.swap_outs &&
+               s.swap_bytes_used == 0,
+           "swap-outs %lld, swap-ins %lld, %zu bytes held", s.swap_outs, s.swap_ins,
+           s.swap_bytes_used);
     engine_free(e);
     CHECK(f->n_free == 48);
     fake_free(f);
     free(ids);
+}
+
+TEST(engine_fake_stress_10k) {
+    stress_case(0);
+}
+TEST(engine_fake_stress_10k_swap) {
+    stress_case(24);
 }
 
 /* Sliding-window runners: n > 1 runs as independent sequences, no prefix reuse. */

@@ -152,24 +152,38 @@ static void run_preset(const char *preset) {
 
     /* A pool too small for all at once: preemption, resumption, same outputs
      * (prefix cache off: with it, prompt 5 waits for prompt 4's shared block
-     * and the pool is no longer short). */
-    e = engine_create(
-        f.m, f.t,
-        &(engine_opts){
-            .kv_blocks = 5, .step_tokens = 512, .max_running = 8, .no_prefix_cache = true},
-        &err);
-    CHECK(e);
-    engine_pause(e, true);
-    for (int i = 0; i < NR; i++) go(e, f.prompts[i], f.lens[i], 1, &tog[i]);
-    engine_pause(e, false);
-    engine_wait_idle(e);
-    s = engine_get_stats(e);
-    CHECKF(s.preemptions > 0, "%s: no preemption", preset);
-    for (int i = 0; i < NR; i++)
-        CHECKF(!memcmp(tog[i].tok[0], f.solo[i].tok[0], sizeof(int) * GEN),
-               "%s: request %d differs after preemption", preset, i);
-    CHECK(s.blocks_used == 0);
-    engine_free(e);
+     * and the pool is no longer short); by recomputation, then from swap
+     * space, where each preempted sequence resumes with its own KV (and
+     * rings) and nothing is computed twice. */
+    long long computed[2] = {0, 0};
+    for (int swap = 0; swap < 2; swap++) {
+        e = engine_create(f.m, f.t,
+                          &(engine_opts){.kv_blocks = 5,
+                                         .step_tokens = 512,
+                                         .max_running = 8,
+                                         .no_prefix_cache = true,
+                                         .swap_bytes = swap ? (size_t)64 << 20 : 0},
+                          &err);
+        CHECKF(e, "%s: %.300s", preset, err.msg);
+        engine_pause(e, true);
+        for (int i = 0; i < NR; i++) go(e, f.prompts[i], f.lens[i], 1, &tog[i]);
+        engine_pause(e, false);
+        engine_wait_idle(e);
+        s = engine_get_stats(e);
+        CHECKF(s.preemptions > 0, "%s: no preemption", preset);
+        for (int i = 0; i < NR; i++)
+            CHECKF(!memcmp(tog[i].tok[0], f.solo[i].tok[0], sizeof(int) * GEN),
+                   "%s: request %d differs after preemption (swap %d)", preset, i, swap);
+        CHECK(s.blocks_used == 0);
+        CHECKF(s.swap_outs == (swap ? s.preemptions : 0) && s.swap_ins == s.swap_outs &&
+                   s.swap_bytes_used == 0,
+               "%s: swap %d: %lld preemptions, %lld out, %lld in, %zu bytes held", preset, swap,
+               s.preemptions, s.swap_outs, s.swap_ins, s.swap_bytes_used);
+        computed[swap] = s.computed_tokens;
+        engine_free(e);
+    }
+    CHECKF(computed[1] < computed[0], "%s: %lld tokens computed with swap, %lld without", preset,
+           computed[1], computed[0]);
 
     /* The start-up cost model gives a sane budget from timed passes. */
     e = engine_create(f.m, f.t, &(engine_opts){.kv_blocks = 4, .step_ms = 50}, &err);

@@ -20,8 +20,10 @@ static seq *mk(uint64_t id, int n_prompt, int prio) {
     return s;
 }
 
-/* Executes a plan: tokens computed, one token appended where logits. */
+/* Executes a plan: swapped KV back in (the engine's part: the buffer
+ * emptied), tokens computed, one token appended where logits. */
 static void run_plan(bm *b, const sched_plan *p) {
+    for (int i = 0; i < p->n_swap_ins; i++) p->swap_ins[i]->swap_blocks = 0;
     for (int i = 0; i < p->n_items; i++) {
         seq *q = p->items[i].s;
         q->n_computed += p->items[i].n_tokens;
@@ -113,6 +115,63 @@ TEST(engine_sched_preempts_last) {
     CHECK(bm_get_stats(b).used == 0);
     sched_free(s);
     bm_free(b);
+}
+
+/* With swap space: the preempted sequence keeps its computed tokens, the
+ * plan names the blocks to copy out, and its resumption the copy back in
+ * (into fresh blocks) before it decodes on; with too little room, or after
+ * it leaves while swapped, the space is free again. */
+static void swap_case(int swap_blocks) {
+    bm *b = make_bm(4);
+    sched *s = sched_create(
+        b, &(sched_opts){.token_budget = 1000, .max_running = 8, .swap_blocks = swap_blocks});
+    seq *x = mk(1, 200, 0), *y = mk(2, 200, 0);
+    sched_add_waiting(s, x);
+    sched_add_waiting(s, y);
+    run_plan(b, sched_schedule(s));
+    int y_blocks[2] = {y->table.blocks[0], y->table.blocks[1]};
+    const sched_plan *p = NULL;
+    for (int step = 0; step < 60 && y->n_preempt == 0; step++) {
+        p = sched_schedule(s);
+        if (y->n_preempt == 0) run_plan(b, p);
+    }
+    CHECK(y->n_preempt == 1 && y->state == SEQ_WAITING && y->table.n == 0);
+    if (swap_blocks < 2) { /* no room for its 2 blocks: recomputation */
+        CHECK(p->n_swap_outs == 0 && y->n_computed == 0 && sched_swap_used(s) == 0);
+        CHECK(release_all(s, b, (seq *[]){x, y}, 2) == 0);
+        return;
+    }
+    int computed = y->n_computed;
+    CHECKF(computed > 200 && computed <= 256 && y->swap_blocks == 2, "y: %d computed, %d swapped",
+           computed, y->swap_blocks);
+    CHECK(p->n_swap_outs == 1 && p->swap_outs[0] == y && p->n_preempted == 1);
+    const int *ids = p->swap_out_ids + p->swap_out_at[0];
+    CHECK(ids[0] == y_blocks[0] && ids[1] == y_blocks[1] && sched_swap_used(s) == 2);
+    run_plan(b, p);
+    sched_remove(s, x);
+    p = sched_schedule(s); /* y resumes where it stopped: a decode */
+    CHECK(p->n_swap_ins == 1 && p->swap_ins[0] == y && sched_swap_used(s) == 0);
+    CHECKF(p->n_items == 1 && p->items[0].s == y && p->items[0].n_tokens == 1 &&
+               y->n_computed == computed && y->table.n == computed / 128 + 1,
+           "%d tokens from %d", p->items[0].n_tokens, y->n_computed);
+    run_plan(b, p);
+    /* Swapped out again (for a more urgent request), then cancelled while
+     * waiting: its space comes back. */
+    seq *z = mk(3, 300, -1);
+    sched_add_waiting(s, z);
+    for (int step = 0; step < 200 && y->n_preempt < 2; step++) run_plan(b, sched_schedule(s));
+    CHECKF(y->n_preempt == 2 && sched_swap_used(s) > 0, "preempted %d, %d swapped", y->n_preempt,
+           sched_swap_used(s));
+    sched_remove(s, y);
+    CHECK(sched_swap_used(s) == 0);
+    CHECK(release_all(s, b, (seq *[]){z}, 1) == 0);
+    seq_free(x);
+    seq_free(y);
+}
+
+TEST(engine_sched_preempts_by_swap) {
+    swap_case(8);
+    swap_case(1);
 }
 
 TEST(engine_sched_priority_preempts) {
