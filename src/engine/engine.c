@@ -81,7 +81,7 @@ static void publish(engine *e) {
     s.blocks_used = b.used;
     s.blocks_free = b.free;
     s.blocks_cached = b.cached;
-    s.prefix_hit_tokens = b.hit_tokens;
+    s.prefix_hit_tokens = sched_prefix_hit_tokens(e->sched);
     s.cows = b.cows;
     s.evictions = b.evictions;
     s.swap_bytes_used = (size_t)sched_swap_used(e->sched) * e->run.kv_block_bytes;

@@ -22,7 +22,7 @@ struct sched {
     int cap_items, cap_pre, cap_fail;
     int n_swap_ids, cap_swap_ids; /* plan.swap_out_ids */
     int swap_used;                /* blocks of swap space held by waiting sequences */
-    long long store_hit_tokens;
+    long long prefix_hit_tokens, store_hit_tokens; /* at sequences' first admission */
 };
 
 static void list_insert(seq_list *l, seq *q) {
@@ -58,6 +58,10 @@ sched *sched_create(bm *b, const sched_opts *o) {
 
 int sched_swap_used(const sched *s) {
     return s->swap_used;
+}
+
+long long sched_prefix_hit_tokens(const sched *s) {
+    return s->prefix_hit_tokens;
 }
 
 long long sched_store_hit_tokens(const sched *s) {
@@ -110,7 +114,8 @@ static bool attach_prefix(sched *s, seq *q) {
         s->o.store ? kvs_admit(s->o.store, s->b, &q->table, q->tokens, q->n_tokens, q->n_tokens - 1,
                                &s->o.store_io, &ld)
                    : bm_attach_prefix(s->b, &q->table, q->tokens, q->n_tokens, q->n_tokens - 1);
-    if (!q->admitted) q->n_cached = q->n_computed < q->n_prompt ? q->n_computed : q->n_prompt;
+    if (!q->admitted)
+        q->n_cached = q->n_cached_mem = q->n_computed < q->n_prompt ? q->n_computed : q->n_prompt;
     if (!ld) return true;
     q->store_load = ld;
     list_remove(&s->waiting, q);
@@ -132,7 +137,6 @@ static void poll_fetching(sched *s) {
         }
         if (tok == 0) drop_load(q); /* nothing usable: the pass fills the blocks */
         q->n_computed += tok;
-        s->store_hit_tokens += tok;
         if (!q->admitted) q->n_cached = q->n_computed < q->n_prompt ? q->n_computed : q->n_prompt;
         list_remove(&s->fetching, q);
         sched_add_waiting(s, q);
@@ -429,6 +433,10 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
                 continue;
             }
             break;
+        }
+        if (!q->admitted) { /* its hits count once, whatever tries came before */
+            s->prefix_hit_tokens += q->n_cached_mem;
+            s->store_hit_tokens += q->n_cached - q->n_cached_mem;
         }
         q->admitted = true;
         if (q->swap_blocks) { /* its swap space is the engine's to empty now */

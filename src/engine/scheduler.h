@@ -114,7 +114,10 @@ int sched_n_fetching(const sched *s);
 int sched_n_running(const sched *s);
 /* Blocks of swap space in use. */
 int sched_swap_used(const sched *s);
-/* Prompt tokens attached from the store so far. */
+/* Prompt tokens served at sequences' first admission by the in-memory
+ * prefix cache, and by the store (a sequence that attaches its prefix and
+ * waits, or is preempted, and attaches it again counts once). */
+long long sched_prefix_hit_tokens(const sched *s);
 long long sched_store_hit_tokens(const sched *s);
 /* Makes the next step's plan (valid until the next call). */
 const sched_plan *sched_schedule(sched *s);

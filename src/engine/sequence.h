@@ -29,11 +29,12 @@ typedef struct seq {
 
     int *tokens;
     int n_tokens, cap;
-    int n_prompt;   /* the request's prompt length (usage) */
-    int n_computed; /* tokens with KV in the cache */
-    int n_cached;   /* prompt tokens served by the prefix cache at first admission */
-    bool admitted;  /* has been admitted once (n_cached is final) */
-    int n_preempt;  /* times preempted */
+    int n_prompt;     /* the request's prompt length (usage) */
+    int n_computed;   /* tokens with KV in the cache */
+    int n_cached;     /* prompt tokens served by the prefix cache at first admission */
+    int n_cached_mem; /* of them, from the in-memory prefix cache (the rest: the store) */
+    bool admitted;    /* has been admitted once (n_cached is final) */
+    int n_preempt;    /* times preempted */
     /* Preempted by swapping: the KV of its first n_computed tokens is in
      * swap_buf (swap_blocks blocks of the runner's block size, engine-owned),
      * not in the pool, and its table is empty until it is admitted again. */

@@ -103,6 +103,11 @@ TEST(engine_sched_preempts_last) {
     p = sched_schedule(s); /* y resumes: its prompt+generated tokens, prefix-cached block */
     CHECK(p->n_items == 1 && p->items[0].s == y && p->items[0].logits);
     CHECKF(y->n_computed == 128, "resumed from %d", y->n_computed);
+    /* Its own block found again (at every try while it waited) is no prompt
+     * hit: hits count at a sequence's first admission. */
+    CHECKF(sched_prefix_hit_tokens(s) == 0 && bm_get_stats(b).hit_tokens >= 128,
+           "prefix hits %lld, block manager's %lld", sched_prefix_hit_tokens(s),
+           bm_get_stats(b).hit_tokens);
     sched_remove(s, y);
     seq_free(x);
     seq_free(y);
