@@ -25,12 +25,14 @@ int cmd_kvsim(int argc, char **argv);
 int cmd_kvbench(int argc, char **argv);
 
 /* Shared by the model-running commands (common.c). */
-/* Parses "bf16" | "f32" | "int8" (also "int8:G" for G columns per scale). */
-int cli_parse_dtype(const char *s, model_opts *o);
-/* Loads a model with a one-line error on stderr; NULL on failure. kv_dtype
- * is --kv-dtype's value (NULL: auto). */
+/* The load options from --dtype ("bf16" | "f32" | "int8" | "int8:G", G
+ * columns per scale), --kv-dtype (NULL: auto) and --threads; -1 with a
+ * one-line error on stderr for a value it does not know (the commands
+ * then exit 2, as for any bad option). */
 #define CLI_KV_DTYPE_HELP "KV cache elements: auto (f32 with --dtype f32, else bf16) | f32 | bf16"
-model *cli_load_model(const char *dir, const char *dtype, const char *kv_dtype, int threads);
+int cli_model_opts(const char *dtype, const char *kv_dtype, int threads, model_opts *o);
+/* Loads a model with a one-line error on stderr; NULL on failure. */
+model *cli_load_model(const char *dir, const model_opts *o);
 /* The KV store options serve and generate share (--kv-store-capacity,
  * --kv-ttl-chat / --kv-ttl-agent in hours, < 0 unset, 0 forever) into ko;
  * a one-line error naming cmd on stderr and -1 when capacity is no size. */

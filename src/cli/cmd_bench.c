@@ -261,9 +261,11 @@ int cmd_bench(int argc, char **argv) {
         cli_usage(stderr, opts, n_opts, syn);
         return 2;
     }
+    model_opts mo;
+    if (cli_model_opts(dtype, kv_dtype, threads, &mo)) return 2;
     bench_result r = {.batch = batch, .prompt_len = prompt_len, .gen_len = gen_len};
     double t0 = di_now();
-    model *m = cli_load_model(dir, dtype, kv_dtype, threads);
+    model *m = cli_load_model(dir, &mo);
     if (!m) return 1;
     r.load_s = di_now() - t0;
     r.rss_after_load_mb = cli_rss_bytes() / 1e6;

@@ -127,6 +127,8 @@ int cmd_generate(int argc, char **argv) {
 
     kvs_opts ko;
     if (cli_kv_store_opts("generate", kv_capacity, ttl_chat_h, ttl_agent_h, &ko)) return 2;
+    model_opts mo;
+    if (cli_model_opts(dtype, kv_dtype, threads, &mo)) return 2;
 
     di_err err = {{0}};
     tokenizer *tok = tok_load(dir, &err);
@@ -134,7 +136,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "deepinfer: %s\n", err.msg);
         return 1;
     }
-    model *m = cli_load_model(dir, dtype, kv_dtype, threads);
+    model *m = cli_load_model(dir, &mo);
     if (!m) {
         tok_free(tok);
         return 1;

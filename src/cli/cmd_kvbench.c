@@ -141,7 +141,9 @@ int cmd_kvbench(int argc, char **argv) {
     size_t bytes = kvs_parse_size(block, &ok);
     uint64_t fp = 0x6B7662656E6368ull;
     if (model_dir) {
-        model *m = cli_load_model(model_dir, "bf16", NULL, 1) /* only the layout: no f32 copy */;
+        /* only the layout: bf16, no f32 copy */
+        model *m =
+            cli_load_model(model_dir, &(model_opts){.dtype = MODEL_DTYPE_BF16, .threads = 1});
         if (!m) return 1;
         bytes = model_kv_block_bytes(m);
         model_free(m);

@@ -108,7 +108,9 @@ int cmd_logits(int argc, char **argv) {
         cli_usage(stderr, opts, n_opts, syn);
         return 2;
     }
-    model *m = cli_load_model(dir, dtype, kv_dtype, threads);
+    model_opts mo;
+    if (cli_model_opts(dtype, kv_dtype, threads, &mo)) return 2;
+    model *m = cli_load_model(dir, &mo);
     if (!m) return 1;
     const model_info *info = model_get_info(m);
     int *ids = NULL;

@@ -87,6 +87,8 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "deepinfer serve: a numeric option is out of range\n");
         return 2;
     }
+    model_opts mo;
+    if (cli_model_opts(dtype, kv_dtype, threads, &mo)) return 2;
     if (verbose) di_log_set_level(DI_LOG_DEBUG);
     render_format fmt;
     di_err err = {{0}};
@@ -129,7 +131,7 @@ int cmd_serve(int argc, char **argv) {
         tok_free(tok);
         return 2;
     }
-    model *m = cli_load_model(dir, dtype, kv_dtype, threads);
+    model *m = cli_load_model(dir, &mo);
     if (!m) {
         tok_free(tok);
         return 1;

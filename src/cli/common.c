@@ -7,7 +7,7 @@
 
 #include "cli/cli.h"
 
-int cli_parse_dtype(const char *s, model_opts *o) {
+static int parse_dtype(const char *s, model_opts *o) {
     if (!strcmp(s, "bf16"))
         o->dtype = MODEL_DTYPE_BF16;
     else if (!strcmp(s, "f32"))
@@ -25,24 +25,28 @@ int cli_parse_dtype(const char *s, model_opts *o) {
     return 0;
 }
 
-model *cli_load_model(const char *dir, const char *dtype, const char *kv_dtype, int threads) {
-    model_opts o = {.dtype = MODEL_DTYPE_BF16, .threads = threads};
-    if (cli_parse_dtype(dtype, &o)) {
+int cli_model_opts(const char *dtype, const char *kv_dtype, int threads, model_opts *o) {
+    *o = (model_opts){.dtype = MODEL_DTYPE_BF16, .threads = threads};
+    if (parse_dtype(dtype, o)) {
         fprintf(stderr, "deepinfer: unknown --dtype '%s' (bf16, f32, int8, int8:GROUP)\n", dtype);
-        return NULL;
+        return -1;
     }
     if (!kv_dtype || !strcmp(kv_dtype, "auto"))
-        o.kv_dtype = MODEL_KV_AUTO;
+        o->kv_dtype = MODEL_KV_AUTO;
     else if (!strcmp(kv_dtype, "f32"))
-        o.kv_dtype = MODEL_KV_F32;
+        o->kv_dtype = MODEL_KV_F32;
     else if (!strcmp(kv_dtype, "bf16"))
-        o.kv_dtype = MODEL_KV_BF16;
+        o->kv_dtype = MODEL_KV_BF16;
     else {
         fprintf(stderr, "deepinfer: unknown --kv-dtype '%s' (auto, f32, bf16)\n", kv_dtype);
-        return NULL;
+        return -1;
     }
+    return 0;
+}
+
+model *cli_load_model(const char *dir, const model_opts *o) {
     di_err err = {{0}};
-    model *m = model_load(dir, &o, &err);
+    model *m = model_load(dir, o, &err);
     if (!m) fprintf(stderr, "deepinfer: %s\n", err.msg);
     return m;
 }

@@ -56,10 +56,10 @@ def json_case(preset, dtype, batch):
 
 
 def bad_args_case(preset, opt, value):
-    """Refused before any measuring: a nonzero exit and one line naming the option."""
+    """Refused before any measuring: exit status 2 (usage) and one line naming the option."""
     p = subprocess.run([BIN, "bench", "--model", os.path.join(MODELS, preset), opt, value],
                        capture_output=True, timeout=60)
-    assert p.returncode != 0, "accepted"
+    assert p.returncode == 2, f"exit status {p.returncode}"
     err = p.stderr.decode(errors="replace")
     assert opt in err or "usage" in err, err
     assert p.stdout == b"", p.stdout
