@@ -168,9 +168,13 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     engine_stats es = engine_get_stats(e);
-    fprintf(stderr, "deepinfer serve: KV cache of %d blocks of %d tokens, %s entries (%.0f MiB)\n",
+    fprintf(stderr, "deepinfer serve: KV cache of %d blocks of %d tokens, %s entries (%.0f MiB)",
             es.blocks_total, MODEL_KV_BLOCK, model_kv_dtype_name(m),
             (double)es.blocks_total * (double)model_kv_block_bytes(m) / (1 << 20));
+    if (swap_mib)
+        fprintf(stderr, ", swap space %d MiB for preempted requests\n", swap_mib);
+    else
+        fprintf(stderr, "\n");
     srv_opts so = {.host = host,
                    .port = port,
                    .api_key = api_key,

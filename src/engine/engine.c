@@ -239,6 +239,12 @@ engine *engine_create_runner(const engine_runner *r, const engine_detok *detok,
             engine_free(e);
             return NULL;
         }
+        if (o.swap_bytes < r->kv_block_bytes) {
+            di_errf(err, "engine: --swap-space: %zu bytes hold no KV block (%zu bytes each)",
+                    o.swap_bytes, r->kv_block_bytes);
+            engine_free(e);
+            return NULL;
+        }
         /* blocks of no bytes (only sliding-window layers): swapping is free */
         size_t n = r->kv_block_bytes ? o.swap_bytes / r->kv_block_bytes : (size_t)INT32_MAX;
         swap_blocks = n > (size_t)INT32_MAX ? INT32_MAX : (int)n;

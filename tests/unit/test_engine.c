@@ -362,6 +362,11 @@ TEST(engine_fake_preemption_swap) {
            swap, recompute);
     preempt_case(false, 3, &some);
     CHECKF(some > swap, "tokens computed with 3 blocks of swap space: %lld", some);
+    /* Swap space smaller than a block is refused, not silently unused. */
+    fake *f = fake_new(4, true);
+    CHECK(!fake_engine_opts(f, false, &(engine_opts){.step_tokens = 64, .swap_bytes = 1000}));
+    CHECK(f->n_free == 4);
+    fake_free(f);
 }
 
 /* n > 1: branches share the prompt blocks, each is a correct continuation
