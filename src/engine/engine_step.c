@@ -500,9 +500,10 @@ void engine_drain(engine *e) {
 /* Swap space: the KV of sequences preempted by swapping is copied out of
  * their released blocks (nothing has written them since), then that of
  * sequences admitted again is copied into their fresh blocks (which may be
- * the blocks just copied out), before any block copy or pass writes a
- * block. A swapped sequence keeps its model state (its rings), so it
- * resumes exactly where it stopped. */
+ * the blocks just copied out; the leading blocks found in the prefix cache
+ * are shared instead), before any block copy or pass writes a block. A
+ * swapped sequence keeps its model state (its rings), so it resumes exactly
+ * where it stopped. */
 static void swap_blocks(engine *e, const sched_plan *p) {
     size_t bb = e->run.kv_block_bytes;
     for (int i = 0; i < p->n_swap_outs; i++) {
@@ -517,7 +518,7 @@ static void swap_blocks(engine *e, const sched_plan *p) {
     }
     for (int i = 0; i < p->n_swap_ins; i++) {
         seq *q = p->swap_ins[i];
-        for (int b = 0; bb && b < q->swap_blocks; b++)
+        for (int b = q->swap_skip; bb && b < q->swap_blocks; b++)
             memcpy(e->run.kv_block_data(e->run.ctx, q->table.blocks[b]),
                    (const char *)q->swap_buf + bb * (size_t)b, bb);
         free(q->swap_buf);

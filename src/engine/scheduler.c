@@ -417,6 +417,10 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
             continue;
         }
         if (fresh && !attach_prefix(s, q)) continue; /* fetching aside */
+        if (q->swap_blocks) /* its full blocks still cached are shared, not copied back */
+            q->swap_skip = bm_attach_prefix(s->b, &q->table, q->tokens, q->n_tokens,
+                                            q->n_computed / BM_BLOCK * BM_BLOCK) /
+                           BM_BLOCK;
         int n = chunk_len(s, q, budget);
         bool reserved = bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) == 0;
         if (!reserved && release_idle_holders(s, q))

@@ -89,8 +89,9 @@ typedef struct sched_plan {
     seq **swap_outs;
     int *swap_out_at, *swap_out_ids;
     int n_swap_outs;
-    /* Admitted again after a swap: copy swap_buf into the first swap_blocks
-     * blocks of their table (after the swap-outs), then free it. */
+    /* Admitted again after a swap: copy swap_buf's blocks [swap_skip,
+     * swap_blocks) into the same blocks of their table (the first swap_skip
+     * were found in the prefix cache), after the swap-outs; then free it. */
     seq **swap_ins;
     int n_swap_ins;
     int n_decode, n_prefill_tokens;

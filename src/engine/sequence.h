@@ -37,8 +37,10 @@ typedef struct seq {
     int n_preempt;    /* times preempted */
     /* Preempted by swapping: the KV of its first n_computed tokens is in
      * swap_buf (swap_blocks blocks of the runner's block size, engine-owned),
-     * not in the pool, and its table is empty until it is admitted again. */
-    int swap_blocks;
+     * not in the pool, and its table is empty until it is admitted again.
+     * Then its first swap_skip blocks are found in the prefix cache (shared
+     * again, not copied back). */
+    int swap_blocks, swap_skip;
     void *swap_buf;
 
     bm_table table;

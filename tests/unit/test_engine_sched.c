@@ -179,6 +179,33 @@ TEST(engine_sched_preempts_by_swap) {
     swap_case(1);
 }
 
+/* A swapped sequence resumes sharing the blocks of its prefix still in the
+ * prefix cache: they are attached, only the rest is copied back. */
+TEST(engine_sched_swap_in_shares_cached_prefix) {
+    bm *b = make_bm(5);
+    sched *s =
+        sched_create(b, &(sched_opts){.token_budget = 1000, .max_running = 8, .swap_blocks = 8});
+    seq *x = mk(1, 300, 0), *y = mk(2, 300, 0);
+    memcpy(y->tokens, x->tokens, sizeof(int) * 256); /* two blocks in common */
+    sched_add_waiting(s, x);
+    sched_add_waiting(s, y);
+    for (int step = 0; step < 8 && y->table.n == 0; step++) run_plan(b, sched_schedule(s));
+    CHECKF(y->table.n == 3 && y->table.blocks[0] == x->table.blocks[0] &&
+               y->table.blocks[1] == x->table.blocks[1],
+           "y holds %d blocks", y->table.n);
+    int shared[2] = {x->table.blocks[0], x->table.blocks[1]};
+    for (int step = 0; step < 200 && y->n_preempt == 0; step++) run_plan(b, sched_schedule(s));
+    CHECK(y->n_preempt == 1 && y->swap_blocks == 3 && x->n_preempt == 0);
+    sched_remove(s, x); /* its blocks stay cached */
+    const sched_plan *p = sched_schedule(s);
+    CHECKF(p->n_swap_ins == 1 && y->swap_skip == 3 && y->table.blocks[0] == shared[0] &&
+               y->table.blocks[1] == shared[1],
+           "swap-ins %d, %d blocks found cached", p->n_swap_ins, y->swap_skip);
+    run_plan(b, p);
+    CHECK(release_all(s, b, (seq *[]){y}, 1) == 0);
+    seq_free(x);
+}
+
 TEST(engine_sched_priority_preempts) {
     bm *b = make_bm(4);
     sched *s = sched_create(b, &(sched_opts){.token_budget = 1000, .max_running = 8});
