@@ -498,32 +498,46 @@ void engine_drain(engine *e) {
 
 /* --- the next pass ------------------------------------------------------------ */
 /* Swap space: the KV of sequences preempted by swapping is copied out of
- * their released blocks (nothing has written them since), then that of
- * sequences admitted again is copied into their fresh blocks (which may be
- * the blocks just copied out; the leading blocks found in the prefix cache
- * are shared instead), before any block copy or pass writes a block. A
- * swapped sequence keeps its model state (its rings), so it resumes exactly
- * where it stopped. */
+ * their released blocks (nothing has written them since; leading blocks
+ * other sequences share stay to the prefix cache), then that of sequences
+ * admitted again is copied into their fresh blocks (which may be the blocks
+ * just copied out; the leading blocks found in the prefix cache are shared
+ * instead), before any block copy or pass writes a block. A swapped
+ * sequence keeps its model state (its rings), so it resumes exactly where
+ * it stopped; one whose shared prefix was evicted meanwhile drops its
+ * swapped KV and its model state, and recomputes from what was found. */
 static void swap_blocks(engine *e, const sched_plan *p) {
     size_t bb = e->run.kv_block_bytes;
     for (int i = 0; i < p->n_swap_outs; i++) {
         seq *q = p->swap_outs[i];
         const int *ids = p->swap_out_ids + p->swap_out_at[i];
-        char *buf = bb ? di_malloc(bb * (size_t)q->swap_blocks) : NULL;
-        for (int b = 0; bb && b < q->swap_blocks; b++)
-            memcpy(buf + bb * (size_t)b, e->run.kv_block_data(e->run.ctx, ids[b]), bb);
         free(q->swap_buf);
-        q->swap_buf = buf;
+        q->swap_buf = NULL;
+        if (bb && q->swap_blocks > 0) { /* 0: all shared, or dropped since */
+            char *buf = di_malloc(bb * (size_t)q->swap_blocks);
+            for (int b = 0; b < q->swap_blocks; b++)
+                memcpy(buf + bb * (size_t)b, e->run.kv_block_data(e->run.ctx, ids[b]), bb);
+            q->swap_buf = buf;
+        }
         e->st.swap_outs++;
+    }
+    for (int i = 0; i < p->n_swap_drops; i++) { /* recomputed from the cached prefix */
+        seq *q = p->swap_drops[i];
+        free(q->swap_buf);
+        q->swap_buf = NULL;
+        engine_seq_model_free(e, q);
+        e->run.seq_init(e->run.ctx, &q->mseq);
     }
     for (int i = 0; i < p->n_swap_ins; i++) {
         seq *q = p->swap_ins[i];
-        for (int b = q->swap_skip; bb && b < q->swap_blocks; b++)
+        int b0 = q->swap_skip > q->swap_first ? q->swap_skip : q->swap_first;
+        for (int b = b0; bb && b < q->swap_first + q->swap_blocks; b++)
             memcpy(e->run.kv_block_data(e->run.ctx, q->table.blocks[b]),
-                   (const char *)q->swap_buf + bb * (size_t)b, bb);
+                   (const char *)q->swap_buf + bb * (size_t)(b - q->swap_first), bb);
         free(q->swap_buf);
         q->swap_buf = NULL;
-        q->swap_blocks = 0;
+        q->swapped = false;
+        q->swap_first = q->swap_blocks = 0;
         e->st.swap_ins++;
     }
 }
@@ -538,13 +552,13 @@ static int prepare(engine *e, const sched_plan *p, di_err *err) {
     }
     for (int i = 0; i < p->n_preempted; i++) {
         seq *q = p->preempted[i];
-        if (!q->swap_blocks) { /* recomputed from scratch: fresh model state */
+        if (!q->swapped) { /* recomputed from scratch: fresh model state */
             engine_seq_model_free(e, q);
             e->run.seq_init(e->run.ctx, &q->mseq);
         }
         e->st.preemptions++;
     }
-    swap_blocks(e, p); /* after the test above: a swap-in empties swap_blocks */
+    swap_blocks(e, p); /* after the test above: a swap-in clears swapped */
     if (p->n_items == 0) return 0;
     for (int i = 0; i < p->n_cows; i++)
         if (p->cows[i].src >= 0 &&

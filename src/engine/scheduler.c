@@ -81,6 +81,7 @@ void sched_free(sched *s) {
     free(s->plan.swap_out_at);
     free(s->plan.swap_out_ids);
     free(s->plan.swap_ins);
+    free(s->plan.swap_drops);
     free(s);
 }
 
@@ -173,9 +174,10 @@ static bool release_idle_holders(sched *s, const seq *except) {
 /* A swapped sequence that leaves before it is admitted again gives its swap
  * space back (its buffer goes with the sequence). */
 static void drop_swap(sched *s, seq *q) {
-    if (q->swap_blocks && q->state != SEQ_RUNNING) {
+    if (q->swapped && q->state != SEQ_RUNNING) {
         s->swap_used -= q->swap_blocks;
-        q->swap_blocks = 0;
+        q->swapped = false;
+        q->swap_first = q->swap_blocks = 0;
     }
 }
 
@@ -207,6 +209,7 @@ static void plan_reserve(sched *s) {
         p->items = di_realloc(p->items, sizeof *p->items * (size_t)s->cap_items);
         p->cows = di_realloc(p->cows, sizeof *p->cows * (size_t)s->cap_items);
         p->swap_ins = di_realloc(p->swap_ins, sizeof(seq *) * (size_t)s->cap_items);
+        p->swap_drops = di_realloc(p->swap_drops, sizeof(seq *) * (size_t)s->cap_items);
     }
     if (s->running.n + 1 > s->cap_pre) {
         s->cap_pre = (s->running.n + 1) * 2;
@@ -219,29 +222,51 @@ static void plan_reserve(sched *s) {
         p->failed = di_realloc(p->failed, sizeof(seq *) * (size_t)s->cap_fail);
     }
     p->n_items = p->n_cows = p->n_preempted = p->n_failed = 0;
-    p->n_swap_outs = p->n_swap_ins = s->n_swap_ids = 0;
+    p->n_swap_outs = p->n_swap_ins = p->n_swap_drops = s->n_swap_ids = 0;
     p->n_decode = p->n_prefill_tokens = 0;
 }
 
 /* Swaps q's KV out when the swap space has room for it (not while its store
  * blocks are still loading): its block ids go into the plan, for the engine
- * to copy before they are reused. */
+ * to copy before they are reused. Leading blocks that running sequences
+ * share (hashed, so they can be found again) stay to the prefix cache. */
 static bool swap_out(sched *s, seq *q) {
-    int nb = (q->n_computed + BM_BLOCK - 1) / BM_BLOCK;
+    int nb = (q->n_computed + BM_BLOCK - 1) / BM_BLOCK, first = 0;
     if (nb > q->table.n) nb = q->table.n;
-    if (q->store_load || nb == 0 || nb > s->o.swap_blocks - s->swap_used) return false;
+    while (first < nb && first < q->table.n_hashed && bm_refcount(s->b, q->table.blocks[first]) > 1)
+        first++;
+    int n = nb - first;
+    if (q->store_load || nb == 0 || n > s->o.swap_blocks - s->swap_used) return false;
     sched_plan *p = &s->plan;
-    if (s->n_swap_ids + nb > s->cap_swap_ids) {
-        s->cap_swap_ids = (s->n_swap_ids + nb) * 2;
+    if (s->n_swap_ids + n > s->cap_swap_ids) {
+        s->cap_swap_ids = (s->n_swap_ids + n) * 2;
         p->swap_out_ids = di_realloc(p->swap_out_ids, sizeof(int) * (size_t)s->cap_swap_ids);
     }
-    memcpy(p->swap_out_ids + s->n_swap_ids, q->table.blocks, sizeof(int) * (size_t)nb);
+    memcpy(p->swap_out_ids + s->n_swap_ids, q->table.blocks + first, sizeof(int) * (size_t)n);
     p->swap_out_at[p->n_swap_outs] = s->n_swap_ids;
     p->swap_outs[p->n_swap_outs++] = q;
-    s->n_swap_ids += nb;
-    s->swap_used += nb;
-    q->swap_blocks = nb;
+    s->n_swap_ids += n;
+    s->swap_used += n;
+    q->swapped = true;
+    q->swap_first = first;
+    q->swap_blocks = n;
     return true;
+}
+
+/* Admission of swapped q: the cached full blocks of its computed tokens are
+ * attached (shared, not copied back). When the shared prefix it left to the
+ * cache is no longer all there, its swapped KV is of no use: dropped, it
+ * goes on from what was found. */
+static void swap_admit(sched *s, seq *q) {
+    int hit = bm_attach_prefix(s->b, &q->table, q->tokens, q->n_tokens,
+                               q->n_computed / BM_BLOCK * BM_BLOCK);
+    q->swap_skip = hit / BM_BLOCK;
+    if (q->swap_skip >= q->swap_first) return;
+    s->swap_used -= q->swap_blocks;
+    q->swapped = false;
+    q->swap_first = q->swap_blocks = 0;
+    q->n_computed = hit;
+    s->plan.swap_drops[s->plan.n_swap_drops++] = q;
 }
 
 static void preempt(sched *s, seq *q) {
@@ -295,7 +320,7 @@ static void add_item(sched *s, seq *q, int n, const bm_cow *cow) {
 
 /* Blocks the first chunk of waiting sequence q takes. */
 static int first_chunk_blocks(const sched *s, const seq *q) {
-    if (q->swap_blocks) { /* its swapped KV comes back into fresh blocks */
+    if (q->swapped) { /* its swapped KV comes back into fresh blocks */
         int chunk = seq_pending(q) < s->o.token_budget ? seq_pending(q) : s->o.token_budget;
         return (q->n_computed + chunk + BM_BLOCK - 1) / BM_BLOCK;
     }
@@ -411,16 +436,13 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
     int w = 0;
     while (!short_of_blocks && budget > 0 && w < s->waiting.n && s->running.n < s->o.max_running) {
         seq *q = s->waiting.v[w];
-        bool fresh = q->table.n == 0 && !q->swap_blocks; /* no blocks, no swapped KV */
+        bool fresh = q->table.n == 0 && !q->swapped; /* no blocks, no swapped KV */
         if (fresh && shares_pending_prefix(s, q)) {
             w++;
             continue;
         }
         if (fresh && !attach_prefix(s, q)) continue; /* fetching aside */
-        if (q->swap_blocks) /* its full blocks still cached are shared, not copied back */
-            q->swap_skip = bm_attach_prefix(s->b, &q->table, q->tokens, q->n_tokens,
-                                            q->n_computed / BM_BLOCK * BM_BLOCK) /
-                           BM_BLOCK;
+        if (q->swapped && q->table.n == 0) swap_admit(s, q);
         int n = chunk_len(s, q, budget);
         bool reserved = bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) == 0;
         if (!reserved && release_idle_holders(s, q))
@@ -428,7 +450,7 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
         if (!reserved) {
             if (q->store_load) drop_load(q);
             bm_release(s->b, &q->table);
-            if (!q->swap_blocks) q->n_computed = 0;
+            if (!q->swapped) q->n_computed = 0;
             if (!ahead && s->running.n == 0 && s->plan.n_items == 0) { /* pool too small */
                 drop_swap(s, q);
                 list_remove(&s->waiting, q);
@@ -443,7 +465,7 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
             s->store_hit_tokens += q->n_cached - q->n_cached_mem;
         }
         q->admitted = true;
-        if (q->swap_blocks) { /* its swap space is the engine's to empty now */
+        if (q->swapped) { /* its swap space is the engine's to empty now */
             s->swap_used -= q->swap_blocks;
             s->plan.swap_ins[s->plan.n_swap_ins++] = q;
         }
@@ -483,6 +505,11 @@ void sched_plan_drop(sched *s, seq *q) {
     for (int i = 0; i < p->n_swap_ins; i++)
         if (p->swap_ins[i] == q) {
             p->swap_ins[i] = p->swap_ins[--p->n_swap_ins];
+            break;
+        }
+    for (int i = 0; i < p->n_swap_drops; i++)
+        if (p->swap_drops[i] == q) {
+            p->swap_drops[i] = p->swap_drops[--p->n_swap_drops];
             break;
         }
     for (int i = 0; i < p->n_items; i++) {

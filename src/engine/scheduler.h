@@ -83,17 +83,22 @@ typedef struct sched_plan {
     int n_preempted;
     seq **failed; /* can never fit in the pool: removed, blocks released */
     int n_failed;
-    /* Preempted by swapping (also in preempted): copy the first swap_blocks
-     * of their released blocks, swap_out_ids[swap_out_at[i] ..], out before
-     * anything else writes a block. */
+    /* Preempted by swapping (also in preempted): copy swap_blocks of their
+     * released blocks, swap_out_ids[swap_out_at[i] ..], out before anything
+     * else writes a block. */
     seq **swap_outs;
     int *swap_out_at, *swap_out_ids;
     int n_swap_outs;
-    /* Admitted again after a swap: copy swap_buf's blocks [swap_skip,
-     * swap_blocks) into the same blocks of their table (the first swap_skip
-     * were found in the prefix cache), after the swap-outs; then free it. */
+    /* Admitted again after a swap: copy their swapped blocks not found in the
+     * prefix cache (from block max(swap_skip, swap_first)) into the same
+     * blocks of their table, after the swap-outs; then free swap_buf. */
     seq **swap_ins;
     int n_swap_ins;
+    /* Admitted again after a swap whose shared prefix blocks were evicted
+     * meanwhile: swap_buf is dropped and the model state reset; they go on
+     * from the cached prefix they found, recomputing the rest. */
+    seq **swap_drops;
+    int n_swap_drops;
     int n_decode, n_prefill_tokens;
 } sched_plan;
 

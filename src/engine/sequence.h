@@ -35,12 +35,15 @@ typedef struct seq {
     int n_cached_mem; /* of them, from the in-memory prefix cache (the rest: the store) */
     bool admitted;    /* has been admitted once (n_cached is final) */
     int n_preempt;    /* times preempted */
-    /* Preempted by swapping: the KV of its first n_computed tokens is in
-     * swap_buf (swap_blocks blocks of the runner's block size, engine-owned),
-     * not in the pool, and its table is empty until it is admitted again.
-     * Then its first swap_skip blocks are found in the prefix cache (shared
+    /* Preempted by swapping (swapped): the KV of its first n_computed tokens
+     * is out of the pool, its table empty until it is admitted again. Blocks
+     * [swap_first, swap_first + swap_blocks) are in swap_buf (of the
+     * runner's block size, engine-owned); the swap_first before them were
+     * shared with running sequences and are expected back from the prefix
+     * cache. At admission its first swap_skip blocks are found there (shared
      * again, not copied back). */
-    int swap_blocks, swap_skip;
+    bool swapped;
+    int swap_first, swap_blocks, swap_skip;
     void *swap_buf;
 
     bm_table table;

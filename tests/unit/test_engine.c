@@ -431,6 +431,39 @@ TEST(engine_fake_fork_copy) {
 TEST(engine_fake_fork_recompute) {
     fork_case(false);
 }
+/* Swap space with prompts that share two blocks: a preempted sequence
+ * leaves the blocks running ones share to the prefix cache, resumes sharing
+ * them again (or, evicted meanwhile, recomputes), and every output is the
+ * reference. */
+TEST(engine_fake_preemption_swap_shared_prefix) {
+    enum { NR = 8, NP = 300, GEN = 100 };
+    static int prompts[NR][NP];
+    static result res[NR];
+    fake *f = fake_new(14, true);
+    engine *e = fake_engine_opts(
+        f, false,
+        &(engine_opts){.step_tokens = 512, .max_running = 16, .swap_bytes = 64 * 128 * 8});
+    memset(res, 0, sizeof res);
+    atomic_store(&f->hold, 1);
+    for (int i = 0; i < NR; i++) {
+        make_prompt(prompts[i], NP, 7);
+        make_prompt(prompts[i] + 256, NP - 256, 200 + i);
+        submit(e, prompts[i], NP, GEN, 1, &res[i]);
+    }
+    atomic_store(&f->hold, 0);
+    engine_wait_idle(e);
+    engine_stats s = engine_get_stats(e);
+    for (int i = 0; i < NR; i++)
+        CHECKF(res[i].n[0] == GEN && matches_ref(prompts[i], NP, res[i].tokens[0], GEN),
+               "req %d differs", i);
+    CHECKF(s.swap_outs > 0 && s.swap_ins <= s.swap_outs && s.swap_bytes_used == 0 &&
+               s.blocks_used == 0,
+           "swap-outs %lld, swap-ins %lld", s.swap_outs, s.swap_ins);
+    engine_free(e);
+    CHECK(f->n_free == 14);
+    fake_free(f);
+}
+
 TEST(engine_fake_preemption_recompute_cow) {
     long long n;
     preempt_case(false, 0, &n);

@@ -23,7 +23,11 @@ static seq *mk(uint64_t id, int n_prompt, int prio) {
 /* Executes a plan: swapped KV back in (the engine's part: the buffer
  * emptied), tokens computed, one token appended where logits. */
 static void run_plan(bm *b, const sched_plan *p) {
-    for (int i = 0; i < p->n_swap_ins; i++) p->swap_ins[i]->swap_blocks = 0;
+    for (int i = 0; i < p->n_swap_ins; i++) {
+        seq *q = p->swap_ins[i];
+        q->swapped = false;
+        q->swap_first = q->swap_blocks = 0;
+    }
     for (int i = 0; i < p->n_items; i++) {
         seq *q = p->items[i].s;
         q->n_computed += p->items[i].n_tokens;
@@ -179,13 +183,15 @@ TEST(engine_sched_preempts_by_swap) {
     swap_case(1);
 }
 
-/* A swapped sequence resumes sharing the blocks of its prefix still in the
- * prefix cache: they are attached, only the rest is copied back. */
-TEST(engine_sched_swap_in_shares_cached_prefix) {
+/* Blocks a swapped sequence shares with running ones stay to the prefix
+ * cache (not copied out); it resumes sharing the blocks still cached and
+ * copies back only the rest; and when its shared prefix was evicted
+ * meanwhile, it drops its swapped KV and goes on from what was found. */
+static void swap_shared_case(bool evict) {
     bm *b = make_bm(5);
     sched *s =
         sched_create(b, &(sched_opts){.token_budget = 1000, .max_running = 8, .swap_blocks = 8});
-    seq *x = mk(1, 300, 0), *y = mk(2, 300, 0);
+    seq *x = mk(1, 300, 0), *y = mk(2, 300, 0), *z = mk(3, 600, -1);
     memcpy(y->tokens, x->tokens, sizeof(int) * 256); /* two blocks in common */
     sched_add_waiting(s, x);
     sched_add_waiting(s, y);
@@ -195,15 +201,41 @@ TEST(engine_sched_swap_in_shares_cached_prefix) {
            "y holds %d blocks", y->table.n);
     int shared[2] = {x->table.blocks[0], x->table.blocks[1]};
     for (int step = 0; step < 200 && y->n_preempt == 0; step++) run_plan(b, sched_schedule(s));
-    CHECK(y->n_preempt == 1 && y->swap_blocks == 3 && x->n_preempt == 0);
+    CHECKF(y->n_preempt == 1 && y->swapped && y->swap_first == 2 && y->swap_blocks == 1 &&
+               sched_swap_used(s) == 1 && x->n_preempt == 0,
+           "y: swapped %d, first %d, %d blocks", y->swapped, y->swap_first, y->swap_blocks);
+    int computed = y->n_computed;
     sched_remove(s, x); /* its blocks stay cached */
+    if (evict) {
+        /* A more urgent request takes the whole pool (y, tried after it,
+         * finds its shared prefix gone and drops its swap), then leaves. */
+        sched_add_waiting(s, z);
+        const sched_plan *pz = sched_schedule(s);
+        CHECKF(z->table.n == 5 && !y->table.n && pz->n_swap_drops == 1 && !y->swapped &&
+                   y->n_computed == 0 && sched_swap_used(s) == 0,
+               "z %d blocks, drops %d, y computed %d", z->table.n, pz->n_swap_drops, y->n_computed);
+        run_plan(b, pz);
+        sched_remove(s, z);
+    }
     const sched_plan *p = sched_schedule(s);
-    CHECKF(p->n_swap_ins == 1 && y->swap_skip == 3 && y->table.blocks[0] == shared[0] &&
-               y->table.blocks[1] == shared[1],
-           "swap-ins %d, %d blocks found cached", p->n_swap_ins, y->swap_skip);
+    if (evict) { /* recomputed from the start */
+        CHECK(p->n_swap_ins == 0 && p->n_items == 1 && p->items[0].s == y &&
+              p->items[0].n_tokens == y->n_tokens);
+    } else {
+        CHECKF(p->n_swap_ins == 1 && y->swap_skip == 3 && y->n_computed == computed &&
+                   y->table.blocks[0] == shared[0] && y->table.blocks[1] == shared[1] &&
+                   sched_swap_used(s) == 0,
+               "swap-ins %d, %d blocks found cached", p->n_swap_ins, y->swap_skip);
+    }
     run_plan(b, p);
     CHECK(release_all(s, b, (seq *[]){y}, 1) == 0);
     seq_free(x);
+    seq_free(z);
+}
+
+TEST(engine_sched_swap_shares_cached_prefix) {
+    swap_shared_case(false);
+    swap_shared_case(true);
 }
 
 TEST(engine_sched_priority_preempts) {
