@@ -25,11 +25,11 @@ int cmd_kvsim(int argc, char **argv);
 int cmd_kvbench(int argc, char **argv);
 
 /* Shared by the model-running commands (common.c). */
+#define CLI_KV_DTYPE_HELP "KV cache elements: auto (f32 with --dtype f32, else bf16) | f32 | bf16"
 /* The load options from --dtype ("bf16" | "f32" | "int8" | "int8:G", G
  * columns per scale), --kv-dtype (NULL: auto) and --threads; -1 with a
  * one-line error on stderr for a value it does not know (the commands
  * then exit 2, as for any bad option). */
-#define CLI_KV_DTYPE_HELP "KV cache elements: auto (f32 with --dtype f32, else bf16) | f32 | bf16"
 int cli_model_opts(const char *dtype, const char *kv_dtype, int threads, model_opts *o);
 /* Loads a model with a one-line error on stderr; NULL on failure. */
 model *cli_load_model(const char *dir, const model_opts *o);

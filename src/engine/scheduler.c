@@ -171,14 +171,17 @@ static bool release_idle_holders(sched *s, const seq *except) {
     return any;
 }
 
-/* A swapped sequence that leaves before it is admitted again gives its swap
- * space back (its buffer goes with the sequence). */
+/* q's swapped KV is given up: its swap space is free again (its buffer is
+ * the engine's to free, or goes with the sequence). */
+static void unswap(sched *s, seq *q) {
+    s->swap_used -= q->swap_blocks;
+    q->swapped = false;
+    q->swap_first = q->swap_blocks = 0;
+}
+
+/* A swapped sequence that leaves before it is admitted again. */
 static void drop_swap(sched *s, seq *q) {
-    if (q->swapped && q->state != SEQ_RUNNING) {
-        s->swap_used -= q->swap_blocks;
-        q->swapped = false;
-        q->swap_first = q->swap_blocks = 0;
-    }
+    if (q->swapped && q->state != SEQ_RUNNING) unswap(s, q);
 }
 
 void sched_remove(sched *s, seq *q) {
@@ -262,9 +265,7 @@ static void swap_admit(sched *s, seq *q) {
                                q->n_computed / BM_BLOCK * BM_BLOCK);
     q->swap_skip = hit / BM_BLOCK;
     if (q->swap_skip >= q->swap_first) return;
-    s->swap_used -= q->swap_blocks;
-    q->swapped = false;
-    q->swap_first = q->swap_blocks = 0;
+    unswap(s, q);
     q->n_computed = hit;
     s->plan.swap_drops[s->plan.n_swap_drops++] = q;
 }

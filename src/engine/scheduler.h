@@ -19,8 +19,10 @@
  * preempted: its blocks are released and it goes back to the waiting queue
  * with its generated tokens kept. With swap space (sched_opts.swap_blocks)
  * and room left in it, its KV goes to host memory first (the plan lists the
- * blocks to copy out) and comes back into fresh blocks when it is admitted
- * again (the plan lists it among swap_ins), so nothing is recomputed;
+ * blocks to copy out; leading blocks running sequences share stay to the
+ * prefix cache) and comes back when it is admitted again (the cached prefix
+ * attached, the rest copied into fresh blocks: swap_ins), so nothing is
+ * recomputed unless that shared prefix was evicted meanwhile (swap_drops);
  * otherwise it is preempted by recomputation, to be prefilled again.
  * A waiting sequence of a more urgent priority class than running ones
  * preempts them the same way when it lacks blocks or a running slot.
