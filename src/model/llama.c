@@ -108,8 +108,10 @@ typedef struct {
  * block. llama-1b bf16, 2 threads, alternating runs against one head at a
  * time: decode at 4,096 positions 27.2-28.8 tok/s against 26.4-26.7 (5
  * runs each), at ~2,100 median +2.5 % (6 of 6 pairs), batch 8 at 512
- * positions +2 % (4 of 4 pairs), batch 1 at ~600 level.
- * Each head's scores, softmax and sums are attn_task's, in the same order. */
+ * positions +2 % (4 of 4 pairs), batch 1 at ~600 level. Every part of a
+ * layer has the same runs (the blocks, or the ring's wrap), so one run
+ * length steps all g heads. Each head's scores, softmax and sums are
+ * attn_task's, in the same order. */
 static void attn_gang(attn_job *j, int blk, int kh0, int g, float *sc) {
     const model_config *c = &j->m->cfg;
     int nkv = c->n_kv_heads, hd = c->head_dim, group = c->n_heads / nkv;
