@@ -427,6 +427,84 @@ TEST(forward_threads_agree) {
     CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0);
 }
 
+/* Decode over many kv heads (16, head_dim 4): attention walks up to
+ * ATTN_GANG heads of a token block by block, a decode-only step cut into
+ * tasks of several heads. Eight sequences' decode tokens stepped together,
+ * and each one alone (a one-token step over 2 threads: tasks of 4 heads),
+ * give the logits that one prefill of the same tokens gives at those
+ * positions, bit for bit (batch-invariant kernels: the matmuls too). */
+TEST(forward_decode_many_kv_heads) {
+    enum { NH = 16, HD = 4, S = 8, P = 140 }; /* prompts past a block: two runs a head */
+    char *dir = tm_tempdir();
+    tm_set ts;
+    tm_llama(&ts, "F32", 2, true);
+    uint32_t seed = 77;
+    float *w = malloc(sizeof(float) * NH * HD * TM_HIDDEN);
+    for (int l = 0; l < 2; l++) {
+        static const char *proj[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+        for (int k = 0; k < 4; k++) {
+            char n[96];
+            snprintf(n, sizeof n, "model.layers.%d.self_attn.%s.weight", l, proj[k]);
+            tm_remove(&ts, n);
+            for (int i = 0; i < NH * HD * TM_HIDDEN; i++) {
+                seed = seed * 1103515245u + 12345u;
+                w[i] = ((float)(seed >> 9) / (float)(1u << 23) - 0.5f) * 0.8f;
+            }
+            long shape[2] = {k < 3 ? NH * HD : TM_HIDDEN, k < 3 ? TM_HIDDEN : NH * HD};
+            tm_add(&ts, n, "F32", 2, shape, w, sizeof(float) * NH * HD * TM_HIDDEN);
+        }
+    }
+    free(w);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(tm_write_st(path, &ts, 0, ts.n) == 0);
+    tm_free(&ts);
+    tm_config(dir, "llama", 2,
+              "\"num_attention_heads\": 16, \"num_key_value_heads\": 16, \"head_dim\": 4,");
+    model_opts o = {.dtype = MODEL_DTYPE_F32, .threads = 2};
+    di_err err;
+    model *m = model_load(dir, &o, &err);
+    CHECKF(m, "%s", err.msg);
+    CHECK(m->cfg.n_kv_heads == NH);
+    int V = model_get_info(m)->vocab_size, toks[S][P + 1];
+    model_kv_pool *kv = model_kv_pool_create(m, 2 * S, &err);
+    kern_set_batch_invariant(true);
+    float *ref = malloc(sizeof(float) * (P + 1) * V), *got = malloc(sizeof(float) * S * V);
+    model_seq seqs[S];
+    model_batch_seq b[S];
+    int bad = 0;
+    for (int together = 1; together >= 0; together--) {
+        for (int i = 0; i < S; i++) { /* each prompt prefilled alone, all but its last token */
+            test_tokens(toks[i], P + 1, V, 100 + (unsigned)i);
+            model_seq_init(m, &seqs[i]);
+            CHECK(model_seq_reserve(kv, &seqs[i], P + 1, &err) == 0);
+            b[i] = (model_batch_seq){
+                .seq = &seqs[i], .tokens = toks[i], .n_tokens = P, .logits = got + (size_t)i * V};
+            CHECK(model_forward(m, kv, &b[i], 1, &err) == 0);
+            b[i].tokens = toks[i] + P, b[i].n_tokens = 1;
+        }
+        if (together) {
+            CHECK(model_forward(m, kv, b, S, &err) == 0);
+        } else {
+            for (int i = 0; i < S; i++) CHECK(model_forward(m, kv, &b[i], 1, &err) == 0);
+        }
+        for (int i = 0; i < S; i++) model_seq_free(m, kv, &seqs[i]);
+        for (int i = 0; i < S && !bad; i++) {
+            int one = P + 1;
+            CHECK(run_chunks(m, kv, toks[i], P + 1, &one, 1, ref) == 0);
+            if (memcmp(ref + (size_t)P * V, got + (size_t)i * V, sizeof(float) * V))
+                bad = 1 + i + 100 * together;
+        }
+    }
+    kern_set_batch_invariant(false);
+    CHECKF(!bad, "decode logits differ from the prefill's (code %d)", bad);
+    free(ref);
+    free(got);
+    model_kv_pool_free(kv);
+    model_free(m);
+    tm_rmdir(dir);
+}
+
 /* A bf16 KV cache (the default with bf16 weights): half the block bytes;
  * layer 0's entries (which no attention feeds) are the f32 cache's rounded
  * to bf16, bit for bit, in the pool and in sliding-window rings alike; the
