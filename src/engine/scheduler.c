@@ -501,18 +501,19 @@ bool sched_plan_add(sched *s, seq *q) {
     return true;
 }
 
+/* Takes q out of one of the plan's lists of sequences (order not kept). */
+static void plan_list_drop(seq **v, int *n, const seq *q) {
+    for (int i = 0; i < *n; i++)
+        if (v[i] == q) {
+            v[i] = v[--*n];
+            return;
+        }
+}
+
 void sched_plan_drop(sched *s, seq *q) {
     sched_plan *p = &s->plan;
-    for (int i = 0; i < p->n_swap_ins; i++)
-        if (p->swap_ins[i] == q) {
-            p->swap_ins[i] = p->swap_ins[--p->n_swap_ins];
-            break;
-        }
-    for (int i = 0; i < p->n_swap_drops; i++)
-        if (p->swap_drops[i] == q) {
-            p->swap_drops[i] = p->swap_drops[--p->n_swap_drops];
-            break;
-        }
+    plan_list_drop(p->swap_ins, &p->n_swap_ins, q);
+    plan_list_drop(p->swap_drops, &p->n_swap_drops, q);
     for (int i = 0; i < p->n_items; i++) {
         sched_item *it = &p->items[i];
         if (it->s != q) continue;
