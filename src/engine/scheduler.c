@@ -319,7 +319,14 @@ static void add_item(sched *s, seq *q, int n, const bm_cow *cow) {
         p->n_prefill_tokens += n;
 }
 
-/* Blocks the first chunk of waiting sequence q takes. */
+/* Blocks the first chunk of waiting sequence q takes. A swapped q is
+ * counted as if none of its blocks were found cached (swap_admit may share
+ * its leading ones): an upper bound, and one that never decides anything
+ * today, since the callers only ask for a q more urgent than the last
+ * running sequence, and a swapped q never is one. A swapped q was the
+ * least urgent runner when it was preempted (victims are taken from the
+ * end of the running list), and no less urgent sequence is admitted while
+ * it waits ahead of them (admission stops at the first that does not fit). */
 static int first_chunk_blocks(const sched *s, const seq *q) {
     if (q->swapped) { /* its swapped KV comes back into fresh blocks */
         int chunk = seq_pending(q) < s->o.token_budget ? seq_pending(q) : s->o.token_budget;

@@ -238,6 +238,56 @@ TEST(engine_sched_swap_shares_cached_prefix) {
     swap_shared_case(true);
 }
 
+/* Why first_chunk_blocks may count a swapped sequence's blocks loosely: a
+ * swapped sequence that waits is never more urgent than a running one.
+ * Random arrivals of four priority classes, lengths and endings over a
+ * pool that keeps preempting (by swap, and by recomputation when the swap
+ * space is full); after every plan, each swapped waiting sequence against
+ * every running one. */
+static int rnd(uint32_t *state, int n) {
+    *state = *state * 1664525u + 1013904223u;
+    return (int)((*state >> 8) % (uint32_t)n);
+}
+
+TEST(engine_sched_swapped_never_outranks_runners) {
+    bm *b = make_bm(12);
+    sched *s =
+        sched_create(b, &(sched_opts){.token_budget = 256, .max_running = 6, .swap_blocks = 6});
+    enum { MAXQ = 64 };
+    seq *live[MAXQ];
+    int n_live = 0, gen[MAXQ], swaps = 0, outranked = 0;
+    uint32_t rng = 12345;
+    for (int step = 0, id = 1; step < 3000; step++) {
+        if (n_live < MAXQ && rnd(&rng, 4) == 0) {
+            gen[n_live] = 20 + rnd(&rng, 200);
+            live[n_live] = mk((uint64_t)id++, 40 + rnd(&rng, 360), rnd(&rng, 4));
+            sched_add_waiting(s, live[n_live++]);
+        }
+        const sched_plan *p = sched_schedule(s);
+        swaps += p->n_swap_outs;
+        for (int i = 0; i < n_live; i++) {
+            if (live[i]->state != SEQ_WAITING || !live[i]->swapped) continue;
+            for (int k = 0; k < n_live; k++)
+                if (live[k]->state == SEQ_RUNNING && live[k]->priority > live[i]->priority)
+                    outranked++;
+        }
+        run_plan(b, p);
+        for (int i = 0; i < n_live; i++) {
+            seq *q = live[i];
+            bool failed = q->state == SEQ_FINISHED; /* too big for the pool */
+            if (failed || seq_generated(q) >= gen[i] || (rnd(&rng, 200) == 0)) {
+                if (!failed) sched_remove(s, q);
+                seq_free(q);
+                live[i] = live[--n_live];
+                gen[i--] = gen[n_live];
+            }
+        }
+    }
+    CHECKF(swaps > 50 && outranked == 0, "%d swaps, %d swapped waiting sequences outranked", swaps,
+           outranked);
+    CHECK(release_all(s, b, live, n_live) == 0);
+}
+
 TEST(engine_sched_priority_preempts) {
     bm *b = make_bm(4);
     sched *s = sched_create(b, &(sched_opts){.token_budget = 1000, .max_running = 8});
