@@ -16,6 +16,12 @@ void harness_register(const char *name, harness_fn fn);
 void harness_fail(const char *file, int line, const char *what);
 /* Directory holding the tiny test models (build/models by default). */
 const char *harness_model_dir(void);
+/* A test's own reproducible random stream: the next value of state *r
+ * (24 bits). */
+static inline unsigned harness_lcg(unsigned *r) {
+    *r = *r * 1103515245u + 12345u;
+    return *r >> 8;
+}
 
 #define TEST(name)                                                                                 \
     static void name(void);                                                                        \

@@ -547,11 +547,6 @@ static void stress_cb(const engine_event *ev, void *user) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static unsigned lcg(unsigned *r) {
-    *r = *r * 1103515245u + 12345u;
-    return *r >> 8;
-}
-
 /* 10,000 random requests (shared prefixes, n > 1, priorities, random
  * cancellations) through a 48-block pool, preempting by recomputation or
  * with swap_blocks blocks of swap space: everything finishes and the pool
@@ -566,7 +561,7 @@ static void stress_case(int swap_blocks) {
                        .swap_bytes = (size_t)swap_blocks * 128 * sizeof(uint64_t)});
     stress st = {.mu = PTHREAD_MUTEX_INITIALIZER};
     unsigned rng = 777;
-#define SR() lcg(&rng)
+#define SR() harness_lcg(&rng)
     int p[600];
     uint64_t *ids = malloc(sizeof(uint64_t) * NR);
     int expected_branches = 0;

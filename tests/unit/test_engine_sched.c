@@ -244,11 +244,6 @@ TEST(engine_sched_swap_shares_cached_prefix) {
  * pool that keeps preempting (by swap, and by recomputation when the swap
  * space is full); after every plan, each swapped waiting sequence against
  * every running one. */
-static int rnd(uint32_t *state, int n) {
-    *state = *state * 1664525u + 1013904223u;
-    return (int)((*state >> 8) % (uint32_t)n);
-}
-
 TEST(engine_sched_swapped_never_outranks_runners) {
     bm *b = make_bm(12);
     sched *s =
@@ -256,11 +251,12 @@ TEST(engine_sched_swapped_never_outranks_runners) {
     enum { MAXQ = 64 };
     seq *live[MAXQ];
     int n_live = 0, gen[MAXQ], swaps = 0, outranked = 0;
-    uint32_t rng = 12345;
+    unsigned rng = 12345;
     for (int step = 0, id = 1; step < 3000; step++) {
-        if (n_live < MAXQ && rnd(&rng, 4) == 0) {
-            gen[n_live] = 20 + rnd(&rng, 200);
-            live[n_live] = mk((uint64_t)id++, 40 + rnd(&rng, 360), rnd(&rng, 4));
+        if (n_live < MAXQ && harness_lcg(&rng) % 4 == 0) {
+            gen[n_live] = 20 + (int)(harness_lcg(&rng) % 200);
+            live[n_live] = mk((uint64_t)id++, 40 + (int)(harness_lcg(&rng) % 360),
+                              (int)(harness_lcg(&rng) % 4));
             sched_add_waiting(s, live[n_live++]);
         }
         const sched_plan *p = sched_schedule(s);
@@ -275,7 +271,7 @@ TEST(engine_sched_swapped_never_outranks_runners) {
         for (int i = 0; i < n_live; i++) {
             seq *q = live[i];
             bool failed = q->state == SEQ_FINISHED; /* too big for the pool */
-            if (failed || seq_generated(q) >= gen[i] || (rnd(&rng, 200) == 0)) {
+            if (failed || seq_generated(q) >= gen[i] || harness_lcg(&rng) % 200 == 0) {
                 if (!failed) sched_remove(s, q);
                 seq_free(q);
                 live[i] = live[--n_live];
