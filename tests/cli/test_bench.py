@@ -21,7 +21,8 @@ MODELS = os.environ.get("DI_TEST_MODELS", "build/models")
 REQUIRED = ["bandwidth_gbs", "fma_gflops", "prefill_tok_s", "prefill_peak_frac",
             "decode_tok_s_b1", "decode_roofline_frac_b1", "decode_tok_s_bB", "batch",
             "decode_bB_over_b1", "decode_paired_frac_b1", "decode_limit_tok_s_bB",
-            "decode_limit_frac_bB", "weight_mb", "rss_after_load_mb", "gen_len", "prompt_len"]
+            "decode_limit_frac_bB", "decode_paired_bB_over_b1", "weight_mb", "rss_after_load_mb",
+            "gen_len", "prompt_len"]
 
 
 def bench(preset, *args):
@@ -51,6 +52,8 @@ def json_case(preset, dtype, batch):
     # reads: a run can exceed it only by the host's drift between them.
     assert r["decode_limit_frac_bB"] < 1.5, r["decode_limit_frac_bB"]
     assert r["decode_roofline_frac_b1"] < 1.5, r["decode_roofline_frac_b1"]
+    # batch B against a lone sequence round by round: at most B times, give or take the drift
+    assert r["decode_paired_bB_over_b1"] < 1.5 * batch, r["decode_paired_bB_over_b1"]
     if "bf16_dot_gflops" in r:  # where the CPU has AVX-512 BF16
         assert r["bf16_dot_gflops"] > 0 and r["prefill_bf16_dot_frac"] > 0
 
