@@ -8,9 +8,9 @@
  * stepping together; against batch 1, also paired round by round with a
  * lone sequence, and as a fraction of its limit, batch_limit). Where bf16
  * matmuls run on bf16 dot products (AVX-512 BF16), which do twice an FMA's
- * arithmetic, prefill is also given as a fraction of
- * their peak. --json prints one object. With --serving, the engine under a
- * conversational load instead (bench_serving.c). */
+ * arithmetic, prefill is also given as a fraction of their peak. --json
+ * prints one object. With --serving, the engine under a conversational load
+ * instead (bench_serving.c). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
