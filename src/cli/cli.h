@@ -40,6 +40,9 @@ int cli_kv_store_opts(const char *cmd, const char *capacity, float ttl_chat_h, f
                       kvs_opts *ko);
 /* Sorts v[0, n) ascending (the benchmarks' percentiles and medians). */
 void cli_sort_doubles(double *v, int n);
+/* The median of v[0, n) (the mean of the middle two when n is even; 0 when
+ * n is 0); sorts v. */
+double cli_median(double *v, int n);
 /* Resident set size of this process in bytes (0 if unknown). */
 size_t cli_rss_bytes(void);
 

@@ -105,9 +105,8 @@ static int bench_single(model *m, model_kv_pool *kv, int L, int G, bench_result 
         t_token = fmin(t_token, dt);
         frac[nf++] = (double)info->active_bytes_per_token / dt / (bw * 1e9);
     }
-    cli_sort_doubles(frac, nf);
     r->paired_rounds = nf;
-    r->decode_paired_frac_b1 = nf ? (frac[(nf - 1) / 2] + frac[nf / 2]) / 2 : 0;
+    r->decode_paired_frac_b1 = cli_median(frac, nf);
     free(frac);
     model_seq_free(m, kv, &s);
     free(ids);
@@ -166,8 +165,7 @@ static int bench_batch(model *m, model_kv_pool *kv, int B, int G, bench_result *
         t_step = fmin(t_step, t_round);
         ratio[nr++] = B * t_lone / t_round;
     }
-    cli_sort_doubles(ratio, nr);
-    r->decode_paired_bB_over_b1 = nr ? (ratio[(nr - 1) / 2] + ratio[nr / 2]) / 2 : 0;
+    r->decode_paired_bB_over_b1 = cli_median(ratio, nr);
     r->paired_rounds_bB = nr;
     free(ratio);
     for (int i = 0; i < N; i++) model_seq_free(m, kv, &seqs[i]);

@@ -101,11 +101,6 @@ static int rm_blocks(const char *p, const struct stat *sb, int flag, struct FTW 
     return 0;
 }
 
-static double median(double *v, int n) {
-    cli_sort_doubles(v, n);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static double mbps(size_t bytes, double s) {
     return s > 0 ? (double)bytes / s / 1e6 : 0;
 }
@@ -311,8 +306,8 @@ int cmd_kvbench(int argc, char **argv) {
         nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
         rmdir(dir);
     }
-    double rw = median(raw_w, rounds), rr = median(raw_r, rounds);
-    double sw = median(st_w, rounds), sr = median(st_r, rounds);
+    double rw = cli_median(raw_w, rounds), rr = cli_median(raw_r, rounds);
+    double sw = cli_median(st_w, rounds), sr = cli_median(st_r, rounds);
 
     printf("kv-bench: %d blocks of %.2f MiB (%s), random order, sync %s, %s I/O, %d read "
            "threads, dir %s\n",

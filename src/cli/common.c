@@ -78,6 +78,12 @@ void cli_sort_doubles(double *v, int n) {
     if (n > 1) qsort(v, (size_t)n, sizeof *v, cmp_double);
 }
 
+double cli_median(double *v, int n) {
+    if (n <= 0) return 0;
+    cli_sort_doubles(v, n);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 size_t cli_rss_bytes(void) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return 0;
