@@ -148,7 +148,7 @@ TEST(engine_bm_stress) {
         len[i] = 0;
     }
     unsigned rng = 12345;
-#define RND() (rng = rng * 1103515245u + 12345u, (rng >> 8))
+#define RND() harness_lcg(&rng)
     for (int op = 0; op < OPS; op++) {
         int i = (int)(RND() % NS), kind = (int)(RND() % 10);
         bm_cow cow;

@@ -54,10 +54,7 @@ static model *open_tiny(const char *model_type, const char *extra, int n_layers,
 }
 
 static void test_tokens(int *t, int n, int vocab, unsigned seed) {
-    for (int i = 0; i < n; i++) {
-        seed = seed * 1103515245u + 12345u;
-        t[i] = (int)((seed >> 8) % (unsigned)vocab);
-    }
+    for (int i = 0; i < n; i++) t[i] = (int)(harness_lcg(&seed) % (unsigned)vocab);
 }
 
 /* Max over rows of max|a-b| / max|a| (per token's logits). */
@@ -438,7 +435,7 @@ TEST(forward_decode_many_kv_heads) {
     char *dir = tm_tempdir();
     tm_set ts;
     tm_llama(&ts, "F32", 2, true);
-    uint32_t seed = 77;
+    unsigned seed = 77;
     float *w = malloc(sizeof(float) * NH * HD * TM_HIDDEN);
     for (int l = 0; l < 2; l++) {
         static const char *proj[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
@@ -446,10 +443,8 @@ TEST(forward_decode_many_kv_heads) {
             char n[96];
             snprintf(n, sizeof n, "model.layers.%d.self_attn.%s.weight", l, proj[k]);
             tm_remove(&ts, n);
-            for (int i = 0; i < NH * HD * TM_HIDDEN; i++) {
-                seed = seed * 1103515245u + 12345u;
-                w[i] = ((float)(seed >> 9) / (float)(1u << 23) - 0.5f) * 0.8f;
-            }
+            for (int i = 0; i < NH * HD * TM_HIDDEN; i++)
+                w[i] = ((float)(harness_lcg(&seed) >> 1) / (float)(1u << 23) - 0.5f) * 0.8f;
             long shape[2] = {k < 3 ? NH * HD : TM_HIDDEN, k < 3 ? TM_HIDDEN : NH * HD};
             tm_add(&ts, n, "F32", 2, shape, w, sizeof(float) * NH * HD * TM_HIDDEN);
         }
