@@ -159,8 +159,8 @@ void kern_i8_x16_rows_avx512(const kern_mat *W, float *y, const kern_i8_x16 *a, 
                              int r0, int r1);
 /* bf16 weights times one token in plain mode on CPUs with AVX-512 but no
  * BF16 dot products (matmul_avx512.c): rows [r0, r1) of y, one after
- * another; xp: the token's activations split by kern_split_even_odd32_avx512. */
-void kern_bf16_one_rows_avx512(const kern_mat *W, float *y, const float *xp, const float *bias,
+ * another; xb: the token's activations in bf16 (exact: they are rounded). */
+void kern_bf16_one_rows_avx512(const kern_mat *W, float *y, const uint16_t *xb, const float *bias,
                                int r0, int r1);
 /* f32 weights times one token in plain mode on CPUs with AVX-512
  * (matmul_avx512.c): rows [r0, r1) of y, one after another. */
@@ -175,18 +175,23 @@ void kern_f32_one_rows_avx512(const kern_mat *W, float *y, const float *x, const
  * of matmul_avx2.c: decode at batch 1 bf16 15.2-16.1 -> 20.8-21.9 tok/s,
  * int8 31.2-32.0 -> 41.2-45.0, f32 8.5-9.4 -> 11.3-12.0 (alternating runs);
  * batch 2 bf16 29.5 -> 35.5, int8 53.6 -> 56.1; batch 3 bf16 30.6 -> 38.5,
- * int8 59.2 -> 63.3 (one bench run each). */
+ * int8 59.2 -> 63.3 (one bench run each). bf16 activations read in bf16
+ * rather than as split f32 columns (the same products), llama-1b's 16
+ * matrices of a four-layer stretch streamed at 1, 2, 3 tokens (best of 5):
+ * 72.7 -> 75.0-78.4, 50.4-51.2 -> 57.1-60.8, 40.8-40.9 -> 42.1-46.4 GB/s;
+ * the 2048 x 8192 rows alone at 2 tokens 40 -> 57-59; decode at batch 1
+ * 24.0-24.6 -> 25.2-25.7 tok/s (three alternating runs). */
 #define KERN_ONE_ROWS_MAX 3
 typedef struct kern_one_rows {
     const kern_mat *W;
     float *y; /* n x rows */
     const float *bias;
     int n;
-    const float *x;  /* bf16, f32: the tokens' activations, rows cols apart */
-    const float *xp; /* bf16: the same, each 16-column block split into its even then odd columns */
-    size_t ldxp;     /* floats from one token's row of xp to the next */
-    const int8_t *xq; /* int8: the activations quantized by kern_quantize_act, rows cols apart */
-    const float *xs;  /* their block scales, rows nb apart */
+    const float *x;     /* bf16, f32: the tokens' activations, rows cols apart */
+    const uint16_t *xb; /* bf16: the same in bf16 (exact: a bf16 matmul's are rounded) */
+    size_t ldxb;        /* elements from one token's row of xb to the next */
+    const int8_t *xq;   /* int8: the activations quantized by kern_quantize_act, rows cols apart */
+    const float *xs;    /* their block scales, rows nb apart */
     int nb;
 } kern_one_rows;
 void kern_one_rows_avx2(const kern_one_rows *o, int r0, int r1);

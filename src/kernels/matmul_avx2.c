@@ -31,11 +31,11 @@
  * bf16 weights are widened two ways per 16 columns: a 32-bit lane holding
  * (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask, so the
  * activations are pre-split into even/odd halves per 16-column block once per
- * call. int8 weights use llama.cpp's Q8_0 trick: activations are quantized
- * per 32 columns and the products summed in integers with maddubs (|x| times
- * w carrying x's sign, so the per-row work is one sign per token), then
- * scaled once per block. Weights must lie in [-127, 127], as
- * kern_quantize_i8 makes them.
+ * call (the rows that stream one after another read them in bf16 instead,
+ * widened the same way: half the bytes beside the weight stream in L1). int8 weights use
+ * llama.cpp's Q8_0 trick: activations are quantized per 32 columns and the products summed in
+ * integers with maddubs (|x| times w carrying x's sign, so the per-row work is one sign per token),
+ * then scaled once per block. Weights must lie in [-127, 127], as kern_quantize_i8 makes them.
  *
  * The per-call preparation of the activations (the even/odd split, the int8
  * quantization, kern_quantize_act_avx2) runs serially before the threads
@@ -65,8 +65,10 @@ typedef struct sb_job {
     const float *x;  /* n x cols activations (natural order) */
     const float *xp; /* bf16: activations with each 16-block (AVX-512: 32-block) split even/odd */
     size_t ldxp;     /* floats from one token's row of xp to the next */
-    bool avx512;     /* bf16: blocks through kern_sb_rows_bf16_avx512 */
-    bool i8_lanes;   /* int8 with AVX-512 VNNI: tiles of KERN_I8_TILE_ROWS rows */
+    const uint16_t *xb; /* bf16 through the one-token rows: the activations in bf16 */
+    size_t ldxb;        /* elements from one token's row of xb to the next */
+    bool avx512;        /* bf16: blocks through kern_sb_rows_bf16_avx512 */
+    bool i8_lanes;      /* int8 with AVX-512 VNNI: tiles of KERN_I8_TILE_ROWS rows */
     const float *bias;
     int n;
     const int8_t *xq;   /* int8: quantized activations, n x cols */
@@ -328,7 +330,7 @@ AI void sb_rows(const sb_job *j, int r0, const int R, int t_lo, int n) {
 static void sb_one_rows_avx512(void *ctx, int lo, int hi) {
     const sb_job *j = ctx;
     if (j->W->dtype == KT_BF16)
-        kern_bf16_one_rows_avx512(j->W, j->y, j->xp, j->bias, lo, hi);
+        kern_bf16_one_rows_avx512(j->W, j->y, j->xb, j->bias, lo, hi);
     else
         kern_f32_one_rows_avx512(j->W, j->y, j->x, j->bias, lo, hi);
 }
@@ -344,8 +346,8 @@ static void run_one_rows_avx2(pool *p, const sb_job *j) {
                        .bias = j->bias,
                        .n = j->n,
                        .x = j->x,
-                       .xp = j->xp,
-                       .ldxp = j->ldxp,
+                       .xb = j->xb,
+                       .ldxb = j->ldxb,
                        .xq = j->xq,
                        .xs = j->xs,
                        .nb = j->nb};
@@ -371,6 +373,24 @@ static void sb_task(void *ctx, int task, int n_tasks) {
         int r = lo;
         for (; r + SB_R <= hi; r += SB_R) sb_rows(j, r, SB_R, t0, t1);
         for (; r < hi; r++) sb_rows(j, r, 1, t0, t1);
+    }
+}
+
+/* The bf16 bits of K activations that are bf16 values already (a bf16
+ * matmul's are rounded, kern_matmul): each float's upper half. */
+static void bf16_exact(uint16_t *dst, const float *src, int K) {
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m256i a = _mm256_srli_epi32(_mm256_loadu_si256((const __m256i *)(src + k)), 16);
+        __m256i b = _mm256_srli_epi32(_mm256_loadu_si256((const __m256i *)(src + k + 8)), 16);
+        /* per 128-bit lane a0-3 b0-3 | a4-7 b4-7, then the middle quarters swapped */
+        __m256i v = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+        _mm256_storeu_si256((__m256i *)(dst + k), v);
+    }
+    for (; k < K; k++) {
+        uint32_t u;
+        memcpy(&u, src + k, sizeof u);
+        dst[k] = (uint16_t)(u >> 16);
     }
 }
 
@@ -463,16 +483,21 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
     int K = W->cols;
     /* One token on AVX-512, bf16 and f32: the rows one after another, one
      * stream per thread, the threads' ends balanced. */
-    if (n == 1 && kern_use_avx512() && (W->dtype == KT_BF16 || W->dtype == KT_F32)) {
-        if (W->dtype == KT_BF16) {
-            float *xp = kern_scratch(KERN_SCRATCH_ACT, (size_t)K * sizeof(float));
-            kern_split_even_odd32_avx512(xp, (size_t)K, x, 1, K);
-            j.xp = xp;
-        }
+    bool one_avx512 = n == 1 && kern_use_avx512() && (W->dtype == KT_BF16 || W->dtype == KT_F32);
+    if (W->dtype == KT_BF16 &&
+        (one_avx512 || (n <= KERN_ONE_ROWS_MAX && !kern_batch_inv() && !kern_use_avx512()))) {
+        /* Those rows and the AVX2 ones below read the activations in bf16;
+         * rows padded by 128 bytes, as the AVX-512 blocks' are (below). */
+        j.ldxb = (size_t)K + 64;
+        uint16_t *xb = kern_scratch(KERN_SCRATCH_ACT, (size_t)n * j.ldxb * sizeof(uint16_t));
+        for (int t = 0; t < n; t++) bf16_exact(xb + (size_t)t * j.ldxb, x + (size_t)t * K, K);
+        j.xb = xb;
+    }
+    if (one_avx512) {
         pool_for(p, sb_one_rows_avx512, &j, W->rows, kern_one_token_grain(W->dtype, K));
         return;
     }
-    if (W->dtype == KT_BF16) {
+    if (W->dtype == KT_BF16 && !j.xb) {
         /* From two tokens the AVX-512 blocks: the arithmetic counts. */
         j.avx512 = kern_use_avx512();
         /* AVX-512: rows padded by 128 bytes, so that the tokens' activations

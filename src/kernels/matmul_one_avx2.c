@@ -38,24 +38,30 @@ AI float sum4(const __m256 a[4]) {
 
 /* bf16: 16 columns a chunk, four chunks a 128-byte step; a 32-bit lane
  * holding (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask,
- * against xp (each 16-column block of the activations split into its even
- * then its odd columns). One token: the even and the odd products onto
- * accumulators of their own (a[c][0], a[c][1]), added at the end; more
- * tokens, where AVX2's 16 registers hold no more, the odd product after the
- * even one onto one accumulator per chunk. */
-AI void bf16_chunk(__m256 a[T_MAX][4][2], int c, const uint16_t *w, const float *xp, size_t ldxp,
+ * and the activations, in bf16 too, the same way, so the products are those
+ * of the rounded activations in f32, exactly. Read as bf16 the activations
+ * take half the L1 they took in f32 (a row of 8192 columns 16 KiB, not 32,
+ * which the weight stream had pushed out of L1 before each row came back
+ * to them). One token: the even and the odd products onto accumulators of
+ * their own (a[c][0], a[c][1]), added at the end; more tokens, where AVX2's
+ * 16 registers hold no more, the odd product after the even one onto one
+ * accumulator per chunk. */
+AI void bf16_chunk(__m256 a[T_MAX][4][2], int c, const uint16_t *w, const uint16_t *xb, size_t ldxb,
                    const int T) {
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     __m256i v = _mm256_loadu_si256((const __m256i *)w);
     __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+    __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
 #pragma GCC unroll 3
     for (int t = 0; t < T; t++) {
-        const float *x = xp + (size_t)t * ldxp;
-        a[t][c][0] = _mm256_fmadd_ps(we, _mm256_loadu_ps(x), a[t][c][0]);
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(xb + (size_t)t * ldxb));
+        __m256 xe = _mm256_castsi256_ps(_mm256_slli_epi32(xv, 16));
+        __m256 xo = _mm256_castsi256_ps(_mm256_and_si256(xv, hi));
+        a[t][c][0] = _mm256_fmadd_ps(we, xe, a[t][c][0]);
         if (T == 1)
-            a[t][c][1] = _mm256_fmadd_ps(wo, _mm256_loadu_ps(x + 8), a[t][c][1]);
+            a[t][c][1] = _mm256_fmadd_ps(wo, xo, a[t][c][1]);
         else
-            a[t][c][0] = _mm256_fmadd_ps(wo, _mm256_loadu_ps(x + 8), a[t][c][0]);
+            a[t][c][0] = _mm256_fmadd_ps(wo, xo, a[t][c][0]);
     }
 }
 
@@ -73,9 +79,9 @@ AI void bf16_rows(const kern_one_rows *o, int r0, int r1, const int T) {
             kern_stream_ahead(w + k, 64 * sizeof(uint16_t));
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
-                bf16_chunk(a, c, w + k + 16 * c, o->xp + k + 16 * c, o->ldxp, T);
+                bf16_chunk(a, c, w + k + 16 * c, o->xb + k + 16 * c, o->ldxb, T);
         }
-        for (int c = 0; k < K16; k += 16, c++) bf16_chunk(a, c, w + k, o->xp + k, o->ldxp, T);
+        for (int c = 0; k < K16; k += 16, c++) bf16_chunk(a, c, w + k, o->xb + k, o->ldxb, T);
 #pragma GCC unroll 3
         for (int t = 0; t < T; t++) {
             const float *x = o->x + (size_t)t * K;
