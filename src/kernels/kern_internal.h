@@ -124,13 +124,22 @@ void kern_i8_block_starts(int32_t *st, const int8_t *xq, int n, int K);
 /* bf16 weights times 2 to KERN_BF16_FEW_MAX tokens on AVX-512 BF16 (in
  * batch-invariant mode in that mode's order), 16 lanes = 8 tokens x 2
  * pairs, up to three halves of 8 tokens, or in plain mode up to
- * KERN_BF16_DOT_MAX tokens a row at a time (matmul_bf16_few_avx512.c); xb: the
- * tokens' activations rounded to bf16, rows ldx apart, zero from column K
- * to a multiple of 4. */
+ * kern_bf16_dot_max(cols) tokens a row at a time (matmul_bf16_few_avx512.c);
+ * xb: the tokens' activations rounded to bf16, rows ldx apart, zero from
+ * column K to a multiple of 4. */
 #define KERN_BF16_FEW_MAX 24
-/* In plain mode up to this many of those tokens take the kernel's
- * dot-product form instead, a row at a time (its own order). */
-#define KERN_BF16_DOT_MAX 5
+/* In plain mode up to kern_bf16_dot_max(cols) of those tokens take the
+ * kernel's dot-product form instead, a row at a time (its own order): two
+ * always, more while their activations (two bytes a column each) take less
+ * than KERN_BF16_DOT_BYTES, which leaves them in L1 beside the weight
+ * stream, and KERN_BF16_DOT_MAX at most. */
+#define KERN_BF16_DOT_MAX   8
+#define KERN_BF16_DOT_BYTES (32 << 10)
+static inline int kern_bf16_dot_max(int cols) {
+    size_t row = (size_t)(cols > 0 ? cols : 1) * 2;
+    size_t n = (KERN_BF16_DOT_BYTES - 1) / row;
+    return n < 2 ? 2 : n > KERN_BF16_DOT_MAX ? KERN_BF16_DOT_MAX : (int)n;
+}
 void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
                           const float *bias, int n);
 /* bf16 weights times one token in batch-invariant mode on AVX-512 BF16, in

@@ -246,36 +246,32 @@ TEST(kern_gemm_avx512_equals_avx2) {
 }
 
 /* Decode batches give each token the same bits whatever the batch size,
- * within each small-batch kernel's range: its row of y is the same at n = 2
- * to 4 as among 5, at 6 or 7 as among 8, at 12 to 23 as among 24 and at 26
- * or 31 as among 32 (the AVX2 and int8 row blocks serve 2 to
- * KERN_GEMM_MIN_N, with AVX-512 VNNI from KERN_I8_X16_MAX + 1; bf16 on
- * AVX-512 BF16 changes order after KERN_BF16_DOT_MAX = 5 and 8 tokens and
- * kernel after KERN_BF16_FEW_MAX = 24). Every
+ * within each small-batch kernel's range: its row of y is the same as at the
+ * range's last n (the AVX2 and int8 row blocks serve 2 to KERN_GEMM_MIN_N,
+ * with AVX-512 VNNI from KERN_I8_X16_MAX + 1; bf16 on AVX-512 BF16 changes
+ * order after kern_bf16_dot_max(cols) (3 at 4100 columns, 7 at 2050, 8
+ * below 2048) and 8 tokens and kernel after KERN_BF16_FEW_MAX = 24). Every
  * dtype, columns with and without tails (of 4, 32 and 64 columns), int8 per
  * row and grouped. */
-_Static_assert(KERN_BF16_DOT_MAX == 5, "the ranges below");
+static int same_bits_as(const kern_mat *W, int n) {
+    int dot = W->dtype == KT_BF16 && kern_use_avx512_bf16() ? kern_bf16_dot_max(W->cols) : 5;
+    return n <= dot ? dot : n <= 8 ? 8 : n <= KERN_BF16_FEW_MAX ? KERN_BF16_FEW_MAX : 32;
+}
+
 TEST(kern_matmul_batched_decode_independent_of_n) {
     pool *p = pool_create(2);
-    static const int cols[] = {96, 200, 1024, 1030};
-    /* ns[i] against ref[ref_of[i]], the outputs at ref_n tokens: bf16 on
-     * AVX-512 BF16 has three ranges (to KERN_BF16_DOT_MAX, to 8, to 24) */
-    static const int ns[] = {2, 3, 4, 6, 7, 12, 17, 23, 26, 31};
-    static const int ref_of[] = {0, 0, 0, 1, 1, 2, 2, 2, 3, 3}, ref_n[] = {5, 8, 24, 32};
+    static const int cols[] = {96, 200, 1024, 1030, 2050, 4100};
+    static const int ns[] = {2, 3, 4, 5, 6, 7, 12, 17, 23, 26, 31};
+    enum { N_COLS = sizeof cols / sizeof cols[0], N_NS = sizeof ns / sizeof ns[0] };
     int bad = 0, rows = 45, nmax = KERN_GEMM_MIN_N;
-    for (int c = 0; c < 4 && !bad; c++)
+    for (int c = 0; c < N_COLS && !bad; c++)
         for (int d = 0; d < 5 && !bad; d++) {
             int K = cols[c], group = d == 4 ? 32 : K;
             tmat t = make_mat(d < 4 ? (kern_dtype)d : KT_I8, rows, K, group);
             float *x = malloc((size_t)nmax * K * 4), *y1 = malloc((size_t)nmax * rows * 4);
-            enum { N_REF = sizeof ref_n / sizeof ref_n[0] };
-            float *ref[N_REF];
+            float *ref = malloc((size_t)nmax * rows * 4);
             for (int i = 0; i < nmax * K; i++) x[i] = frand();
-            for (int i = 0; i < N_REF; i++) {
-                ref[i] = malloc((size_t)nmax * rows * 4);
-                kern_matmul(p, ref[i], x, &t.m, NULL, ref_n[i]);
-            }
-            for (int ni = 0; ni < 10 && !bad; ni++) {
+            for (int ni = 0; ni < N_NS && !bad; ni++) {
                 /* A few tokens through the row kernels, in orders of their own
                  * (kern_matmul_i8_int16_rows, kern_matmul_avx2_rows_independent_
                  * of_n): int8 up to KERN_I8_X16_MAX tokens with VNNI, up to
@@ -285,13 +281,13 @@ TEST(kern_matmul_batched_decode_independent_of_n) {
                                    ? (kern_use_avx512_vnni() ? KERN_I8_X16_MAX : KERN_ONE_ROWS_MAX)
                                : t.m.dtype != KT_F16 && !kern_use_avx512() ? KERN_ONE_ROWS_MAX
                                                                            : 0;
-                if (ns[ni] <= rows_max) continue;
+                int ref_n = same_bits_as(&t.m, ns[ni]);
+                if (ns[ni] <= rows_max || ref_n == ns[ni]) continue;
+                kern_matmul(p, ref, x, &t.m, NULL, ref_n);
                 kern_matmul(p, y1, x, &t.m, NULL, ns[ni]);
-                if (memcmp(ref[ref_of[ni]], y1, (size_t)ns[ni] * rows * 4))
-                    bad = 1 + ni + 10 * d + 100 * c;
+                if (memcmp(ref, y1, (size_t)ns[ni] * rows * 4)) bad = 1 + ni + 20 * d + 200 * c;
             }
-            for (int i = 0; i < N_REF; i++) free(ref[i]);
-            free(x), free(y1);
+            free(x), free(y1), free(ref);
             free_mat(&t);
         }
     pool_free(p);
