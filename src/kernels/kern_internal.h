@@ -124,22 +124,10 @@ void kern_i8_block_starts(int32_t *st, const int8_t *xq, int n, int K);
 /* bf16 weights times 2 to KERN_BF16_FEW_MAX tokens on AVX-512 BF16 (in
  * batch-invariant mode in that mode's order), 16 lanes = 8 tokens x 2
  * pairs, up to three halves of 8 tokens, or in plain mode up to
- * kern_bf16_dot_max(cols) tokens a row at a time (matmul_bf16_few_avx512.c);
+ * kern_l1_tokens(cols) tokens a row at a time (matmul_bf16_few_avx512.c);
  * xb: the tokens' activations rounded to bf16, rows ldx apart, zero from
  * column K to a multiple of 4. */
 #define KERN_BF16_FEW_MAX 24
-/* In plain mode up to kern_bf16_dot_max(cols) of those tokens take the
- * kernel's dot-product form instead, a row at a time (its own order): two
- * always, more while their activations (two bytes a column each) take less
- * than KERN_BF16_DOT_BYTES, which leaves them in L1 beside the weight
- * stream, and KERN_BF16_DOT_MAX at most. */
-#define KERN_BF16_DOT_MAX   8
-#define KERN_BF16_DOT_BYTES (32 << 10)
-static inline int kern_bf16_dot_max(int cols) {
-    size_t row = (size_t)(cols > 0 ? cols : 1) * 2;
-    size_t n = (KERN_BF16_DOT_BYTES - 1) / row;
-    return n < 2 ? 2 : n > KERN_BF16_DOT_MAX ? KERN_BF16_DOT_MAX : (int)n;
-}
 void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
                           const float *bias, int n);
 /* bf16 weights times one token in batch-invariant mode on AVX-512 BF16, in
@@ -147,13 +135,33 @@ void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, con
  * activations rounded to bf16, zero from column K to a multiple of 32. */
 void kern_bf16_inv1_avx512(pool *p, float *y, const uint16_t *xb, const kern_mat *W,
                            const float *bias);
-/* Up to KERN_I8_X16_MAX int8 tokens in plain mode on AVX-512 VNNI
+/* Tokens whose activations, two bytes a column (bf16 or int16), a
+ * few-token kernel reads per weight step of a row rather than sharing
+ * broadcast weights across: two always, more while they take less than
+ * KERN_L1_ACT_BYTES, where they stay in L1 beside the weight stream (and
+ * past which those kernels fall behind the ones that broadcast), at most
+ * KERN_L1_TOKENS_MAX. */
+#define KERN_L1_ACT_BYTES  (32 << 10)
+#define KERN_L1_TOKENS_MAX 8
+static inline int kern_l1_tokens(int cols) {
+    size_t n = (KERN_L1_ACT_BYTES - 1) / ((size_t)(cols > 0 ? cols : 1) * 2);
+    return n < 2 ? 2 : n > KERN_L1_TOKENS_MAX ? KERN_L1_TOKENS_MAX : (int)n;
+}
+
+/* Up to kern_i8_x16_max(cols) int8 tokens in plain mode on AVX-512 VNNI
  * (matmul_avx512.c): their activations quantized to int16, one scale per
  * block of `block` columns, once per call (kern_i8_x16_prepare from the f32
  * activations, into kern_i8_x16_bytes of 64-byte aligned memory), then rows
  * [r0, r1) of y. For weights with one scale per row or groups of a multiple
- * of 32 columns that divide the row (kern_i8_x16_fits). */
-#define KERN_I8_X16_MAX 3
+ * of 32 columns that divide the row (kern_i8_x16_fits). The tokens whose
+ * activations fit in L1 (kern_l1_tokens), KERN_I8_X16_MAX at most: each
+ * token's instructions slow the stream, and from 6 tokens the 16-row lanes
+ * (matmul_i8_avx512.c) are level or ahead even at 2048 columns. */
+#define KERN_I8_X16_MAX 5
+static inline int kern_i8_x16_max(int cols) {
+    int n = kern_l1_tokens(cols);
+    return n < KERN_I8_X16_MAX ? n : KERN_I8_X16_MAX;
+}
 typedef struct kern_i8_x16 {
     const void *base; /* token t's int16 row at base + t * ld, zero to `padded`
                          columns, then its block scales (floats) */

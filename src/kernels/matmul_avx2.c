@@ -21,7 +21,7 @@
  * On AVX-512 CPUs, bf16 and (with VNNI) int8 at n >= 2 run their row
  * blocks at twice the width (matmul_avx512.c), in a fixed order of their own;
  * batch-invariant int8 takes those at every n, and plain int8 up to
- * KERN_I8_X16_MAX tokens the row kernel there on int16 activations
+ * kern_i8_x16_max(cols) tokens the row kernel there on int16 activations
  * (kern_i8_x16_rows_avx512); bf16 and f32 at one token in plain mode
  * stream their rows one after another there (kern_bf16_one_rows_avx512,
  * kern_f32_one_rows_avx512). With AVX2 alone up to KERN_ONE_ROWS_MAX tokens
@@ -517,7 +517,7 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
         j.nb = (K + KQ_BLOCK - 1) / KQ_BLOCK;
         /* A few tokens in plain mode: rows one after another, on int16
          * activations of their own. */
-        if (n <= KERN_I8_X16_MAX && !kern_batch_inv() && kern_use_avx512_vnni() &&
+        if (n <= kern_i8_x16_max(K) && !kern_batch_inv() && kern_use_avx512_vnni() &&
             kern_i8_x16_fits(W)) {
             void *buf = kern_scratch(KERN_SCRATCH_ACT, kern_i8_x16_bytes(K, n));
             kern_i8_x16_prepare(&j.x16, buf, x, W, n);

@@ -2,9 +2,9 @@
  * small-n matmul for batched decode (2 <= n <= KERN_GEMM_MIN_N) where the
  * CPU has no BF16 dot products, and the one-token rows in plain mode (a
  * single stream per thread, 256-bit loads; below) for bf16 without BF16
- * dot products, f32, and int8 up to KERN_I8_X16_MAX tokens. matmul_avx2.c
+ * dot products, f32, and int8 up to kern_i8_x16_max(cols) tokens. matmul_avx2.c
  * walks the rows and tokens and calls these in place of its own 8-lane
- * blocks; int8 from KERN_I8_X16_MAX + 1 tokens has its own kernel
+ * blocks; int8 past kern_i8_x16_max(cols) tokens has its own kernel
  * (matmul_i8_avx512.c).
  * Batched decode is bound by the arithmetic as much as by the memory
  * stream: streaming a llama-1b's matrices at n = 8, the bf16 blocks ran
@@ -247,7 +247,7 @@ void kern_f32_one_rows_avx512(const kern_mat *W, float *y, const float *x, const
     }
 }
 
-/* ---- int8, up to KERN_I8_X16_MAX tokens (plain mode) ------------------------ */
+/* ---- int8, up to kern_i8_x16_max(cols) tokens (plain mode) ----------------- */
 /* The rows one after another, one sequential stream per thread touched two
  * pages ahead as it enters a page (kern_page_ahead) and the weights in
  * 256-bit loads, as the bf16 one-token rows (matmul_bf16_avx512.c): the
@@ -273,10 +273,17 @@ void kern_f32_one_rows_avx512(const kern_mat *W, float *y, const float *x, const
  * the widened weights are shared: at 2 tokens 196-198 GFLOP/s against the
  * 16-row lanes' (matmul_i8_avx512.c) 164-166, level at 3, behind from 4
  * (each token's instructions slow the stream: 236-249 against 273-294).
+ * By shape (16 matrices of one shape from memory, alternating, means of
+ * 6): at 2048 columns these rows at 3 tokens 68.5 against 41.3 GB/s, 4
+ * 53.2 against 43.0, 5 43.8 against 37.6, 6 level, 7 behind (31.4 against
+ * 35.8); at 8192 columns the lanes at 3 tokens 38.6 against 25.3: the
+ * activations past L1 (kern_l1_tokens). llama-1b's 16 matrices of a
+ * four-layer stretch at 3, 4, 5 tokens: +7, +18, +19 % over 3 tokens for
+ * every shape.
  *
  * The order, per (row, token): the blocks in turn onto one accumulator,
  * reduced, times the row scale, plus the bias — the same for every n up to
- * KERN_I8_X16_MAX, so a token gets the same bits in any such batch. */
+ * kern_i8_x16_max(cols), so a token gets the same bits in any such batch. */
 
 /* Blocks of activation columns for W: the largest of 128, 64, 32 that
  * divides its weight group (any, with one scale per row). */
@@ -345,7 +352,7 @@ void kern_i8_x16_prepare(kern_i8_x16 *a, void *buf, const float *x, const kern_m
 AI void i8_x16_block_sums(__m512i *sum, const int8_t *w, const char *x, size_t ld, const int S,
                           int cols, const int T) {
     __m512i c0[KERN_I8_X16_MAX], c1[KERN_I8_X16_MAX];
-#pragma GCC unroll 3
+#pragma GCC unroll 8
     for (int t = 0; t < T; t++) c0[t] = c1[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int i = 0; i < S; i++) {
@@ -430,6 +437,8 @@ void kern_i8_x16_rows_avx512(const kern_mat *W, float *y, const kern_i8_x16 *a, 
         CASE(1)
         CASE(2)
         CASE(3)
+        CASE(4)
+        CASE(5)
 #undef CASE
     default:
         break;

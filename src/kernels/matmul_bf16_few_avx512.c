@@ -31,7 +31,7 @@
  * rounds) 504-551 and 642-652 GFLOP/s against 439-470 and 526-556. The
  * kernel streams at about 90 % of the one-token rows' rate up to 8 tokens.
  *
- * Up to kern_bf16_dot_max(K) tokens in plain mode the kernel takes a
+ * Up to kern_l1_tokens(K) tokens in plain mode the kernel takes a
  * dot-product form instead (few_dot_row, below), a row at a time.
  *
  * The order of the sums (its own, as every plain-mode kernel's): up to 8
@@ -39,7 +39,7 @@
  * with its even-pair and odd-pair lanes; at the row's end the two chains
  * added, then the bias, the even-pair lane and the odd-pair lane. From 9
  * tokens one chain per half, then the same. It depends on the shape and on
- * which of the three ranges n is in (up to kern_bf16_dot_max(K), then up
+ * which of the three ranges n is in (up to kern_l1_tokens(K), then up
  * to 8, from 9), not on the tile, the thread, the number of halves or the
  * token's place. In batch-invariant mode, the order every n takes there
  * (matmul_bf16_avx512.c): per block of KERN_BF16_GEMM_KC columns one chain
@@ -252,7 +252,7 @@ AI void few_rows_inv(const few_job *j, int r0, const int R, const int H) {
     }
 }
 
-/* Up to kern_bf16_dot_max(K) tokens in plain mode, one row at a time,
+/* Up to kern_l1_tokens(K) tokens in plain mode, one row at a time,
  * dot-product style: each 32-column step of the row (one 64-byte read of
  * the weights, two 256-bit loads) goes into one vdpbf16ps per token against
  * the token's bf16 activations, two chains per token (the even and the odd
@@ -267,13 +267,13 @@ AI void few_rows_inv(const few_job *j, int r0, const int R, const int H) {
  * this form at 6 tokens 61.0 against 55.2 GB/s (medians of 8), 7 53.7
  * against 50.6, 8 level (51.5 against 52.6); at 8192 (16 KiB a token) the
  * lanes at 3 tokens 45.3 against 43.5, 4 47.8 against 35.3, 5 51.0 against
- * 29.3, this form at 2 69.8 against 51.1: hence kern_bf16_dot_max. Its
+ * 29.3, this form at 2 69.8 against 51.1: hence kern_l1_tokens. Its
  * order, per (row,
  * token): the even steps onto one accumulator and the odd ones onto
  * another, the row's last partial step masked onto the chain its parity
  * gives, the two added, reduced, plus the bias; the same for every n up to
- * kern_bf16_dot_max(K). */
-_Static_assert(KERN_BF16_DOT_MAX <= 8, "few_dot_row holds 8 tokens' accumulators");
+ * kern_l1_tokens(K). */
+_Static_assert(KERN_L1_TOKENS_MAX <= 8, "few_dot_row holds 8 tokens' accumulators");
 AI void few_dot_row(const few_job *j, const uint16_t *xb, size_t ldx, int r, const int T) {
     const kern_mat *W = j->W;
     int K = W->cols, K64 = K & ~63, M = W->rows;
@@ -351,7 +351,7 @@ static void few_range(void *ctx, int lo, int hi) {
 
 void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
                           const float *bias, int n) {
-    if (n <= kern_bf16_dot_max(W->cols) && !kern_batch_inv()) {
+    if (n <= kern_l1_tokens(W->cols) && !kern_batch_inv()) {
         few_job j = {.W = W, .y = y, .xb = xb, .ldx = ldx, .bias = bias, .n = n};
         pool_for(p, few_dot_range, &j, W->rows, kern_one_token_grain(KT_BF16, W->cols));
         return;

@@ -1,4 +1,4 @@
-/* matmul_i8_avx512.c — int8 weights times KERN_I8_X16_MAX + 1 to
+/* matmul_i8_avx512.c — int8 weights times kern_i8_x16_max(cols) + 1 to
  * KERN_GEMM_MIN_N tokens (batched decode, short prefill chunks; fewer tokens
  * take the int16-activation rows in matmul_avx512.c) and every n in
  * batch-invariant mode, on CPUs with AVX-512 VNNI: matmul_avx2.c walks the

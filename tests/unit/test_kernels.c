@@ -248,13 +248,13 @@ TEST(kern_gemm_avx512_equals_avx2) {
 /* Decode batches give each token the same bits whatever the batch size,
  * within each small-batch kernel's range: its row of y is the same as at the
  * range's last n (the AVX2 and int8 row blocks serve 2 to KERN_GEMM_MIN_N,
- * with AVX-512 VNNI from KERN_I8_X16_MAX + 1; bf16 on AVX-512 BF16 changes
- * order after kern_bf16_dot_max(cols) (3 at 4100 columns, 7 at 2050, 8
+ * with AVX-512 VNNI from kern_i8_x16_max(cols) + 1; bf16 on AVX-512 BF16 changes
+ * order after kern_l1_tokens(cols) (3 at 4100 columns, 7 at 2050, 8
  * below 2048) and 8 tokens and kernel after KERN_BF16_FEW_MAX = 24). Every
  * dtype, columns with and without tails (of 4, 32 and 64 columns), int8 per
  * row and grouped. */
 static int same_bits_as(const kern_mat *W, int n) {
-    int dot = W->dtype == KT_BF16 && kern_use_avx512_bf16() ? kern_bf16_dot_max(W->cols) : 5;
+    int dot = W->dtype == KT_BF16 && kern_use_avx512_bf16() ? kern_l1_tokens(W->cols) : 5;
     return n <= dot ? dot : n <= 8 ? 8 : n <= KERN_BF16_FEW_MAX ? KERN_BF16_FEW_MAX : 32;
 }
 
@@ -274,11 +274,11 @@ TEST(kern_matmul_batched_decode_independent_of_n) {
             for (int ni = 0; ni < N_NS && !bad; ni++) {
                 /* A few tokens through the row kernels, in orders of their own
                  * (kern_matmul_i8_int16_rows, kern_matmul_avx2_rows_independent_
-                 * of_n): int8 up to KERN_I8_X16_MAX tokens with VNNI, up to
+                 * of_n): int8 up to kern_i8_x16_max(K) tokens with VNNI, up to
                  * KERN_ONE_ROWS_MAX without; f32 and bf16 up to KERN_ONE_ROWS_MAX
                  * without AVX-512. */
-                int rows_max = t.m.dtype == KT_I8
-                                   ? (kern_use_avx512_vnni() ? KERN_I8_X16_MAX : KERN_ONE_ROWS_MAX)
+                int rows_max = t.m.dtype == KT_I8 ? (kern_use_avx512_vnni() ? kern_i8_x16_max(K)
+                                                                            : KERN_ONE_ROWS_MAX)
                                : t.m.dtype != KT_F16 && !kern_use_avx512() ? KERN_ONE_ROWS_MAX
                                                                            : 0;
                 int ref_n = same_bits_as(&t.m, ns[ni]);
@@ -409,7 +409,7 @@ static double i8_block_sums_ref(const tmat *t, int r, const int16_t *xa, const f
     return ref;
 }
 
-/* int8 from KERN_I8_X16_MAX + 1 to KERN_GEMM_MIN_N tokens (and every n in
+/* int8 from kern_i8_x16_max(cols) + 1 to KERN_GEMM_MIN_N tokens (and every n in
  * batch-invariant mode) against the exact sums of the quantized activations: each 32-column
  * block's integer dot product is exact, so only f32 rounding of the scaled
  * block sums separates a kernel from the reference. Rows past whole tiles of
@@ -418,15 +418,18 @@ static double i8_block_sums_ref(const tmat *t, int r, const int16_t *xa, const f
  * index is far outside the bound. */
 TEST(kern_matmul_i8_exact_blocks) {
     kern_init();
-    /* from KERN_I8_X16_MAX + 1 tokens: below, plain mode takes int16 activations */
-    static const shape cases[] = {{37, 1030, 9},  {16, 96, 12},  {5, 1031, 17},
-                                  {40, 2048, 10}, {33, 640, 32}, {21, 2048, 13}};
-    static const int groups[] = {0, 0, 0, 1024, 64, 32}; /* 0: per row */
+    /* past kern_i8_x16_max(cols) tokens (up to it, plain mode takes int16
+     * activations): 3 tokens of 8200 columns, whose int16 rows would not
+     * fit in L1, come here too */
+    static const shape cases[] = {{37, 1030, 9}, {16, 96, 12},   {5, 1031, 17}, {40, 2048, 10},
+                                  {33, 640, 32}, {21, 2048, 13}, {11, 8200, 3}};
+    static const int groups[] = {0, 0, 0, 1024, 64, 32, 0}; /* 0: per row */
+    enum { N_CASES = sizeof cases / sizeof cases[0] };
     pool *p = pool_create(2);
     int bad = 0;
     for (int inv = 0; inv < 2 && !bad; inv++) {
         kern_set_batch_invariant(inv);
-        for (int s = 0; s < 6 && !bad; s++) {
+        for (int s = 0; s < N_CASES && !bad; s++) {
             shape sh = cases[s];
             int K = sh.cols, nb = (K + 31) / 32, g = groups[s] ? groups[s] : K;
             tmat t = make_mat(KT_I8, sh.rows, K, g);
@@ -456,12 +459,12 @@ TEST(kern_matmul_i8_exact_blocks) {
     CHECKF(!bad, "int8 off the exact block sums of its quantized activations (case %d)", bad);
 }
 
-/* int8 up to KERN_I8_X16_MAX tokens in plain mode with AVX-512 VNNI:
+/* int8 up to kern_i8_x16_max(cols) tokens in plain mode with AVX-512 VNNI:
  * activations in int16 blocks (128 columns, or 64 / 32 for groups 128 does
  * not divide). Each activation within half a step of its block's scale of
  * the input; the outputs the exact integer block sums times the scales
  * within f32 rounding; and a token's outputs the same bits in a batch of 2
- * or KERN_I8_X16_MAX as alone. Rows past the last 128 or 32 columns, groups of 32, 64,
+ * or kern_i8_x16_max(cols) as alone. Rows past the last 128 or 32 columns, groups of 32, 64,
  * 256. */
 TEST(kern_matmul_i8_int16_rows) {
     kern_init();
@@ -469,13 +472,15 @@ TEST(kern_matmul_i8_int16_rows) {
         printf("  (no AVX-512 VNNI: the path is not taken here)\n");
         return;
     }
-    static const int dims[][2] = {{37, 1030}, {20, 2048}, {9, 640}, {7, 352}, {5, 1024}, {3, 96}};
-    static const int groups[] = {0, 0, 64, 32, 256, 0}; /* 0: per row */
-    static const int ns[] = {2, KERN_I8_X16_MAX};
+    static const int dims[][2] = {{37, 1030}, {20, 2048}, {9, 640}, {7, 352},
+                                  {5, 1024},  {3, 96},    {6, 4100}};
+    static const int groups[] = {0, 0, 64, 32, 256, 0, 0}; /* 0: per row */
     pool *p = pool_create(2);
     int bad = 0;
-    for (int s = 0; s < 6 && !bad; s++) {
-        int M = dims[s][0], K = dims[s][1], g = groups[s] ? groups[s] : K, nmax = KERN_I8_X16_MAX;
+    for (int s = 0; s < 7 && !bad; s++) {
+        int M = dims[s][0], K = dims[s][1], g = groups[s] ? groups[s] : K,
+            nmax = kern_i8_x16_max(K);
+        const int ns[] = {2, nmax};
         tmat t = make_mat(KT_I8, M, K, g);
         float *x = malloc((size_t)nmax * K * 4), *bias = malloc((size_t)M * 4);
         float *y = malloc((size_t)nmax * M * 4), *alone = malloc((size_t)nmax * M * 4);
