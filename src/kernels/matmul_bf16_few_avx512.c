@@ -268,11 +268,10 @@ AI void few_rows_inv(const few_job *j, int r0, const int R, const int H) {
  * against 50.6, 8 level (51.5 against 52.6); at 8192 (16 KiB a token) the
  * lanes at 3 tokens 45.3 against 43.5, 4 47.8 against 35.3, 5 51.0 against
  * 29.3, this form at 2 69.8 against 51.1: hence kern_l1_tokens. Its
- * order, per (row,
- * token): the even steps onto one accumulator and the odd ones onto
- * another, the row's last partial step masked onto the chain its parity
- * gives, the two added, reduced, plus the bias; the same for every n up to
- * kern_l1_tokens(K). */
+ * order, per (row, token): the even steps onto one accumulator and the odd
+ * ones onto another, the row's last partial step masked onto the chain its
+ * parity gives, the two added, reduced, plus the bias; the same for every
+ * n up to kern_l1_tokens(K). */
 _Static_assert(KERN_L1_TOKENS_MAX <= 8, "few_dot_row holds 8 tokens' accumulators");
 AI void few_dot_row(const few_job *j, const uint16_t *xb, size_t ldx, int r, const int T) {
     const kern_mat *W = j->W;
