@@ -52,8 +52,12 @@ def json_case(preset, dtype, batch):
     # reads: a run can exceed it only by the host's drift between them.
     assert r["decode_limit_frac_bB"] < 1.5, r["decode_limit_frac_bB"]
     assert r["decode_roofline_frac_b1"] < 1.5, r["decode_roofline_frac_b1"]
-    # batch B against a lone sequence round by round: at most B times, give or take the drift
-    assert r["decode_paired_bB_over_b1"] < 1.5 * batch, r["decode_paired_bB_over_b1"]
+    # batch B against a lone sequence round by round: at most B times, give
+    # or take the drift; a tiny preset's round of 8 steps takes about a
+    # millisecond, which a thread's wake-up moves by tens of per cent (at
+    # batch 1, f32: 0.67-1.99 over 15 runs, where CI once saw 1.78 fail a
+    # bound of 1.5)
+    assert r["decode_paired_bB_over_b1"] < 3 * batch, r["decode_paired_bB_over_b1"]
     if "bf16_dot_gflops" in r:  # where the CPU has AVX-512 BF16
         assert r["bf16_dot_gflops"] > 0 and r["prefill_bf16_dot_frac"] > 0
 
