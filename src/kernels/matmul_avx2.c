@@ -32,10 +32,12 @@
  * (w[2j+1], w[2j]) gives w[2j] by a shift and w[2j+1] by a mask, so the
  * activations are pre-split into even/odd halves per 16-column block once per
  * call (the rows that stream one after another read them in bf16 instead,
- * widened the same way: half the bytes beside the weight stream in L1). int8 weights use
- * llama.cpp's Q8_0 trick: activations are quantized per 32 columns and the products summed in
- * integers with maddubs (|x| times w carrying x's sign, so the per-row work is one sign per token),
- * then scaled once per block. Weights must lie in [-127, 127], as kern_quantize_i8 makes them.
+ * widened the same way: half the bytes beside the weight stream in L1).
+ * int8 weights use llama.cpp's Q8_0 trick: activations are quantized per 32
+ * columns and the products summed in integers with maddubs (|x| times w
+ * carrying x's sign, so the per-row work is one sign per token), then
+ * scaled once per block. Weights must lie in [-127, 127], as
+ * kern_quantize_i8 makes them.
  *
  * The per-call preparation of the activations (the even/odd split, the int8
  * quantization, kern_quantize_act_avx2) runs serially before the threads
@@ -484,8 +486,9 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
     /* One token on AVX-512, bf16 and f32: the rows one after another, one
      * stream per thread, the threads' ends balanced. */
     bool one_avx512 = n == 1 && kern_use_avx512() && (W->dtype == KT_BF16 || W->dtype == KT_F32);
-    if (W->dtype == KT_BF16 &&
-        (one_avx512 || (n <= KERN_ONE_ROWS_MAX && !kern_batch_inv() && !kern_use_avx512()))) {
+    /* bf16 and f32 through the AVX2 rows (below) */
+    bool rows_avx2 = n <= KERN_ONE_ROWS_MAX && !kern_batch_inv() && !kern_use_avx512();
+    if (W->dtype == KT_BF16 && (one_avx512 || rows_avx2)) {
         /* Those rows and the AVX2 ones below read the activations in bf16;
          * rows padded by 128 bytes, as the AVX-512 blocks' are (below). */
         j.ldxb = (size_t)K + 64;
@@ -542,8 +545,8 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
     /* A few tokens in plain mode with AVX2 (bf16 and f32 without AVX-512,
      * int8 where neither the int16 rows above nor the 16-row lanes run):
      * the rows one after another, one stream per thread. */
-    if (n <= KERN_ONE_ROWS_MAX && W->dtype != KT_F16 && !kern_batch_inv() &&
-        (W->dtype == KT_I8 ? !j.i8_lanes : !kern_use_avx512())) {
+    if (W->dtype == KT_I8 ? n <= KERN_ONE_ROWS_MAX && !kern_batch_inv() && !j.i8_lanes
+                          : W->dtype != KT_F16 && rows_avx2) {
         run_one_rows_avx2(p, &j);
         return;
     }
