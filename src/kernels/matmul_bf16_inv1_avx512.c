@@ -1,6 +1,7 @@
 /* matmul_bf16_inv1_avx512.c — one token of bf16 weights in batch-invariant
- * mode on CPUs with AVX-512 BF16: the order of every other n
- * (matmul_bf16_avx512.c) at the pace of a weight stream.
+ * mode on CPUs with AVX-512 BF16, for a matrix without a packed copy
+ * (kern_pack_panels, which streams at the plain pace): the order of every
+ * other n (matmul_bf16_avx512.c) read from the row-major weights.
  *
  * Batch-invariant mode gives a token the order every other n takes: per
  * output the bias (or zero), then for each block of KERN_BF16_GEMM_KC

@@ -615,6 +615,7 @@ model *model_load(const char *dir, const model_opts *opts, di_err *err) {
 void model_free(model *m) {
     if (!m) return;
     model_forward_free(m);
+    model_panels_free(m);
     model_rope_free(m);
     free(m->w.layers);
     free(m->w.mtp);

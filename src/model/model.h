@@ -153,7 +153,10 @@ void model_swa_state_free(model_swa_state *st);
 /* Batch-invariant mode: a token's results stop depending on what else is in
  * the step or how its sequence is chunked — the kernels reduce in a fixed
  * order (kern_set_batch_invariant, process-wide) and attention takes one
- * fixed path (MLA: always the absorbed form). Slower; off by default. */
+ * fixed path (MLA: always the absorbed form). Slower; off by default.
+ * Turning it on packs a copy of the bf16 matrices where the kernels read
+ * one (panels.c: a lone token then streams at the plain pace); off frees
+ * it. */
 void model_set_batch_invariant(model *m, bool on);
 
 /* Runs the batch through every layer. Blocks must be reserved for each

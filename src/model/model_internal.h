@@ -174,7 +174,14 @@ struct model {
     void *fwd;            /* forward.c: step scratch, grown on demand, reused across
                              steps (one model_forward at a time per model) */
     bool batch_invariant; /* model_set_batch_invariant: fixed attention paths */
+    void *panels;         /* panels.c: the packed copies batch-invariant mode reads */
+    size_t panels_bytes;
 };
+
+/* panels.c: batch-invariant mode's packed copies of the bf16 matrices
+ * (kern_pack_panels), made and set on the matrices, and freed. */
+void model_panels_pack(model *m);
+void model_panels_free(model *m);
 
 /* rope.c: precomputes the rotary frequencies at load; freed by model_free. */
 int model_rope_init(model *m, di_err *err);

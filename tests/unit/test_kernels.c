@@ -634,6 +634,58 @@ TEST(kern_matmul_bf16_invariant_every_kernel) {
     CHECKF(!bad, "batch-invariant bf16, a token alone against a batch (code %d)", bad);
 }
 
+/* Batch-invariant mode on a bf16 matrix's packed panels (kern_pack_panels)
+ * gives the bits it gives without them, at every n (one token, the
+ * few-token kernel's range, the token lanes', the GEMM's) and for row views
+ * that keep the copy (whole 128-row groups) or drop it; shapes with a
+ * partial last group, panel and column block, and an odd column count. */
+TEST(kern_matmul_bf16_packed_panels_same_bits) {
+    static const int shapes[][2] = {{300, 1030}, {53, 2607}, {128, 64}, {1, 33}};
+    static const int ns[] = {1, 2, 7, 24, 25, 100, 1030};
+    pool *pl = pool_create(2);
+    kern_set_batch_invariant(true);
+    int bad = 0;
+    for (int si = 0; si < 4 && !bad; si++) {
+        int rows = shapes[si][0], cols = shapes[si][1], nmax = 1030;
+        tmat t = make_mat(KT_BF16, rows, cols, cols);
+        size_t bytes = kern_panels_bytes(&t.m);
+        if (!bytes) { /* no AVX-512 BF16 here: nothing reads a copy */
+            CHECK(!kern_use_avx512_bf16());
+            free_mat(&t);
+            break;
+        }
+        uint32_t *panels = di_alloc_aligned(bytes);
+        kern_pack_panels(pl, panels, &t.m);
+        kern_mat packed = t.m;
+        packed.panels = panels;
+        float *x = malloc((size_t)nmax * cols * 4), *bias = malloc((size_t)rows * 4);
+        float *y0 = malloc((size_t)nmax * rows * 4), *y1 = malloc((size_t)nmax * rows * 4);
+        for (int i = 0; i < nmax * cols; i++) x[i] = frand();
+        for (int i = 0; i < rows; i++) bias[i] = frand();
+        for (int k = 0; k < 7 && !bad; k++) {
+            int n = ns[k];
+            const float *bv = k & 1 ? NULL : bias;
+            kern_matmul(pl, y0, x, &t.m, bv, n);
+            kern_matmul(pl, y1, x, &packed, bv, n);
+            if (memcmp(y0, y1, (size_t)n * rows * 4)) bad = 1 + 10 * k + 100 * si;
+        }
+        if (rows == 300 && !bad) { /* views: rows 128-299 keep the copy, 16-143 do not */
+            kern_mat v0 = kern_mat_rows(&t.m, 128, 172), v1 = kern_mat_rows(&packed, 128, 172);
+            kern_mat u1 = kern_mat_rows(&packed, 16, 128), w1 = kern_mat_rows(&packed, 0, 200);
+            CHECK(v1.panels && !u1.panels && !w1.panels);
+            kern_matmul(pl, y0, x, &v0, NULL, 3);
+            kern_matmul(pl, y1, x, &v1, NULL, 3);
+            if (memcmp(y0, y1, (size_t)3 * 172 * 4)) bad = 1000;
+        }
+        free(x), free(bias), free(y0), free(y1);
+        di_free_aligned(panels);
+        free_mat(&t);
+    }
+    kern_set_batch_invariant(false);
+    pool_free(pl);
+    CHECKF(!bad, "batch-invariant bf16 on packed panels differs from the unpacked (code %d)", bad);
+}
+
 /* The AVX2 activation quantizer gives the scalar one's bytes and scales:
  * whole and partial blocks, an all-zero block, ties at .5 after scaling. */
 TEST(kern_quantize_act_paths_agree) {
