@@ -30,8 +30,8 @@
  * peak);
  * TTFT of a 2,048-token prompt whose first 1,920 tokens are
  * cached vs. the same uncached; and the batch-invariant mode's throughput
- * overhead at the highest level (or --invariant-concurrency), plain and
- * invariant runs alternating, best of INV_ROUNDS each. */
+ * overhead at the highest level (or at each --invariant-concurrency
+ * level), plain and invariant runs alternating, best of INV_ROUNDS each. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -346,7 +346,7 @@ int cmd_bench_serving(int argc, char **argv) {
     int requests = 0, threads = 0, inv = 0, serving = 0, kv_mib = 0, max_out = 1024, no_ttft = 0,
         no_inv = 0, no_overlap = 0, swap_mib = 0;
     float step_ms = 1000, scale = 1, out_scale = 1;
-    int inv_conc = 0;
+    const char *inv_s = NULL;
     uint64_t seed = 1;
     const cli_opt opts[] = {
         {"--serving", OPT_FLAG, &serving, "the serving benchmark (this one)"},
@@ -366,8 +366,8 @@ int cmd_bench_serving(int argc, char **argv) {
         {"--swa-replay", OPT_STR, &replay, "bounded (default) | exact"},
         {"--prompt-scale", OPT_FLOAT, &scale, "scale on the drawn prompt lengths (default 1)"},
         {"--output-scale", OPT_FLOAT, &out_scale, "scale on the drawn output lengths (default 1)"},
-        {"--invariant-concurrency", OPT_INT, &inv_conc,
-         "level of the batch-invariant overhead run (default: the highest)"},
+        {"--invariant-concurrency", OPT_STR, &inv_s,
+         "levels of the batch-invariant overhead runs (default: the highest)"},
         {"--no-ttft", OPT_FLAG, &no_ttft, "skip the 2,048-token cached/uncached TTFT figure"},
         {"--no-invariant-overhead", OPT_FLAG, &no_inv, "skip the batch-invariant overhead run"},
         {"--no-overlap", OPT_FLAG, &no_overlap,
@@ -378,10 +378,14 @@ int cmd_bench_serving(int argc, char **argv) {
     int rc = cli_parse(argc, argv, opts, n_opts, syn);
     if (rc) return rc == 1 ? 0 : rc;
     int lv[16];
-    int n_lv = parse_levels(levels_s, lv, 16);
-    if (!dir || n_lv < 1 || requests < 0 || max_out < 1 || scale <= 0 || out_scale <= 0 ||
-        inv_conc < 0 || swap_mib < 0 || (strcmp(replay, "bounded") && strcmp(replay, "exact"))) {
+    int n_lv = parse_levels(levels_s, lv, 16), inv_lv[16];
+    int n_inv = inv_s ? parse_levels(inv_s, inv_lv, 16) : 0;
+    if (!dir || n_lv < 1 || n_inv < 0 || (inv_s && n_inv < 1) || requests < 0 || max_out < 1 ||
+        scale <= 0 || out_scale <= 0 || swap_mib < 0 ||
+        (strcmp(replay, "bounded") && strcmp(replay, "exact"))) {
         if (n_lv < 1) fprintf(stderr, "deepinfer bench: bad --concurrency list '%s'\n", levels_s);
+        if (inv_s && n_inv < 1)
+            fprintf(stderr, "deepinfer bench: bad --invariant-concurrency list '%s'\n", inv_s);
         cli_usage(stderr, opts, n_opts, syn);
         return 2;
     }
@@ -496,12 +500,13 @@ int cmd_bench_serving(int argc, char **argv) {
                L, cached, tc, tu, 100 * tc / tu);
     }
     engine_free(e);
-    if (!rc && !no_inv && !inv) {
+    if (!inv_s) inv_lv[n_inv++] = lv[max_lv];
+    for (int k = 0; !rc && !no_inv && !inv && k < n_inv; k++) {
         /* Plain and invariant runs alternate and the best of each counts: a
          * run is tens of seconds and other tenants of a shared machine come
          * and go on that scale, which one pair of runs cannot tell from the
-         * mode's cost (the level's own plain run is the first plain one). */
-        int c = inv_conc > 0 ? inv_conc : lv[max_lv];
+         * mode's cost (a level's own plain run is the first plain one). */
+        int c = inv_lv[k];
         double base = 0, best_inv = 0;
         level_result ri = {0};
         for (int i = 0; i < n_lv; i++)

@@ -75,13 +75,17 @@ def bad_args_case(preset, opt, value):
 def serving_case(preset):
     p = subprocess.run([BIN, "bench", "--serving", "--model", os.path.join(MODELS, preset),
                         "--threads", "2", "--concurrency", "1,2", "--requests", "8", "--seed", "1",
-                        "--prompt-scale", "0.05", "--output-scale", "0.05", "--max-output", "16"],
+                        "--prompt-scale", "0.05", "--output-scale", "0.05", "--max-output", "16",
+                        "--invariant-concurrency", "2,1"],
                        capture_output=True, timeout=300)
     assert p.returncode == 0, p.stderr.decode(errors="replace")
     out = p.stdout.decode()
     rows = [l.split() for l in out.splitlines() if re.match(r"^ +\d+ +\d+ +\d", l)]
     levels = [(int(r[0]), int(r[1])) for r in rows]
     assert levels[:2] == [(1, 8), (2, 8)], levels
+    bad = subprocess.run([BIN, "bench", "--serving", "--model", os.path.join(MODELS, preset),
+                          "--invariant-concurrency", "1,0"], capture_output=True, timeout=60)
+    assert bad.returncode == 2 and b"--invariant-concurrency" in bad.stderr, bad.stderr
     for r in rows:
         tok_s, hit = float(r[2]), float(r[8].rstrip("%"))
         assert tok_s > 0 and 0 <= hit <= 100, r
@@ -92,7 +96,9 @@ def serving_case(preset):
     m = re.search(r"target: TTFT of a 2048-token prompt, first (\d+) cached: [\d.]+ s vs [\d.]+ s "
                   r"uncached = ([\d.]+) %", out)
     assert m and int(m.group(1)) == 1920 and float(m.group(2)) > 0, out
-    assert re.search(r"target: batch-invariant overhead at 2 concurrent: -?[\d.]+ %", out), out
+    # one overhead run per listed level, in the order given
+    inv = re.findall(r"target: batch-invariant overhead at (\d+) concurrent: -?[\d.]+ %", out)
+    assert inv == ["2", "1"], out
 
 
 def main():
