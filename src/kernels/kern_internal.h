@@ -118,6 +118,14 @@ void kern_split_even_odd32_avx512(float *xp, size_t ldx, const float *x, int n, 
 void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const float *xs,
                             const int32_t *xst, int nb, const float *bias, int r0, int R, int t_lo,
                             int t_hi);
+/* Batch-invariant mode's packed copy of an int8 matrix (kern_pack_panels):
+ * each 16-row tile's 32-column blocks as those tiles transpose them; its
+ * size, the packing, and one token on it (the tiles' order: the same bits),
+ * on xq / xs / xst as for kern_sb_rows_i8_avx512. */
+size_t kern_i8_panels_bytes(const kern_mat *W);
+void kern_i8_pack_panels(pool *p, uint32_t *dst, const kern_mat *W);
+void kern_i8_one_packed_avx512(pool *p, const kern_mat *W, float *y, const int8_t *xq,
+                               const float *xs, const int32_t *xst, int nb, const float *bias);
 /* st[t * nb + b] = -128 times the sum of token t's quantized activations in
  * block b (nb blocks of KQ_BLOCK columns, the last one partial). */
 void kern_i8_block_starts(int32_t *st, const int8_t *xq, int n, int K);

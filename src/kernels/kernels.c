@@ -203,20 +203,32 @@ kern_mat kern_mat_rows(const kern_mat *W, int r0, int n) {
     v.data = (const char *)W->data + (size_t)r0 * (size_t)W->cols * kern_dtype_size(W->dtype);
     if (W->dtype == KT_I8 && W->scales)
         v.scales = W->scales + (size_t)r0 * (size_t)(W->cols / W->group);
-    /* the packed copy's groups are 128 rows, each laid out by its own size */
-    bool whole =
-        r0 % KERN_PANEL_GROUP_ROWS == 0 && (n % KERN_PANEL_GROUP_ROWS == 0 || r0 + n == W->rows);
-    v.panels = W->panels && whole ? W->panels + (size_t)r0 * (size_t)((W->cols + 1) / 2) : NULL;
+    /* the packed copy's groups (bf16: 128 rows, each laid out by its own
+     * size; int8: 16-row tiles), whole ones only */
+    int grp = W->dtype == KT_I8 ? KERN_I8_TILE_ROWS : KERN_PANEL_GROUP_ROWS;
+    bool whole = r0 % grp == 0 && (n % grp == 0 || r0 + n == W->rows);
+    /* bytes of copy per row: a bf16 column pair 4 bytes, int8 32 columns 32 */
+    size_t row_bytes = W->dtype == KT_I8 ? (size_t)(W->cols + KQ_BLOCK - 1) / KQ_BLOCK * KQ_BLOCK
+                                         : (size_t)(W->cols + 1) / 2 * 4;
+    v.panels = W->panels && whole ? W->panels + (size_t)r0 * row_bytes / 4 : NULL;
     return v;
 }
 
 size_t kern_panels_bytes(const kern_mat *W) {
-    if (!kern_use_avx512_bf16() || W->dtype != KT_BF16 || !W->data) return 0;
-    return kern_bf16_panels_u32(W) * sizeof(uint32_t);
+    if (!W->data) return 0;
+    if (W->dtype == KT_BF16 && kern_use_avx512_bf16())
+        return kern_bf16_panels_u32(W) * sizeof(uint32_t);
+    if (W->dtype == KT_I8 && kern_use_avx512_vnni() && kern_i8_blockable(W))
+        return kern_i8_panels_bytes(W);
+    return 0;
 }
 
 void kern_pack_panels(pool *p, uint32_t *dst, const kern_mat *W) {
-    if (kern_panels_bytes(W)) kern_bf16_pack_panels(p, dst, W);
+    if (!kern_panels_bytes(W)) return;
+    if (W->dtype == KT_I8)
+        kern_i8_pack_panels(p, dst, W);
+    else
+        kern_bf16_pack_panels(p, dst, W);
 }
 
 int kern_one_token_grain(kern_dtype t, int cols) {

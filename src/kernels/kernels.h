@@ -35,7 +35,7 @@ typedef struct kern_mat {
     const void *data;       /* rows * cols elements of dtype */
     const float *scales;    /* KT_I8 only: rows * (cols / group) scales, row-major */
     int group;              /* KT_I8 only: columns per scale; == cols means per row */
-    const uint32_t *panels; /* KT_BF16 only, optional: kern_pack_panels' copy, or NULL */
+    const uint32_t *panels; /* optional: kern_pack_panels' copy (bf16, int8), or NULL */
 } kern_mat;
 
 /* Picks the best implementation for this CPU. Safe to call more than once. */
@@ -54,16 +54,17 @@ void kern_set_batch_invariant(bool on);
  * (NULL = calling thread only). n == 1 is the bandwidth-bound decode case;
  * larger n is the FLOP-bound prefill case (blocked GEMM). */
 void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const float *bias, int n);
-/* Batch-invariant mode sums a bf16 matmul's outputs with rows side by side
- * in the vector lanes; for one token without a packed copy of the weights
- * in that layout the kernel transposes the rows as it streams them, at
- * about 60 % of a plain token's pace, and with one it streams the copy at
+/* Batch-invariant mode sums a bf16 or int8 matmul's outputs with rows side
+ * by side in the vector lanes; for one token without a packed copy of the
+ * weights in that layout the kernel transposes the rows as it streams them,
+ * at 55-60 % of a plain token's pace, and with one it streams the copy at
  * the plain pace (batches read W->data either way). kern_panels_bytes: the
- * bytes of that copy for W on this CPU (AVX-512 BF16, bf16 weights), 0
- * where no kernel would read one; kern_pack_panels writes it to dst
- * (64-byte aligned), to be set as W->panels. The bits are the same with it
- * or without. kern_mat_rows keeps it for views that start on a 128-row
- * boundary and end on one or at W's end. */
+ * bytes of that copy for W on this CPU (bf16 weights with AVX-512 BF16,
+ * int8 with AVX-512 VNNI), 0 where no kernel would read one;
+ * kern_pack_panels writes it to dst (64-byte aligned), to be set as
+ * W->panels. The bits are the same with it or without. kern_mat_rows keeps
+ * it for views of whole groups of the copy (bf16 128 rows, int8 16) that
+ * end on one or at W's end. */
 size_t kern_panels_bytes(const kern_mat *W);
 void kern_pack_panels(pool *p, uint32_t *dst, const kern_mat *W);
 

@@ -540,6 +540,10 @@ static void sb_matmul(pool *p, float *y, const float *x, const kern_mat *W, cons
             int32_t *xst = (int32_t *)(xs + ns);
             kern_i8_block_starts(xst, xq, n, K);
             j.xst = xst;
+            if (n == 1 && kern_batch_inv() && W->panels) { /* the tiles packed once */
+                kern_i8_one_packed_avx512(p, W, y, xq, xs, xst, j.nb, bias);
+                return;
+            }
         }
     }
     /* A few tokens in plain mode with AVX2 (bf16 and f32 without AVX-512,

@@ -251,4 +251,123 @@ void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const
             rl_tile(&a, y, bias, r, r0 + R - r, t_lo, t_hi, false, false);
     }
 }
+/* ---- one token on a packed copy (batch-invariant mode) ------------------- */
+/* kern_i8_pack_panels stores every tile's blocks as rl_transpose makes them
+ * (16 rows, 32 columns: 8 vectors, 512 bytes), tile after tile, so one
+ * token streams them in place of transposing the rows at every call: tile
+ * i at i * nb * 512 bytes, block b of it at b * 512. The token's sums are
+ * rl_pass's at one token, in its order: the same bits. */
+#define RL_BLOCK_BYTES 512
+
+size_t kern_i8_panels_bytes(const kern_mat *W) {
+    size_t tiles = (size_t)(W->rows + RL_ROWS - 1) / RL_ROWS;
+    return tiles * (size_t)((W->cols + KQ_BLOCK - 1) / KQ_BLOCK) * RL_BLOCK_BYTES;
+}
+
+typedef struct rlp_job {
+    const kern_mat *W;
+    uint32_t *dst;
+    rl_args a;
+    float *y;
+    const float *bias;
+} rlp_job;
+
+static void rlp_pack_tiles(void *ctx, int lo, int hi) {
+    const rlp_job *j = ctx;
+    const kern_mat *W = j->W;
+    int K = W->cols, nb = (K + KQ_BLOCK - 1) / KQ_BLOCK;
+    for (int i = lo; i < hi; i++) {
+        int r0 = i * RL_ROWS, R = W->rows - r0 < RL_ROWS ? W->rows - r0 : RL_ROWS;
+        const int8_t *w0 = (const int8_t *)W->data + (size_t)r0 * K;
+        __m512i *out = (__m512i *)((char *)j->dst + (size_t)i * nb * RL_BLOCK_BYTES);
+        for (int b = 0; b < nb; b++) {
+            int k = b * KQ_BLOCK, kv = K - k < KQ_BLOCK ? K - k : KQ_BLOCK;
+            __m512i v[8];
+            if (R == RL_ROWS && kv == KQ_BLOCK)
+                rl_transpose(v, w0 + k, (size_t)K, RL_ROWS, KQ_BLOCK, true);
+            else
+                rl_transpose(v, w0 + k, (size_t)K, R, kv, false);
+            for (int c = 0; c < 8; c++) _mm512_store_si512(out + (size_t)b * 8 + c, v[c]);
+        }
+    }
+}
+
+void kern_i8_pack_panels(pool *p, uint32_t *dst, const kern_mat *W) {
+    rlp_job j = {.W = W, .dst = dst};
+    pool_for(p, rlp_pack_tiles, &j, (W->rows + RL_ROWS - 1) / RL_ROWS, 1);
+}
+
+/* Tile i of the copy times the token (rl_tile at one token, the blocks
+ * read in place, each prefetched a page ahead as the one-token rows do). */
+AI void rlp_tile(const rlp_job *j, int i, const bool per_row) {
+    const rl_args *a = &j->a;
+    const kern_mat *W = a->W;
+    int r0 = i * RL_ROWS, R = W->rows - r0 < RL_ROWS ? W->rows - r0 : RL_ROWS;
+    const __m512i *wt = (const __m512i *)((const char *)W->panels + (size_t)i * a->nb * 512);
+    __mmask16 rm = (__mmask16)((1u << R) - 1);
+    const __m512i ridx =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(a->ng));
+    __m512 ws = _mm512_setzero_ps(), part = _mm512_setzero_ps();
+    int ws_grp = -1;
+    for (int b = 0; b < a->nb; b++) {
+        kern_stream_ahead(wt + (size_t)b * 8, RL_BLOCK_BYTES);
+        __m512i s0 = _mm512_set1_epi32(a->xst[b]), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 8; c += 2) {
+            int32_t x0, x1;
+            memcpy(&x0, a->xq + (size_t)b * KQ_BLOCK + 4 * c, 4);
+            memcpy(&x1, a->xq + (size_t)b * KQ_BLOCK + 4 * c + 4, 4);
+            s0 = _mm512_dpbusd_epi32(s0, _mm512_load_si512(wt + (size_t)b * 8 + c),
+                                     _mm512_set1_epi32(x0));
+            s1 = _mm512_dpbusd_epi32(s1, _mm512_load_si512(wt + (size_t)b * 8 + c + 1),
+                                     _mm512_set1_epi32(x1));
+        }
+        __m512 sc = _mm512_set1_ps(a->xs[b]);
+        if (!per_row) { /* the 16 rows' scales of this block's group, as rl_tile gathers them */
+            int grp = b * KQ_BLOCK / a->g;
+            if (grp != ws_grp)
+                ws = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rm, ridx,
+                                              W->scales + (size_t)r0 * a->ng + grp, 4);
+            ws_grp = grp;
+            sc = _mm512_mul_ps(sc, ws);
+        }
+        part = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), sc, part);
+    }
+    __m512 rs = per_row ? _mm512_maskz_loadu_ps(rm, W->scales + r0) : _mm512_setzero_ps();
+    __m512 bv = j->bias ? _mm512_maskz_loadu_ps(rm, j->bias + r0) : _mm512_setzero_ps();
+    __m512 out = per_row ? _mm512_mul_ps(part, rs) : part;
+    _mm512_mask_storeu_ps(j->y + r0, rm, _mm512_add_ps(out, bv));
+}
+
+static void rlp_tiles(void *ctx, int lo, int hi) {
+    const rlp_job *j = ctx;
+    bool per_row = j->a.g == j->a.K;
+    for (int i = lo; i < hi; i++) {
+        if (per_row)
+            rlp_tile(j, i, true);
+        else
+            rlp_tile(j, i, false);
+    }
+}
+
+void kern_i8_one_packed_avx512(pool *p, const kern_mat *W, float *y, const int8_t *xq,
+                               const float *xs, const int32_t *xst, int nb, const float *bias) {
+    bool per_row = W->group <= 0 || W->group == W->cols;
+    int g = per_row ? W->cols : W->group;
+    rlp_job j = {.W = W,
+                 .a = {.W = W,
+                       .xq = xq,
+                       .xs = xs,
+                       .xst = xst,
+                       .nb = nb,
+                       .K = W->cols,
+                       .ng = W->cols / g,
+                       .g = g},
+                 .y = y,
+                 .bias = bias};
+    /* whole tiles of about 64 KB of weights, the threads' ends balanced */
+    int grain = kern_one_token_grain(KT_I8, W->cols) / RL_ROWS;
+    pool_for(p, rlp_tiles, &j, (W->rows + RL_ROWS - 1) / RL_ROWS, grain > 0 ? grain : 1);
+}
 #pragma GCC pop_options

@@ -1,21 +1,20 @@
-/* panels.c — batch-invariant mode's packed copies of the bf16 weights.
+/* panels.c — batch-invariant mode's packed copies of the weights.
  *
  * Batch-invariant mode sums every output in one order at every batch size,
- * the GEMM's, with rows side by side in the vector lanes. A lone token
- * read straight from the mapping has to transpose each 16 rows as it
- * streams them, at about 60 % of a plain token's pace; from a copy packed
- * once in the GEMM's panel layout (kern_pack_panels) it streams at the
- * plain pace, with the same bits. The copies are made when the mode goes on
- * (model_set_batch_invariant) and freed when it goes off: one more copy of
- * the matrices the kernels would read one of (bf16 weights, AVX-512 BF16),
- * in one huge-page allocation. Batches of two tokens or more still read the
- * mapping. A matrix that lies inside an earlier one (the parts of a stacked
- * q/k/v or gate/up, a tied or shared head) shares its copy where its rows
- * start and end on the copy's 128-row groups, and otherwise goes without
- * (the unpacked kernel: slower, the same bits). The copies are made only
- * where they leave PANELS_SPARE of the memory the kernel reports available
- * (MemAvailable) free; otherwise, or if the allocation fails, the mode runs
- * without them and says so on stderr. */
+ * with rows side by side in the vector lanes (bf16: the GEMM's order; int8:
+ * the 16-row tiles'). A lone token read straight from the weights has to
+ * transpose each 16 rows as it streams them, at 55-60 % of a plain token's
+ * pace; from a copy packed once in that layout (kern_pack_panels) it
+ * streams at the plain pace, with the same bits. The copies are made when
+ * the mode goes on (model_set_batch_invariant) and freed when it goes off:
+ * one more copy of the matrices the kernels would read one of (bf16 weights
+ * with AVX-512 BF16, int8 with AVX-512 VNNI), in one huge-page allocation.
+ * Batches of two tokens or more still read the weights themselves. A matrix that lies inside an
+ * earlier one (the parts of a stacked q/k/v or gate/up, a tied or shared head) shares its copy
+ * where its rows start and end on the copy's 128-row groups, and otherwise goes without (the
+ * unpacked kernel: slower, the same bits). The copies are made only where they leave PANELS_SPARE
+ * of the memory the kernel reports available (MemAvailable) free; otherwise, or if the allocation
+ * fails, the mode runs without them and says so on stderr. */
 #include "model/model_internal.h"
 
 #include <stdint.h>
@@ -44,7 +43,7 @@ typedef struct panel_list {
 } panel_list;
 
 static void add(panel_list *l, kern_mat *W) {
-    if (!W->data || W->dtype != KT_BF16) return;
+    if (!kern_panels_bytes(W)) return;
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 64;
         l->mats = di_realloc(l->mats, (size_t)l->cap * sizeof *l->mats);
@@ -70,12 +69,14 @@ static void add_layer(panel_list *l, const model_config *c, model_layer *L) {
 /* The earlier matrix W lies in (same columns, its rows a subset), or -1. */
 static int container(kern_mat *const *mats, int i) {
     const kern_mat *W = mats[i];
-    size_t row = (size_t)W->cols * 2;
+    size_t row = (size_t)W->cols * kern_dtype_size(W->dtype);
     const char *a = W->data, *b = a + (size_t)W->rows * row;
     for (int k = 0; k < i; k++) {
         const kern_mat *P = mats[k];
         const char *pa = P->data, *pb = pa + (size_t)P->rows * row;
-        if (P->cols == W->cols && a >= pa && b <= pb && (size_t)(a - pa) % row == 0) return k;
+        if (P->dtype == W->dtype && P->cols == W->cols && a >= pa && b <= pb &&
+            (size_t)(a - pa) % row == 0)
+            return k;
     }
     return -1;
 }
@@ -124,7 +125,8 @@ void model_panels_pack(model *m) {
             continue;
         }
         const kern_mat *P = l.mats[owner[i]];
-        int r0 = (int)(((const char *)W->data - (const char *)P->data) / ((size_t)P->cols * 2));
+        size_t row = (size_t)P->cols * kern_dtype_size(P->dtype);
+        int r0 = (int)(((const char *)W->data - (const char *)P->data) / row);
         W->panels = kern_mat_rows(P, r0, W->rows).panels;
     }
     m->panels = buf;

@@ -146,30 +146,33 @@ TEST(forward_prefill_decode_chunks_agree_presets) {
     }
 }
 
-/* Batch-invariant decode on the packed copies of the bf16 weights (panels.c)
- * gives the bits it gives without them, token by token through every
- * preset; and the copies are there where this CPU's kernels read them (the
- * output head at least) and gone once the mode is off. */
+/* Batch-invariant decode on the packed copies of the weights (panels.c),
+ * bf16 and int8, gives the bits it gives without them, token by token
+ * through every preset; and the copies are there where this CPU's kernels
+ * read them (the output head at least) and gone once the mode is off. */
 TEST(forward_invariant_packed_copies_same_bits) {
     enum { N = 24 };
-    for (int p = 0; p < N_PRESETS; p++) {
+    for (int q = 0; q < 2 * N_PRESETS; q++) {
+        int p = q % N_PRESETS;
+        model_dtype dt = q < N_PRESETS ? MODEL_DTYPE_BF16 : MODEL_DTYPE_INT8;
         char why[DI_ERR_LEN];
-        model *m = open_preset(presets[p], MODEL_DTYPE_BF16, why, sizeof why);
+        model *m = open_preset(presets[p], dt, why, sizeof why);
         if (!m && !strcmp(why, "skip")) continue;
         CHECKF(m, "%s: %.400s", presets[p], why);
+        model_set_batch_invariant(m, true); /* (open_preset does for bf16) */
         int V = model_get_info(m)->vocab_size, one = 1, toks[N];
         bool packed = kern_panels_bytes(&m->w.lm_head) > 0;
         CHECKF(!packed || m->w.lm_head.panels, "%s: no packed output head", presets[p]);
         di_err err;
         model_kv_pool *kv = model_kv_pool_create(m, 2, &err);
         float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
-        test_tokens(toks, N, V, 11 + (unsigned)p);
+        test_tokens(toks, N, V, 11 + (unsigned)q);
         int rc = run_chunks(m, kv, toks, N, &one, 1, a);
         model_panels_free(m); /* the mode stays on, the copies go */
         CHECK(!m->w.lm_head.panels);
         rc = rc ? rc : run_chunks(m, kv, toks, N, &one, 1, b);
-        CHECKF(!rc && !memcmp(a, b, sizeof(float) * N * V), "%s: packed and unpacked differ",
-               presets[p]);
+        CHECKF(!rc && !memcmp(a, b, sizeof(float) * N * V), "%s %s: packed and unpacked differ",
+               presets[p], dt == MODEL_DTYPE_INT8 ? "int8" : "bf16");
         free(a), free(b);
         model_kv_pool_free(kv);
         close_preset(m);

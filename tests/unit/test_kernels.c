@@ -634,24 +634,23 @@ TEST(kern_matmul_bf16_invariant_every_kernel) {
     CHECKF(!bad, "batch-invariant bf16, a token alone against a batch (code %d)", bad);
 }
 
-/* Batch-invariant mode on a bf16 matrix's packed panels (kern_pack_panels)
- * gives the bits it gives without them, at every n (one token, the
- * few-token kernel's range, the token lanes', the GEMM's) and for row views
- * that keep the copy (whole 128-row groups) or drop it; shapes with a
- * partial last group, panel and column block, and an odd column count. */
-TEST(kern_matmul_bf16_packed_panels_same_bits) {
-    static const int shapes[][2] = {{300, 1030}, {53, 2607}, {128, 64}, {1, 33}};
-    static const int ns[] = {1, 2, 7, 24, 25, 100, 1030};
-    pool *pl = pool_create(2);
+/* Batch-invariant mode on a matrix's packed copy (kern_pack_panels) gives
+ * the bits it gives without it, at each n of ns (the one-token kernel reads
+ * the copy, batches the weights); on a 300-row matrix, a view of rows
+ * [g, 300) keeps the copy (g: the copy's group of rows) and views that
+ * start or end inside a group drop it. Returns 0, -1 where this CPU's
+ * kernels read no copy of dt, or a code saying what differed. */
+static int packed_same_bits(pool *pl, kern_dtype dt, const int (*shapes)[3], int n_shapes,
+                            const int *ns, int n_ns, int g) {
+    int bad = 0, nmax = ns[n_ns - 1];
     kern_set_batch_invariant(true);
-    int bad = 0;
-    for (int si = 0; si < 4 && !bad; si++) {
-        int rows = shapes[si][0], cols = shapes[si][1], nmax = 1030;
-        tmat t = make_mat(KT_BF16, rows, cols, cols);
+    for (int si = 0; si < n_shapes && !bad; si++) {
+        int rows = shapes[si][0], cols = shapes[si][1];
+        tmat t = make_mat(dt, rows, cols, shapes[si][2] ? shapes[si][2] : cols);
         size_t bytes = kern_panels_bytes(&t.m);
-        if (!bytes) { /* no AVX-512 BF16 here: nothing reads a copy */
-            CHECK(!kern_use_avx512_bf16());
+        if (!bytes) {
             free_mat(&t);
+            bad = -1;
             break;
         }
         uint32_t *panels = di_alloc_aligned(bytes);
@@ -662,28 +661,50 @@ TEST(kern_matmul_bf16_packed_panels_same_bits) {
         float *y0 = malloc((size_t)nmax * rows * 4), *y1 = malloc((size_t)nmax * rows * 4);
         for (int i = 0; i < nmax * cols; i++) x[i] = frand();
         for (int i = 0; i < rows; i++) bias[i] = frand();
-        for (int k = 0; k < 7 && !bad; k++) {
-            int n = ns[k];
+        for (int k = 0; k < n_ns && !bad; k++) {
             const float *bv = k & 1 ? NULL : bias;
-            kern_matmul(pl, y0, x, &t.m, bv, n);
-            kern_matmul(pl, y1, x, &packed, bv, n);
-            if (memcmp(y0, y1, (size_t)n * rows * 4)) bad = 1 + 10 * k + 100 * si;
+            kern_matmul(pl, y0, x, &t.m, bv, ns[k]);
+            kern_matmul(pl, y1, x, &packed, bv, ns[k]);
+            if (memcmp(y0, y1, (size_t)ns[k] * rows * 4)) bad = 1 + 10 * k + 100 * si;
         }
-        if (rows == 300 && !bad) { /* views: rows 128-299 keep the copy, 16-143 do not */
-            kern_mat v0 = kern_mat_rows(&t.m, 128, 172), v1 = kern_mat_rows(&packed, 128, 172);
-            kern_mat u1 = kern_mat_rows(&packed, 16, 128), w1 = kern_mat_rows(&packed, 0, 200);
-            CHECK(v1.panels && !u1.panels && !w1.panels);
-            kern_matmul(pl, y0, x, &v0, NULL, 3);
-            kern_matmul(pl, y1, x, &v1, NULL, 3);
-            if (memcmp(y0, y1, (size_t)3 * 172 * 4)) bad = 1000;
+        if (rows == 300 && !bad) {
+            kern_mat v0 = kern_mat_rows(&t.m, g, 300 - g), v1 = kern_mat_rows(&packed, g, 300 - g);
+            kern_mat u1 = kern_mat_rows(&packed, g / 2, g), w1 = kern_mat_rows(&packed, 0, g + 8);
+            if (!v1.panels || u1.panels || w1.panels) bad = 1000;
+            kern_matmul(pl, y0, x, &v0, bias, 1);
+            kern_matmul(pl, y1, x, &v1, bias, 1);
+            if (!bad && memcmp(y0, y1, (size_t)(300 - g) * 4)) bad = 2000;
         }
         free(x), free(bias), free(y0), free(y1);
         di_free_aligned(panels);
         free_mat(&t);
     }
     kern_set_batch_invariant(false);
+    return bad;
+}
+
+/* bf16 (AVX-512 BF16): shapes with a partial last group, panel and column
+ * block and an odd column count; n through every kernel's range. */
+TEST(kern_matmul_bf16_packed_panels_same_bits) {
+    static const int shapes[][3] = {{300, 1030, 0}, {53, 2607, 0}, {128, 64, 0}, {1, 33, 0}};
+    static const int ns[] = {1, 2, 7, 24, 25, 100, 1030};
+    pool *pl = pool_create(2);
+    int bad = packed_same_bits(pl, KT_BF16, shapes, 4, ns, 7, 128);
     pool_free(pl);
-    CHECKF(!bad, "batch-invariant bf16 on packed panels differs from the unpacked (code %d)", bad);
+    if (bad < 0) CHECK(!kern_use_avx512_bf16()); /* no copy only without the kernels */
+    CHECKF(bad <= 0, "batch-invariant bf16 on packed panels differs (code %d)", bad);
+}
+
+/* int8 (AVX-512 VNNI, 16-row tiles): one scale per row and per 64-column
+ * group, a partial last tile and column block. */
+TEST(kern_matmul_i8_packed_tiles_same_bits) {
+    static const int shapes[][3] = {{300, 1056, 0}, {53, 2624, 64}, {16, 64, 0}, {1, 33, 0}};
+    static const int ns[] = {1, 2, 9, 40};
+    pool *pl = pool_create(2);
+    int bad = packed_same_bits(pl, KT_I8, shapes, 4, ns, 4, 16);
+    pool_free(pl);
+    if (bad < 0) CHECK(!kern_use_avx512_vnni());
+    CHECKF(bad <= 0, "batch-invariant int8 on packed tiles differs (code %d)", bad);
 }
 
 /* The AVX2 activation quantizer gives the scalar one's bytes and scales:
