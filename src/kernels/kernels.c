@@ -203,15 +203,24 @@ kern_mat kern_mat_rows(const kern_mat *W, int r0, int n) {
     v.data = (const char *)W->data + (size_t)r0 * (size_t)W->cols * kern_dtype_size(W->dtype);
     if (W->dtype == KT_I8 && W->scales)
         v.scales = W->scales + (size_t)r0 * (size_t)(W->cols / W->group);
-    /* the packed copy's groups (bf16: 128 rows, each laid out by its own
-     * size; int8: 16-row tiles), whole ones only */
-    int grp = W->dtype == KT_I8 ? KERN_I8_TILE_ROWS : KERN_PANEL_GROUP_ROWS;
-    bool whole = r0 % grp == 0 && (n % grp == 0 || r0 + n == W->rows);
     /* bytes of copy per row: a bf16 column pair 4 bytes, int8 32 columns 32 */
     size_t row_bytes = W->dtype == KT_I8 ? (size_t)(W->cols + KQ_BLOCK - 1) / KQ_BLOCK * KQ_BLOCK
                                          : (size_t)(W->cols + 1) / 2 * 4;
-    v.panels = W->panels && whole ? W->panels + (size_t)r0 * row_bytes / 4 : NULL;
+    v.panels =
+        W->panels && kern_panels_view(W, r0, n) ? W->panels + (size_t)r0 * row_bytes / 4 : NULL;
     return v;
+}
+
+bool kern_panels_view(const kern_mat *W, int r0, int n) {
+    /* the copy's groups (bf16: 128 rows, each laid out by its own size;
+     * int8: 16-row tiles), whole ones only */
+    int grp = W->dtype == KT_I8 ? KERN_I8_TILE_ROWS : KERN_PANEL_GROUP_ROWS;
+    return r0 % grp == 0 && (n % grp == 0 || r0 + n == W->rows);
+}
+
+int kern_panels_group(const kern_mat *W) {
+    if (!W->panels) return 1;
+    return W->dtype == KT_I8 ? KERN_I8_TILE_ROWS : KERN_PANEL_GROUP_ROWS;
 }
 
 size_t kern_panels_bytes(const kern_mat *W) {

@@ -67,6 +67,11 @@ void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const flo
  * end on one or at W's end. */
 size_t kern_panels_bytes(const kern_mat *W);
 void kern_pack_panels(pool *p, uint32_t *dst, const kern_mat *W);
+/* Whether the view kern_mat_rows(W, r0, n) keeps W's packed copy; and the
+ * rows of the copy's groups (1 where W has none): views that start on one
+ * and end on one or at W's end keep it. */
+bool kern_panels_view(const kern_mat *W, int r0, int n);
+int kern_panels_group(const kern_mat *W);
 
 /* Whether int8 prefill (plain mode, more than KERN_GEMM_MIN_N tokens) of a
  * matrix with this group (<= 0 or cols: one scale per row) and cols runs on

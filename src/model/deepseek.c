@@ -63,16 +63,20 @@ static void ds_rows_run(void *ctx, int lo, int hi) {
 void deepseek_jobs_run(pool *p, deepseek_jobs *js) {
     int threads = p ? pool_threads(p) : 1;
     /* One token each, whole 16-row multiples: the rows end to end, one
-     * pool_for (bands of the grain reduce each row as the whole matrix). */
+     * pool_for (bands of the grain reduce each row as the whole matrix).
+     * Bands of whole groups of a packed copy's rows, where a matrix has
+     * one (batch-invariant mode: a band elsewhere would do without). */
     bool one = threads > 1 && js->n > 0;
-    int rows = 0, grain = 16;
+    int rows = 0, grain = 16, group = 1;
     for (int i = 0; i < js->n && one; i++) {
         const kern_mat *W = &js->j[i].W;
         one = js->j[i].n == 1 && W->rows % 16 == 0 && rows <= INT_MAX - W->rows;
-        int g = kern_one_token_grain(W->dtype, W->cols);
+        int g = kern_one_token_grain(W->dtype, W->cols), pg = kern_panels_group(W);
         grain = g > grain ? g : grain;
+        group = pg > group ? pg : group;
         rows += W->rows;
     }
+    grain = (grain + group - 1) / group * group;
     if (one) {
         pool_for(p, ds_rows_run, js, rows, grain);
     } else if (p && js->n >= 2 * threads) {

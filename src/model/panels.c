@@ -9,12 +9,14 @@
  * the mode goes on (model_set_batch_invariant) and freed when it goes off:
  * one more copy of the matrices the kernels would read one of (bf16 weights
  * with AVX-512 BF16, int8 with AVX-512 VNNI), in one huge-page allocation.
- * Batches of two tokens or more still read the weights themselves. A matrix that lies inside an
- * earlier one (the parts of a stacked q/k/v or gate/up, a tied or shared head) shares its copy
- * where its rows start and end on the copy's 128-row groups, and otherwise goes without (the
- * unpacked kernel: slower, the same bits). The copies are made only where they leave PANELS_SPARE
- * of the memory the kernel reports available (MemAvailable) free; otherwise, or if the allocation
- * fails, the mode runs without them and says so on stderr. */
+ * Batches of two tokens or more still read the weights themselves.
+ *
+ * A matrix that lies inside an earlier one (a tied or shared head, MLA's
+ * per-head rows of kv_b) shares that one's copy where it starts and ends
+ * on the copy's groups of rows (kern_panels_view), and gets its own
+ * otherwise. The copies are made only where they leave PANELS_SPARE of the
+ * memory the kernel reports available (MemAvailable) free; otherwise, or if
+ * the allocation fails, the mode runs without them and says so on stderr. */
 #include "model/model_internal.h"
 
 #include <stdint.h>
@@ -51,12 +53,25 @@ static void add(panel_list *l, kern_mat *W) {
     l->mats[l->n++] = W;
 }
 
-/* Every matrix a layer multiplies by, stacks before their parts. */
+/* Every matrix a layer multiplies by: a stack, or its parts where there is
+ * none (the forward pass takes the stack when it has one). */
 static void add_layer(panel_list *l, const model_config *c, model_layer *L) {
-    kern_mat *mats[] = {&L->wqkv, &L->wq,  &L->wk,   &L->wv,      &L->wo,     &L->q_proj,
-                        &L->q_a,  &L->q_b, &L->kv_a, &L->kv_b,    &L->o_proj, &L->gate_up,
-                        &L->gate, &L->up,  &L->down, &L->sh_gate, &L->sh_up,  &L->sh_down};
+    kern_mat *mats[] = {&L->wo,     &L->q_proj, &L->q_a,     &L->q_b,   &L->kv_a,   &L->kv_b,
+                        &L->o_proj, &L->down,   &L->sh_gate, &L->sh_up, &L->sh_down};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) add(l, mats[i]);
+    if (L->wqkv.data) {
+        add(l, &L->wqkv);
+    } else {
+        add(l, &L->wq);
+        add(l, &L->wk);
+        add(l, &L->wv);
+    }
+    if (L->gate_up.data) {
+        add(l, &L->gate_up);
+    } else {
+        add(l, &L->gate);
+        add(l, &L->up);
+    }
     for (int h = 0; L->w_uk_t && h < c->n_heads; h++) add(l, &L->w_uk_t[h]);
     for (int h = 0; L->w_uv && h < c->n_heads; h++) add(l, &L->w_uv[h]);
     for (int e = 0; L->exp_gate && e < c->n_routed_experts; e++) {
@@ -81,6 +96,12 @@ static int container(kern_mat *const *mats, int i) {
     return -1;
 }
 
+/* The row of P where W, which lies in it, starts. */
+static int first_row(const kern_mat *P, const kern_mat *W) {
+    size_t row = (size_t)P->cols * kern_dtype_size(P->dtype);
+    return (int)(((const char *)W->data - (const char *)P->data) / row);
+}
+
 /* Every matrix of the model that could have a copy. */
 static panel_list collect(model *m) {
     panel_list l = {0};
@@ -102,9 +123,12 @@ void model_panels_pack(model *m) {
     int *owner = di_malloc(((size_t)l.n + 1) * sizeof(int));
     size_t total = 0;
     for (int i = 0; i < l.n; i++) {
-        int k = container(l.mats, i);
-        owner[i] = k < 0 ? i : owner[k];
-        if (k < 0) total += (kern_panels_bytes(l.mats[i]) + 63) & ~(size_t)63;
+        int k = container(l.mats, i), o = k < 0 ? -1 : owner[k];
+        owner[i] =
+            o >= 0 && kern_panels_view(l.mats[o], first_row(l.mats[o], l.mats[i]), l.mats[i]->rows)
+                ? o
+                : i;
+        if (owner[i] == i) total += (kern_panels_bytes(l.mats[i]) + 63) & ~(size_t)63;
     }
     size_t avail = total ? mem_available() : 0;
     uint8_t *buf =
@@ -125,9 +149,7 @@ void model_panels_pack(model *m) {
             continue;
         }
         const kern_mat *P = l.mats[owner[i]];
-        size_t row = (size_t)P->cols * kern_dtype_size(P->dtype);
-        int r0 = (int)(((const char *)W->data - (const char *)P->data) / row);
-        W->panels = kern_mat_rows(P, r0, W->rows).panels;
+        W->panels = kern_mat_rows(P, first_row(P, W), W->rows).panels;
     }
     m->panels = buf;
     m->panels_bytes = buf ? total : 0;
