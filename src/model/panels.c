@@ -44,8 +44,9 @@ typedef struct panel_list {
     int n, cap;
 } panel_list;
 
+/* W, if it has a copy or this CPU's kernels would read one. */
 static void add(panel_list *l, kern_mat *W) {
-    if (!kern_panels_bytes(W)) return;
+    if (!W->panels && !kern_panels_bytes(W)) return;
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 64;
         l->mats = di_realloc(l->mats, (size_t)l->cap * sizeof *l->mats);
@@ -102,7 +103,7 @@ static int first_row(const kern_mat *P, const kern_mat *W) {
     return (int)(((const char *)W->data - (const char *)P->data) / row);
 }
 
-/* Every matrix of the model that could have a copy. */
+/* Every matrix of the model that has a copy or could have one. */
 static panel_list collect(model *m) {
     panel_list l = {0};
     add(&l, &m->w.lm_head);
