@@ -62,14 +62,12 @@ void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const flo
  * bytes of that copy for W on this CPU (bf16 weights with AVX-512 BF16,
  * int8 with AVX-512 VNNI), 0 where no kernel would read one;
  * kern_pack_panels writes it to dst (64-byte aligned), to be set as
- * W->panels. The bits are the same with it or without. kern_mat_rows keeps
- * it for views of whole groups of the copy (bf16 128 rows, int8 16) that
- * end on one or at W's end. */
+ * W->panels. The bits are the same with it or without. */
 size_t kern_panels_bytes(const kern_mat *W);
 void kern_pack_panels(pool *p, uint32_t *dst, const kern_mat *W);
 /* Whether the view kern_mat_rows(W, r0, n) keeps W's packed copy; and the
- * rows of the copy's groups (1 where W has none): views that start on one
- * and end on one or at W's end keep it. */
+ * rows of the copy's groups (bf16 128, int8 16; 1 where W has none): views
+ * that start on one and end on one or at W's end keep it. */
 bool kern_panels_view(const kern_mat *W, int r0, int n);
 int kern_panels_group(const kern_mat *W);
 
