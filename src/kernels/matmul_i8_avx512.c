@@ -122,6 +122,41 @@ typedef struct rl_args {
     int nb, K, ng, g;
 } rl_args;
 
+/* A block's exact integer sum for 16 rows (w: the block's 8 transposed
+ * vectors) and one token (x: its 32 quantized activations, st: its block
+ * start): two chains of four vpdpbusd, added. */
+AI __m512i rl_block_sum(const __m512i w[8], const int8_t *x, int32_t st) {
+    __m512i s0 = _mm512_set1_epi32(st), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 8; c += 2) {
+        int32_t x0, x1;
+        memcpy(&x0, x + 4 * c, 4);
+        memcpy(&x1, x + 4 * c + 4, 4);
+        s0 = _mm512_dpbusd_epi32(s0, w[c], _mm512_set1_epi32(x0));
+        s1 = _mm512_dpbusd_epi32(s1, w[c + 1], _mm512_set1_epi32(x1));
+    }
+    return _mm512_add_epi32(s0, s1);
+}
+
+/* The scales of weight group grp for rows [r0, r0 + 16) (rm: the rows in
+ * the matrix), one gather. */
+AI __m512 rl_group_scales(const rl_args *a, int r0, __mmask16 rm, int grp) {
+    const __m512i ridx =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(a->ng));
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rm, ridx,
+                                    a->W->scales + (size_t)r0 * a->ng + grp, 4);
+}
+
+/* A token's sums for rows [r0, r0 + 16) (rm) times the row scales (one
+ * scale per row) plus the bias, stored to y (the token's row of outputs). */
+AI void rl_store(const rl_args *a, float *y, const float *bias, int r0, __mmask16 rm, __m512 part,
+                 const bool per_row) {
+    __m512 s = per_row ? _mm512_mul_ps(part, _mm512_maskz_loadu_ps(rm, a->W->scales + r0)) : part;
+    __m512 bv = bias ? _mm512_maskz_loadu_ps(rm, bias + r0) : _mm512_setzero_ps();
+    _mm512_mask_storeu_ps(y + r0, rm, _mm512_add_ps(s, bv));
+}
+
 /* Tokens [t0, t0 + T) over the chunk's blocks [b0, b0 + nblk), onto
  * part[t - t_lo]: per token and block, two chains of four vpdpbusd (from
  * the block's start and from zero), added, converted, times the scale. */
@@ -138,19 +173,10 @@ AI void rl_pass(const rl_args *a, const __m512i (*wt)[8], const __m512 *wsv, int
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const int8_t *x = a->xq + (size_t)(t0 + t) * a->K + (size_t)b * KQ_BLOCK;
-            __m512i s0 = _mm512_set1_epi32(a->xst[(size_t)(t0 + t) * a->nb + b]);
-            __m512i s1 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-            for (int c = 0; c < 8; c += 2) {
-                int32_t x0, x1;
-                memcpy(&x0, x + 4 * c, 4);
-                memcpy(&x1, x + 4 * c + 4, 4);
-                s0 = _mm512_dpbusd_epi32(s0, w[c], _mm512_set1_epi32(x0));
-                s1 = _mm512_dpbusd_epi32(s1, w[c + 1], _mm512_set1_epi32(x1));
-            }
+            __m512i sum = rl_block_sum(w, x, a->xst[(size_t)(t0 + t) * a->nb + b]);
             __m512 sc = _mm512_set1_ps(a->xs[(size_t)(t0 + t) * a->nb + b]);
             if (!per_row) sc = _mm512_mul_ps(sc, wsv[bi]);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), sc, acc[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, acc[t]);
         }
     }
 #pragma GCC unroll 8
@@ -168,9 +194,6 @@ AI void rl_tile(const rl_args *a, float *y, const float *bias, int r0, int R, in
     _Alignas(64) __m512 wsv[RL_BLKS];
     for (int t = 0; t < nt; t++) part[t] = _mm512_setzero_ps();
     __mmask16 rm = (__mmask16)((1u << R) - 1);
-    const __m512i ridx =
-        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                           _mm512_set1_epi32(a->ng));
     __m512 ws_cur = _mm512_setzero_ps();
     int ws_grp = -1; /* the group ws_cur holds (a gather per group, not per block) */
     for (int k0 = 0; k0 < K; k0 += RL_KC) {
@@ -194,9 +217,7 @@ AI void rl_tile(const rl_args *a, float *y, const float *bias, int r0, int R, in
                 rl_transpose(wt[bi], w0 + k, (size_t)K, R, kv, false);
             if (!per_row) { /* the 16 rows' scales of this block's group */
                 int grp = k / a->g;
-                if (grp != ws_grp)
-                    ws_cur = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rm, ridx,
-                                                      W->scales + (size_t)r0 * a->ng + grp, 4);
+                if (grp != ws_grp) ws_cur = rl_group_scales(a, r0, rm, grp);
                 ws_grp = grp;
                 wsv[bi] = ws_cur;
             }
@@ -222,21 +243,25 @@ AI void rl_tile(const rl_args *a, float *y, const float *bias, int r0, int R, in
             break;
         }
     }
-    __m512 rs = per_row ? _mm512_maskz_loadu_ps(rm, W->scales + r0) : _mm512_setzero_ps();
-    __m512 bv = bias ? _mm512_maskz_loadu_ps(rm, bias + r0) : _mm512_setzero_ps();
-    for (int t = 0; t < nt; t++) {
-        __m512 s = per_row ? _mm512_mul_ps(part[t], rs) : part[t];
-        _mm512_mask_storeu_ps(y + (size_t)(t_lo + t) * W->rows + r0, rm, _mm512_add_ps(s, bv));
-    }
+    for (int t = 0; t < nt; t++)
+        rl_store(a, y + (size_t)(t_lo + t) * W->rows, bias, r0, rm, part[t], per_row);
+}
+
+/* W and the call's quantized activations (g: the weight group's columns,
+ * K where one scale per row). */
+static rl_args rl_args_of(const kern_mat *W, const int8_t *xq, const float *xs, const int32_t *xst,
+                          int nb) {
+    bool per_row = W->group <= 0 || W->group == W->cols;
+    int g = per_row ? W->cols : W->group;
+    return (rl_args){
+        .W = W, .xq = xq, .xs = xs, .xst = xst, .nb = nb, .K = W->cols, .ng = W->cols / g, .g = g};
 }
 
 void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const float *xs,
                             const int32_t *xst, int nb, const float *bias, int r0, int R, int t_lo,
                             int t_hi) {
     bool per_row = W->group <= 0 || W->group == W->cols;
-    int g = per_row ? W->cols : W->group;
-    rl_args a = {
-        .W = W, .xq = xq, .xs = xs, .xst = xst, .nb = nb, .K = W->cols, .ng = W->cols / g, .g = g};
+    rl_args a = rl_args_of(W, xq, xs, xst, nb);
     int r = r0;
     for (; r + RL_ROWS <= r0 + R; r += RL_ROWS) {
         if (per_row)
@@ -251,6 +276,7 @@ void kern_sb_rows_i8_avx512(const kern_mat *W, float *y, const int8_t *xq, const
             rl_tile(&a, y, bias, r, r0 + R - r, t_lo, t_hi, false, false);
     }
 }
+
 /* ---- one token on a packed copy (batch-invariant mode) ------------------- */
 /* kern_i8_pack_panels stores every tile's blocks as rl_transpose makes them
  * (16 rows, 32 columns: 8 vectors, 512 bytes), tile after tile, so one
@@ -265,16 +291,15 @@ size_t kern_i8_panels_bytes(const kern_mat *W) {
 }
 
 typedef struct rlp_job {
-    const kern_mat *W;
-    uint32_t *dst;
-    rl_args a;
+    rl_args a;     /* a.W: the matrix */
+    uint32_t *dst; /* packing: the copy */
     float *y;
     const float *bias;
 } rlp_job;
 
 static void rlp_pack_tiles(void *ctx, int lo, int hi) {
     const rlp_job *j = ctx;
-    const kern_mat *W = j->W;
+    const kern_mat *W = j->a.W;
     int K = W->cols, nb = (K + KQ_BLOCK - 1) / KQ_BLOCK;
     for (int i = lo; i < hi; i++) {
         int r0 = i * RL_ROWS, R = W->rows - r0 < RL_ROWS ? W->rows - r0 : RL_ROWS;
@@ -293,7 +318,7 @@ static void rlp_pack_tiles(void *ctx, int lo, int hi) {
 }
 
 void kern_i8_pack_panels(pool *p, uint32_t *dst, const kern_mat *W) {
-    rlp_job j = {.W = W, .dst = dst};
+    rlp_job j = {.a = {.W = W}, .dst = dst};
     pool_for(p, rlp_pack_tiles, &j, (W->rows + RL_ROWS - 1) / RL_ROWS, 1);
 }
 
@@ -301,43 +326,28 @@ void kern_i8_pack_panels(pool *p, uint32_t *dst, const kern_mat *W) {
  * read in place, each prefetched a page ahead as the one-token rows do). */
 AI void rlp_tile(const rlp_job *j, int i, const bool per_row) {
     const rl_args *a = &j->a;
-    const kern_mat *W = a->W;
-    int r0 = i * RL_ROWS, R = W->rows - r0 < RL_ROWS ? W->rows - r0 : RL_ROWS;
-    const __m512i *wt = (const __m512i *)((const char *)W->panels + (size_t)i * a->nb * 512);
+    int r0 = i * RL_ROWS, R = a->W->rows - r0 < RL_ROWS ? a->W->rows - r0 : RL_ROWS;
+    const __m512i *wt =
+        (const __m512i *)((const char *)a->W->panels + (size_t)i * a->nb * RL_BLOCK_BYTES);
     __mmask16 rm = (__mmask16)((1u << R) - 1);
-    const __m512i ridx =
-        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                           _mm512_set1_epi32(a->ng));
     __m512 ws = _mm512_setzero_ps(), part = _mm512_setzero_ps();
     int ws_grp = -1;
     for (int b = 0; b < a->nb; b++) {
         kern_stream_ahead(wt + (size_t)b * 8, RL_BLOCK_BYTES);
-        __m512i s0 = _mm512_set1_epi32(a->xst[b]), s1 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int c = 0; c < 8; c += 2) {
-            int32_t x0, x1;
-            memcpy(&x0, a->xq + (size_t)b * KQ_BLOCK + 4 * c, 4);
-            memcpy(&x1, a->xq + (size_t)b * KQ_BLOCK + 4 * c + 4, 4);
-            s0 = _mm512_dpbusd_epi32(s0, _mm512_load_si512(wt + (size_t)b * 8 + c),
-                                     _mm512_set1_epi32(x0));
-            s1 = _mm512_dpbusd_epi32(s1, _mm512_load_si512(wt + (size_t)b * 8 + c + 1),
-                                     _mm512_set1_epi32(x1));
-        }
+        __m512i w[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) w[c] = _mm512_load_si512(wt + (size_t)b * 8 + c);
+        __m512i sum = rl_block_sum(w, a->xq + (size_t)b * KQ_BLOCK, a->xst[b]);
         __m512 sc = _mm512_set1_ps(a->xs[b]);
-        if (!per_row) { /* the 16 rows' scales of this block's group, as rl_tile gathers them */
+        if (!per_row) { /* the group's scales, gathered as rl_tile does */
             int grp = b * KQ_BLOCK / a->g;
-            if (grp != ws_grp)
-                ws = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rm, ridx,
-                                              W->scales + (size_t)r0 * a->ng + grp, 4);
+            if (grp != ws_grp) ws = rl_group_scales(a, r0, rm, grp);
             ws_grp = grp;
             sc = _mm512_mul_ps(sc, ws);
         }
-        part = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), sc, part);
+        part = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, part);
     }
-    __m512 rs = per_row ? _mm512_maskz_loadu_ps(rm, W->scales + r0) : _mm512_setzero_ps();
-    __m512 bv = j->bias ? _mm512_maskz_loadu_ps(rm, j->bias + r0) : _mm512_setzero_ps();
-    __m512 out = per_row ? _mm512_mul_ps(part, rs) : part;
-    _mm512_mask_storeu_ps(j->y + r0, rm, _mm512_add_ps(out, bv));
+    rl_store(a, j->y, j->bias, r0, rm, part, per_row);
 }
 
 static void rlp_tiles(void *ctx, int lo, int hi) {
@@ -353,19 +363,7 @@ static void rlp_tiles(void *ctx, int lo, int hi) {
 
 void kern_i8_one_packed_avx512(pool *p, const kern_mat *W, float *y, const int8_t *xq,
                                const float *xs, const int32_t *xst, int nb, const float *bias) {
-    bool per_row = W->group <= 0 || W->group == W->cols;
-    int g = per_row ? W->cols : W->group;
-    rlp_job j = {.W = W,
-                 .a = {.W = W,
-                       .xq = xq,
-                       .xs = xs,
-                       .xst = xst,
-                       .nb = nb,
-                       .K = W->cols,
-                       .ng = W->cols / g,
-                       .g = g},
-                 .y = y,
-                 .bias = bias};
+    rlp_job j = {.a = rl_args_of(W, xq, xs, xst, nb), .y = y, .bias = bias};
     /* whole tiles of about 64 KB of weights, the threads' ends balanced */
     int grain = kern_one_token_grain(KT_I8, W->cols) / RL_ROWS;
     pool_for(p, rlp_tiles, &j, (W->rows + RL_ROWS - 1) / RL_ROWS, grain > 0 ? grain : 1);
