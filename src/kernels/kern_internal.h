@@ -228,9 +228,9 @@ void kern_one_rows_avx2(const kern_one_rows *o, int r0, int r1);
 void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *W,
                              const float *bias, int n);
 /* The GEMM's packed panels of a bf16 matrix, all of them at once
- * (kern_pack_panels): their size in 32-bit units, and the packing. */
+ * (kern_pack_panels): their size in bytes, and the packing. */
 #define KERN_PANEL_GROUP_ROWS 128 /* rows per group of the packed panels */
-size_t kern_bf16_panels_u32(const kern_mat *W);
+size_t kern_bf16_panels_bytes(const kern_mat *W);
 void kern_bf16_pack_panels(pool *p, uint32_t *dst, const kern_mat *W);
 /* int8 weights through that GEMM (their integers are exact in bf16), for
  * prefill in plain mode, where kern_i8_prefill_on_bf16 says so.

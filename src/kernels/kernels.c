@@ -197,38 +197,48 @@ size_t kern_dtype_size(kern_dtype t) {
     return t == KT_F32 ? 4 : t == KT_I8 ? 1 : 2;
 }
 
+/* A packed copy's groups of rows, each laid out by itself (bf16: 128 rows,
+ * the GEMM's panel groups; int8: the 16-row tiles), and its bytes for W's
+ * shape, whatever this CPU's kernels read. */
+static int copy_group_rows(const kern_mat *W) {
+    return W->dtype == KT_I8 ? KERN_I8_TILE_ROWS : KERN_PANEL_GROUP_ROWS;
+}
+
+static size_t copy_bytes(const kern_mat *W) {
+    return W->dtype == KT_I8 ? kern_i8_panels_bytes(W) : kern_bf16_panels_bytes(W);
+}
+
 kern_mat kern_mat_rows(const kern_mat *W, int r0, int n) {
     kern_mat v = *W;
     v.rows = n;
     v.data = (const char *)W->data + (size_t)r0 * (size_t)W->cols * kern_dtype_size(W->dtype);
     if (W->dtype == KT_I8 && W->scales)
         v.scales = W->scales + (size_t)r0 * (size_t)(W->cols / W->group);
-    /* bytes of copy per row: a bf16 column pair 4 bytes, int8 32 columns 32 */
-    size_t row_bytes = W->dtype == KT_I8 ? (size_t)(W->cols + KQ_BLOCK - 1) / KQ_BLOCK * KQ_BLOCK
-                                         : (size_t)(W->cols + 1) / 2 * 4;
-    v.panels =
-        W->panels && kern_panels_view(W, r0, n) ? W->panels + (size_t)r0 * row_bytes / 4 : NULL;
+    if (W->panels && kern_panels_view(W, r0, n)) {
+        /* the copy of rows [0, r0), whole groups, comes first */
+        kern_mat head = *W;
+        head.rows = r0;
+        v.panels = W->panels + copy_bytes(&head) / sizeof(uint32_t);
+    } else {
+        v.panels = NULL;
+    }
     return v;
 }
 
 bool kern_panels_view(const kern_mat *W, int r0, int n) {
-    /* the copy's groups (bf16: 128 rows, each laid out by its own size;
-     * int8: 16-row tiles), whole ones only */
-    int grp = W->dtype == KT_I8 ? KERN_I8_TILE_ROWS : KERN_PANEL_GROUP_ROWS;
+    int grp = copy_group_rows(W);
     return r0 % grp == 0 && (n % grp == 0 || r0 + n == W->rows);
 }
 
 int kern_panels_group(const kern_mat *W) {
-    if (!W->panels) return 1;
-    return W->dtype == KT_I8 ? KERN_I8_TILE_ROWS : KERN_PANEL_GROUP_ROWS;
+    return W->panels ? copy_group_rows(W) : 1;
 }
 
 size_t kern_panels_bytes(const kern_mat *W) {
     if (!W->data) return 0;
-    if (W->dtype == KT_BF16 && kern_use_avx512_bf16())
-        return kern_bf16_panels_u32(W) * sizeof(uint32_t);
-    if (W->dtype == KT_I8 && kern_use_avx512_vnni() && kern_i8_blockable(W))
-        return kern_i8_panels_bytes(W);
+    if ((W->dtype == KT_BF16 && kern_use_avx512_bf16()) ||
+        (W->dtype == KT_I8 && kern_use_avx512_vnni() && kern_i8_blockable(W)))
+        return copy_bytes(W);
     return 0;
 }
 
