@@ -120,10 +120,15 @@ AI void sb_bf16(const sb_job *j, int r0, int t0, const int R, const int T, int k
             __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
 #pragma GCC unroll 2
             for (int t = 0; t < T; t++) {
-                /* even*x + odd*x off the accumulator chain: the add is the
-                 * only dependency carried between iterations. */
-                __m256 pr = _mm256_fmadd_ps(wo, xo[t], _mm256_mul_ps(we, xe[t]));
-                acc[r][t] = _mm256_add_ps(acc[r][t], pr);
+                /* the even product and then the odd one fused onto the
+                 * accumulator: an even product, the odd one fused onto it
+                 * and the sum added (the accumulator chain only the add)
+                 * costs three operations per two products where Zen 3 has
+                 * two FMA pipes: one core, in L1, 55 against 88 % of the FMA
+                 * peak; llama-1b decode at batch 8 +13 % (33.2 against 29.1
+                 * tok/s, alternating runs). */
+                acc[r][t] = _mm256_fmadd_ps(we, xe[t], acc[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(wo, xo[t], acc[r][t]);
             }
         }
     }
