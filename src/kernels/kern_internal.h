@@ -241,6 +241,8 @@ void kern_matmul_i8_gemm_avx512(pool *p, float *y, const float *x, const kern_ma
 /* dst = src rounded to bf16 values (kern_f32_to_bf16, kept as f32): what a
  * bf16 matmul multiplies the weights by. dst may be src. */
 void kern_round_bf16(float *dst, const float *src, size_t n);
+void kern_round_bf16_scalar(float *dst, const float *src, size_t n);
+void kern_round_bf16_avx2(float *dst, const float *src, size_t n);
 
 /* Blocked AVX2 GEMM for prefill (gemm_avx2.c); used above KERN_GEMM_MIN_N
  * tokens outside batch-invariant mode (below it the weight-streaming kernel

@@ -157,9 +157,17 @@ static inline uint32_t bf16_rounded_bits(float f) {
 }
 
 /* kern_f32_to_bf16 then back (it runs over every activation of every bf16
- * matmul where there is no AVX-512 BF16, so no calls per element). */
-void kern_round_bf16(float *dst, const float *src, size_t n) {
+ * matmul where there is no AVX-512 BF16: a few per cent of a DeepSeek
+ * decode step, one call per expert, until it ran eight at a time). */
+void kern_round_bf16_scalar(float *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = bits_f32(bf16_rounded_bits(src[i]) & 0xffff0000u);
+}
+
+void kern_round_bf16(float *dst, const float *src, size_t n) {
+    if (kern_use_avx2())
+        kern_round_bf16_avx2(dst, src, n);
+    else
+        kern_round_bf16_scalar(dst, src, n);
 }
 
 float kern_f16_to_f32(uint16_t h) {

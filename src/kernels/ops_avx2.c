@@ -202,3 +202,20 @@ void kern_row_bf16_avx2(float *out, const uint16_t *row, int n) {
     }
     for (; i < n; i++) out[i] = kern_bf16_to_f32(row[i]);
 }
+
+/* kern_round_bf16's bits, eight at a time: nearest even, NaN kept quiet. */
+void kern_round_bf16_avx2(float *dst, const float *src, size_t n) {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i quiet = _mm256_set1_epi32(0x400000), hi = _mm256_set1_epi32((int)0xffff0000u);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_loadu_si256((const __m256i *)(src + i));
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+        __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+        __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(half, odd));
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(u, quiet), nan);
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_and_si256(r, hi));
+    }
+    if (i < n) kern_round_bf16_scalar(dst + i, src + i, n - i);
+}

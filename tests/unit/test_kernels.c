@@ -763,10 +763,12 @@ TEST(kern_bf16_exhaustive) {
         CHECKF(h == want, "f32 %08x -> bf16 %04x want %04x", u, h, want);
     }
     /* kern_round_bf16 (a bf16 matmul's activations) is the same rounding:
-     * the same bits, NaNs and infinities included. */
-    enum { NR = 4096 };
+     * the same bits, NaNs and infinities included, vectorized (a tail of
+     * five) and scalar. */
+    enum { NR = 4096 + 5 };
     static float src[NR], dst[NR];
     for (int rep = 0, bad = 0; rep < 64 && !bad; rep++) {
+        kern_force_scalar(rep & 1);
         for (int i = 0; i < NR; i++) {
             uint32_t u = (uint32_t)rand() << 16 ^ (uint32_t)rand() ^ (uint32_t)(i & 1) << 31;
             if (i % 5 == 0) u = (u & 0xffff0000u) | 0x8000u;      /* ties */
@@ -780,6 +782,7 @@ TEST(kern_bf16_exhaustive) {
             CHECKF(!bad, "round %08x -> %08x want %08x", bits(src[i]), bits(dst[i]), bits(want));
         }
     }
+    kern_force_scalar(false);
 }
 
 TEST(kern_f16_exhaustive) {
