@@ -29,10 +29,10 @@
 
 #include "base/base.h"
 
-#define GEMM_MR  6   /* tokens per register tile */
-#define GEMM_NR  16  /* weight rows per panel / register tile */
-#define GEMM_KC  512 /* columns per K block */
-#define GEMM_NCP 4   /* panels per L2-resident group (64 rows) */
+#define GEMM_MR  6                 /* tokens per register tile */
+#define GEMM_NR  16                /* weight rows per panel / register tile */
+#define GEMM_KC  KERN_GEMM_AVX2_KC /* columns per K block */
+#define GEMM_NCP 4                 /* panels per L2-resident group (64 rows) */
 /* Tokens per block: each block goes through every panel group, so a group's
  * outputs for it (64 rows x 512 tokens, 128 KiB) stay in L2 from one K
  * block to the next rather than all n tokens' (the panels are packed once

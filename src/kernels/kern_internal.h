@@ -232,6 +232,11 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
 #define KERN_PANEL_GROUP_ROWS 128 /* rows per group of the packed panels */
 size_t kern_bf16_panels_bytes(const kern_mat *W);
 void kern_bf16_pack_panels(pool *p, uint32_t *dst, const kern_mat *W);
+/* The same copy's size and groups laid out for AVX2 (panels_avx2.c), where
+ * there is no AVX-512 BF16, and a token through it: the AVX2 GEMM's order. */
+void kern_bf16_pack_panels_avx2(pool *p, uint32_t *dst, const kern_mat *W);
+void kern_bf16_one_packed_avx2(pool *p, const kern_mat *W, float *y, const float *x,
+                               const float *bias);
 /* int8 weights through that GEMM (their integers are exact in bf16), for
  * prefill in plain mode, where kern_i8_prefill_on_bf16 says so.
  * KERN_BF16_GEMM_KC: that GEMM's columns per block. */
@@ -248,6 +253,9 @@ void kern_round_bf16_avx2(float *dst, const float *src, size_t n);
  * tokens outside batch-invariant mode (below it the weight-streaming kernel
  * measured faster). Any dtype; int8 needs blockable groups. */
 #define KERN_GEMM_MIN_N 32
+/* Its columns per block: the batch-invariant order's blocks (each block's
+ * chain added onto y in turn), which panels_avx2.c follows too. */
+#define KERN_GEMM_AVX2_KC 512
 void kern_gemm_avx2(pool *p, float *y, const float *x, const kern_mat *W, const float *bias, int n);
 
 /* The AVX-512 register tile of the blocked GEMM (gemm_avx512.c): tokens

@@ -212,6 +212,13 @@ static int copy_group_rows(const kern_mat *W) {
     return W->dtype == KT_I8 ? KERN_I8_TILE_ROWS : KERN_PANEL_GROUP_ROWS;
 }
 
+/* bf16: panels of 16 rows (zero past the matrix), a 32-bit word per row
+ * and column pair; the same for either layout (AVX-512 BF16, AVX2). */
+size_t kern_bf16_panels_bytes(const kern_mat *W) {
+    size_t panels = (size_t)(W->rows + 15) / 16;
+    return panels * 16 * (size_t)((W->cols + 1) / 2) * sizeof(uint32_t);
+}
+
 static size_t copy_bytes(const kern_mat *W) {
     return W->dtype == KT_I8 ? kern_i8_panels_bytes(W) : kern_bf16_panels_bytes(W);
 }
@@ -244,7 +251,7 @@ int kern_panels_group(const kern_mat *W) {
 
 size_t kern_panels_bytes(const kern_mat *W) {
     if (!W->data) return 0;
-    if ((W->dtype == KT_BF16 && kern_use_avx512_bf16()) ||
+    if ((W->dtype == KT_BF16 && kern_use_avx2()) ||
         (W->dtype == KT_I8 && kern_use_avx512_vnni() && kern_i8_blockable(W)))
         return copy_bytes(W);
     return 0;
@@ -254,8 +261,10 @@ void kern_pack_panels(pool *p, uint32_t *dst, const kern_mat *W) {
     if (!kern_panels_bytes(W)) return;
     if (W->dtype == KT_I8)
         kern_i8_pack_panels(p, dst, W);
-    else
+    else if (kern_use_avx512_bf16())
         kern_bf16_pack_panels(p, dst, W);
+    else
+        kern_bf16_pack_panels_avx2(p, dst, W);
 }
 
 int kern_one_token_grain(kern_dtype t, int cols) {

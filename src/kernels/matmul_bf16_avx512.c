@@ -316,11 +316,6 @@ static int pp_group_panels(const kern_mat *W, int g) {
     return n_panels - g * DPG_NCP < DPG_NCP ? n_panels - g * DPG_NCP : DPG_NCP;
 }
 
-size_t kern_bf16_panels_bytes(const kern_mat *W) {
-    size_t panels = (size_t)(W->rows + DPG_NR - 1) / DPG_NR;
-    return panels * DPG_NR * (size_t)((W->cols + 1) / 2) * sizeof(uint32_t);
-}
-
 typedef struct pp_job {
     const kern_mat *W;
     uint32_t *dst;      /* packing */

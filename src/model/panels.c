@@ -8,7 +8,8 @@
  * streams at the plain pace, with the same bits. The copies are made when
  * the mode goes on (model_set_batch_invariant) and freed when it goes off:
  * one more copy of the matrices the kernels would read one of (bf16 weights
- * with AVX-512 BF16, int8 with AVX-512 VNNI), in one huge-page allocation.
+ * with AVX2 or AVX-512 BF16, int8 with AVX-512 VNNI), in one huge-page
+ * allocation.
  * Batches of two tokens or more still read the weights themselves.
  *
  * A matrix that lies inside an earlier one (a tied or shared head, MLA's

@@ -171,9 +171,9 @@ TEST(forward_invariant_packed_copies_same_bits) {
         int rc = run_chunks(m, kv, toks, N, &one, 1, a);
         /* the mode stays on, the copies go: every one, even while the
          * kernels would read none (DEEPINFER_ISA-style forcing) */
-        kern_force_no_avx512_bf16(true);
+        kern_force_scalar(true);
         model_panels_free(m);
-        kern_force_no_avx512_bf16(false);
+        kern_force_scalar(false);
         CHECK(!m->w.lm_head.panels && !m->w.layers[0].down.panels);
         rc = rc ? rc : run_chunks(m, kv, toks, N, &one, 1, b);
         CHECKF(!rc && !memcmp(a, b, sizeof(float) * N * V), "%s %s: packed and unpacked differ",
