@@ -233,9 +233,10 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
 size_t kern_bf16_panels_bytes(const kern_mat *W);
 void kern_bf16_pack_panels(pool *p, uint32_t *dst, const kern_mat *W);
 /* The same copy's size and groups laid out for AVX2 (panels_avx2.c), where
- * there is no AVX-512 BF16, and a token through it: the AVX2 GEMM's order. */
+ * there is no AVX-512 BF16, and n tokens (a few: up to KERN_GEMM_MIN_N)
+ * through it in the AVX2 GEMM's order. */
 void kern_bf16_pack_panels_avx2(pool *p, uint32_t *dst, const kern_mat *W);
-void kern_bf16_one_packed_avx2(pool *p, const kern_mat *W, float *y, const float *x,
+void kern_bf16_few_packed_avx2(pool *p, const kern_mat *W, float *y, const float *x, int n,
                                const float *bias);
 /* int8 weights through that GEMM (their integers are exact in bf16), for
  * prefill in plain mode, where kern_i8_prefill_on_bf16 says so.

@@ -585,8 +585,8 @@ bool kern_matmul_avx2(pool *p, float *y, const float *x, const kern_mat *W, cons
      * small-n path of its own), except for int8, whose integer dot products
      * only this kernel has. */
     if (batch_inv && W->dtype != KT_I8) {
-        if (n == 1 && W->dtype == KT_BF16 && W->panels) /* packed once, panels_avx2.c */
-            kern_bf16_one_packed_avx2(p, W, y, x, bias);
+        if (n <= KERN_GEMM_MIN_N && W->dtype == KT_BF16 && W->panels) /* panels_avx2.c */
+            kern_bf16_few_packed_avx2(p, W, y, x, n, bias);
         else
             kern_gemm_avx2(p, y, x, W, bias, n);
         return true;

@@ -1,26 +1,31 @@
 /* panels_avx2.c — batch-invariant mode's packed copy of a bf16 matrix
- * where there is no AVX-512 BF16 (kern_pack_panels), and one token on it.
+ * where there is no AVX-512 BF16 (kern_pack_panels), and a few tokens on it.
  *
  * Batch-invariant bf16 sums in the AVX2 GEMM's order (gemm_avx2.c): rows
  * side by side in the lanes; per block of KERN_GEMM_AVX2_KC columns a
  * chain of FMAs over the columns in order, from zero; each block's sum
- * added onto y, which starts at the bias. A lone token read straight from
- * the row-major weights transposes every 8 x 8 tile as it streams it (the
- * GEMM's small-n path): on Zen 3 at 62-69 % of the read bandwidth where the
- * plain rows run at 89-96 %. Packed once when the mode goes on, the weights
- * stream in the order the lanes take them.
+ * added onto y, which starts at the bias. Read straight from the row-major
+ * weights, decode transposes every 8 x 8 tile as it streams it (the GEMM's
+ * small-n path): on Zen 3 one token at 62-75 % of the read bandwidth where
+ * the plain rows run at 85-93 %, eight at half the plain rows' pace. Packed
+ * once when the mode goes on, the weights stream in the order the lanes
+ * take them.
  *
  * The layout has the size and the 128-row groups of the AVX-512 copy
  * (matmul_bf16_avx512.c), so that a view starting on a group keeps the copy
  * at the same offset (kern_mat_rows): group g at g * 128 * kp 32-bit words
  * (kp = ceil(cols / 2), the column pairs); a group of np 16-row panels has
- * 2 np strips of 8 rows, the first 8 strips (64 rows) laid out first, then
- * the rest. In a half of s strips, pair q of strip i is at (q * s + i) * 8:
+ * 2 np strips of 8 rows, the first 8 strips (a half: 64 rows) laid out
+ * first, then the rest. A half of s strips holds its column blocks in turn
+ * (block b, nb pairs from pair 256 b, at 256 b * s * 8), and a block its
+ * strip pairs in turn (pair of strips 2p, 2p + 1 at nb * 2p * 8; the last
+ * may be one strip): pair q of strip u of the two at q * ss * 8 + u * 8,
  * eight words, one per row, each the row's columns 2q (low half) and
- * 2q + 1 (high half); zero past the rows and columns. A token reads a half
- * as one stream, its s strips' chains side by side: per pair the even
- * product then (where the column exists) the odd one fused onto the strip's
- * accumulator, the order of the GEMM's chain, so the same bits. */
+ * 2q + 1 (high half); zero past the rows and columns. So two strips' block
+ * (16 KiB) is one stream, which stays in L1 while the token tiles pass over
+ * it: per pair the even product then (where the column exists) the odd one
+ * fused onto each (row, token) chain, the order of the GEMM's, so the same
+ * bits. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
@@ -42,126 +47,190 @@ static size_t pa_half_at(const kern_mat *W, int h, int *strips) {
     return (size_t)g * PA_GROUP * kp + (size_t)(h % 2) * PA_HALF * kp;
 }
 
-typedef struct pa_job {
+/* Pairs per column block; and, from the start of a half of s strips, the
+ * word where the block from pair q0 (a multiple of PA_BP) holds strips p2
+ * and p2 + 1 (p2 even). */
+#define PA_BP (PA_KC / 2)
+static size_t pa_block_at(int kp, int s, int q0, int p2) {
+    int nb = kp - q0 < PA_BP ? kp - q0 : PA_BP;
+    return ((size_t)q0 * s + (size_t)nb * p2) * PA_STRIP;
+}
+
+typedef struct pa_pack_job {
     const kern_mat *W;
-    uint32_t *dst;  /* packing */
-    float *y;       /* a token: */
-    const float *x; /* its activations, rounded to bf16 values */
-    const float *bias;
-} pa_job;
+    uint32_t *dst;
+} pa_pack_job;
 
 static void pa_pack_halves(void *ctx, int lo, int hi) {
-    const pa_job *j = ctx;
+    const pa_pack_job *j = ctx;
     const kern_mat *W = j->W;
     const uint16_t *w = W->data;
     int K = W->cols, kp = (K + 1) / 2;
     for (int h = lo; h < hi; h++) {
         int s;
         uint32_t *d = j->dst + pa_half_at(W, h, &s);
-        for (int i = 0; i < s; i++)
+        for (int i = 0; i < s; i++) {
+            int p2 = i & ~1, ss = s - p2 < 2 ? s - p2 : 2;
             for (int l = 0; l < PA_STRIP; l++) {
                 int r = h * PA_HALF + i * PA_STRIP + l;
                 const uint16_t *row = w + (size_t)r * K;
-                for (int q = 0; q < kp; q++) {
-                    uint32_t v = 0;
-                    if (r < W->rows)
-                        v = row[2 * q] | (2 * q + 1 < K ? (uint32_t)row[2 * q + 1] << 16 : 0);
-                    d[((size_t)q * s + i) * PA_STRIP + l] = v;
+                for (int q0 = 0; q0 < kp; q0 += PA_BP) {
+                    uint32_t *blk = d + pa_block_at(kp, s, q0, p2) + (i - p2) * PA_STRIP + l;
+                    for (int q = q0; q < kp && q < q0 + PA_BP; q++) {
+                        uint32_t v = 0;
+                        if (r < W->rows)
+                            v = row[2 * q] | (2 * q + 1 < K ? (uint32_t)row[2 * q + 1] << 16 : 0);
+                        blk[(size_t)(q - q0) * ss * PA_STRIP] = v;
+                    }
                 }
             }
+        }
     }
 }
 
 void kern_bf16_pack_panels_avx2(pool *p, uint32_t *dst, const kern_mat *W) {
-    pa_job j = {.W = W, .dst = dst};
+    pa_pack_job j = {.W = W, .dst = dst};
     pool_for(p, pa_pack_halves, &j, (W->rows + PA_HALF - 1) / PA_HALF, 1);
 }
 
-/* Pairs [q0, q1) of a half of S strips from d against x: each strip's chain
- * from zero, added onto y's rows (rows past the matrix not stored). odd:
- * whether the last pair's high column exists. */
-AI void pa_block(const uint32_t *d, const float *x, int q0, int q1, bool odd, float *y, int rows,
-                 const int S) {
+/* Two strips' block from d (one strip if SS is 1), pairs [q0, q1), against
+ * up to PA_FEW_T tokens' activations x (ldx apart) in registers: eight
+ * chains, per pair two weight loads widened once for every token; each
+ * chain from zero, added onto y's rows (ldy apart; rows past the matrix
+ * not stored). odd: whether the last pair's high column exists. With pf
+ * (the first token tile, which streams the block from memory) the stream
+ * is prefetched ahead. */
+#define PA_FEW_T 4
+
+AI void pa_few_tile(const uint32_t *d, const float *x, size_t ldx, int q0, int q1, bool odd,
+                    float *y, size_t ldy, int rows, const int SS, const int T, const bool pf) {
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
-    __m256 acc[PA_STRIPS];
-#pragma GCC unroll 8
-    for (int i = 0; i < S; i++) acc[i] = _mm256_setzero_ps();
-    int qe = odd ? q1 : q1 - 1; /* pairs with both columns */
+    __m256 acc[2][PA_FEW_T];
+#pragma GCC unroll 2
+    for (int u = 0; u < SS; u++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[u][t] = _mm256_setzero_ps();
+    int qe = odd ? q1 : q1 - 1;
     for (int q = q0; q < qe; q++) {
-        const uint32_t *dq = d + (size_t)q * S * PA_STRIP;
-        kern_stream_ahead(dq, (size_t)S * PA_STRIP * sizeof(uint32_t));
-        __m256 xe = _mm256_broadcast_ss(x + 2 * q), xo = _mm256_broadcast_ss(x + 2 * q + 1);
-#pragma GCC unroll 8
-        for (int i = 0; i < S; i++) {
-            __m256i v = _mm256_load_si256((const __m256i *)(dq + i * PA_STRIP));
-            __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-            __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
-            acc[i] = _mm256_fmadd_ps(we, xe, acc[i]);
-            acc[i] = _mm256_fmadd_ps(wo, xo, acc[i]);
+        const uint32_t *dq = d + (size_t)(q - q0) * SS * PA_STRIP;
+        if (pf) kern_stream_ahead(dq, (size_t)SS * PA_STRIP * sizeof(uint32_t));
+        __m256 we[2], wo[2];
+#pragma GCC unroll 2
+        for (int u = 0; u < SS; u++) {
+            __m256i v = _mm256_load_si256((const __m256i *)(dq + u * PA_STRIP));
+            we[u] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+            wo[u] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            __m256 xe = _mm256_broadcast_ss(x + t * ldx + 2 * q);
+            __m256 xo = _mm256_broadcast_ss(x + t * ldx + 2 * q + 1);
+#pragma GCC unroll 2
+            for (int u = 0; u < SS; u++) {
+                acc[u][t] = _mm256_fmadd_ps(we[u], xe, acc[u][t]);
+                acc[u][t] = _mm256_fmadd_ps(wo[u], xo, acc[u][t]);
+            }
         }
     }
     if (qe < q1) { /* the matrix's last column alone */
-        const uint32_t *dq = d + (size_t)qe * S * PA_STRIP;
-        __m256 xe = _mm256_broadcast_ss(x + 2 * qe);
-#pragma GCC unroll 8
-        for (int i = 0; i < S; i++) {
-            __m256i v = _mm256_load_si256((const __m256i *)(dq + i * PA_STRIP));
-            acc[i] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, acc[i]);
+        const uint32_t *dq = d + (size_t)(qe - q0) * SS * PA_STRIP;
+#pragma GCC unroll 2
+        for (int u = 0; u < SS; u++) {
+            __m256i v = _mm256_load_si256((const __m256i *)(dq + u * PA_STRIP));
+            __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                acc[u][t] =
+                    _mm256_fmadd_ps(we, _mm256_broadcast_ss(x + t * ldx + 2 * qe), acc[u][t]);
         }
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < S; i++) {
-        float *c = y + i * PA_STRIP;
-        int vr = rows - i * PA_STRIP;
-        if (vr >= PA_STRIP) {
-            _mm256_storeu_ps(c, _mm256_add_ps(_mm256_loadu_ps(c), acc[i]));
-        } else if (vr > 0) {
-            float a[PA_STRIP];
-            _mm256_storeu_ps(a, acc[i]);
-            for (int l = 0; l < vr; l++) c[l] += a[l];
+#pragma GCC unroll 2
+    for (int u = 0; u < SS; u++) {
+        int vr = rows - u * PA_STRIP;
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            float *c = y + t * ldy + u * PA_STRIP;
+            if (vr >= PA_STRIP) {
+                _mm256_storeu_ps(c, _mm256_add_ps(_mm256_loadu_ps(c), acc[u][t]));
+            } else if (vr > 0) {
+                float a[PA_STRIP];
+                _mm256_storeu_ps(a, acc[u][t]);
+                for (int l = 0; l < vr; l++) c[l] += a[l];
+            }
         }
     }
 }
 
-/* A half of S strips (rows from r0), every block of the GEMM's order. */
-AI void pa_half(const pa_job *j, const uint32_t *d, int r0, const int S) {
-    const kern_mat *W = j->W;
-    int K = W->cols, kp = (K + 1) / 2, rows = W->rows - r0;
-    for (int k0 = 0; k0 < K; k0 += PA_KC) {
-        bool last = k0 + PA_KC >= K;
-        pa_block(d, j->x, k0 / 2, last ? kp : (k0 + PA_KC) / 2, !last || K % 2 == 0, j->y + r0,
-                 rows, S);
+/* One instance per (strips, tokens, prefetch), each on its own (inlined
+ * into the block loop the compiler would spill the accumulators). */
+typedef void pa_few_fn(const uint32_t *d, const float *x, size_t ldx, int q0, int q1, bool odd,
+                       float *y, size_t ldy, int rows);
+#define PA_FEW_FN(SS, T, PF)                                                                       \
+    static __attribute__((noinline)) void pa_few_##SS##_##T##_##PF(                                \
+        const uint32_t *d, const float *x, size_t ldx, int q0, int q1, bool odd, float *y,         \
+        size_t ldy, int rows) {                                                                    \
+        pa_few_tile(d, x, ldx, q0, q1, odd, y, ldy, rows, SS, T, PF);                              \
     }
-}
+#define PA_FEW_FNS(SS)                                                                             \
+    PA_FEW_FN(SS, 1, 0)                                                                            \
+    PA_FEW_FN(SS, 1, 1)                                                                            \
+    PA_FEW_FN(SS, 2, 0)                                                                            \
+    PA_FEW_FN(SS, 2, 1)                                                                            \
+    PA_FEW_FN(SS, 3, 0)                                                                            \
+    PA_FEW_FN(SS, 3, 1)                                                                            \
+    PA_FEW_FN(SS, 4, 0)                                                                            \
+    PA_FEW_FN(SS, 4, 1)
+PA_FEW_FNS(1)
+PA_FEW_FNS(2)
+/* [strips - 1][tokens - 1][prefetch] */
+static pa_few_fn *const pa_few_fns[2][PA_FEW_T][2] = {
+    {{pa_few_1_1_0, pa_few_1_1_1},
+     {pa_few_1_2_0, pa_few_1_2_1},
+     {pa_few_1_3_0, pa_few_1_3_1},
+     {pa_few_1_4_0, pa_few_1_4_1}},
+    {{pa_few_2_1_0, pa_few_2_1_1},
+     {pa_few_2_2_0, pa_few_2_2_1},
+     {pa_few_2_3_0, pa_few_2_3_1},
+     {pa_few_2_4_0, pa_few_2_4_1}},
+};
 
-static void pa_token_halves(void *ctx, int lo, int hi) {
-    const pa_job *j = ctx;
+typedef struct pa_few_job {
+    const kern_mat *W;
+    float *y;
+    const float *x; /* n tokens' activations, rounded to bf16 values */
+    const float *bias;
+    int n;
+} pa_few_job;
+
+static void pa_few_halves(void *ctx, int lo, int hi) {
+    const pa_few_job *j = ctx;
     const kern_mat *W = j->W;
-    kern_start_rows(j->y, 1, W->rows, j->bias, lo * PA_HALF,
-                    hi * PA_HALF < W->rows ? hi * PA_HALF : W->rows);
+    int K = W->cols, M = W->rows, kp = (K + 1) / 2, n = j->n;
+    kern_start_rows(j->y, n, M, j->bias, lo * PA_HALF, hi * PA_HALF < M ? hi * PA_HALF : M);
     for (int h = lo; h < hi; h++) {
-        int s;
+        int s, r0 = h * PA_HALF;
         const uint32_t *d = W->panels + pa_half_at(W, h, &s);
-        switch (s) {
-#define PA_CASE(S)                                                                                 \
-    case S:                                                                                        \
-        pa_half(j, d, h *PA_HALF, S);                                                              \
-        break;
-            PA_CASE(1)
-            PA_CASE(2)
-            PA_CASE(3)
-            PA_CASE(4)
-            PA_CASE(5)
-            PA_CASE(6)
-            PA_CASE(7)
-            PA_CASE(8)
-#undef PA_CASE
+        for (int q0 = 0; q0 < kp; q0 += PA_BP) {
+            bool last = q0 + PA_BP >= kp;
+            int q1 = last ? kp : q0 + PA_BP;
+            bool odd = !last || K % 2 == 0;
+            for (int p2 = 0; p2 < s; p2 += 2) {
+                int ss = s - p2 < 2 ? s - p2 : 2;
+                const uint32_t *blk = d + pa_block_at(kp, s, q0, p2);
+                for (int t0 = 0; t0 < n; t0 += PA_FEW_T) {
+                    int T = n - t0 < PA_FEW_T ? n - t0 : PA_FEW_T;
+                    pa_few_fns[ss - 1][T - 1][t0 == 0](blk, j->x + (size_t)t0 * K, (size_t)K, q0,
+                                                       q1, odd,
+                                                       j->y + (size_t)t0 * M + r0 + p2 * PA_STRIP,
+                                                       (size_t)M, M - r0 - p2 * PA_STRIP);
+                }
+            }
         }
     }
 }
 
-void kern_bf16_one_packed_avx2(pool *p, const kern_mat *W, float *y, const float *x,
+void kern_bf16_few_packed_avx2(pool *p, const kern_mat *W, float *y, const float *x, int n,
                                const float *bias) {
-    pa_job j = {.W = W, .y = y, .x = x, .bias = bias};
-    pool_for(p, pa_token_halves, &j, (W->rows + PA_HALF - 1) / PA_HALF, 1);
+    pa_few_job j = {.W = W, .y = y, .x = x, .bias = bias, .n = n};
+    pool_for(p, pa_few_halves, &j, (W->rows + PA_HALF - 1) / PA_HALF, 1);
 }

@@ -684,20 +684,23 @@ static int packed_same_bits(pool *pl, kern_dtype dt, const int (*shapes)[3], int
 }
 
 /* bf16 (the AVX-512 BF16 layout, and the AVX2 one, also forced where
- * AVX-512 runs): shapes with a partial last group, half group, panel and
- * column block and an odd column count; n through every kernel's range. */
+ * AVX-512 runs: beside the AVX-512 GEMM without BF16, and beside the AVX2
+ * one): shapes with a partial last group, half group, panel and column
+ * block and an odd column count; n through every kernel's range. */
 TEST(kern_matmul_bf16_packed_panels_same_bits) {
     static const int shapes[][3] = {
         {300, 1030, 0}, {53, 2607, 0}, {128, 64, 0}, {1, 33, 0}, {200, 514, 0}};
-    static const int ns[] = {1, 2, 7, 24, 25, 100, 1030};
+    static const int ns[] = {1, 2, 5, 7, 24, 25, 100, 1030};
     pool *pl = pool_create(2);
-    for (int forced = 0; forced < 2; forced++) {
-        kern_force_avx2(forced);
-        int bad = packed_same_bits(pl, KT_BF16, shapes, 5, ns, 7, 128);
+    for (int forced = 0; forced < 3; forced++) {
+        kern_force_no_avx512_bf16(forced == 1);
+        kern_force_avx2(forced == 2);
+        int bad = packed_same_bits(pl, KT_BF16, shapes, 5, ns, 8, 128);
         if (bad < 0) CHECK(!kern_use_avx2()); /* no copy only without the kernels */
         CHECKF(bad <= 0, "batch-invariant bf16 on packed panels differs (code %d, %s)", bad,
                kern_isa());
     }
+    kern_force_no_avx512_bf16(false);
     kern_force_avx2(false);
     pool_free(pl);
 }
