@@ -58,13 +58,15 @@ void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const flo
  * by side in the vector lanes; for one token without a packed copy of the
  * weights in that layout the kernel transposes the rows as it streams them,
  * at 55-60 % of a plain token's pace, and with one it streams the copy at
- * the plain pace (batches read W->data either way). kern_panels_bytes: the
- * bytes of that copy for W on this CPU (bf16 weights with AVX2, laid out
- * for AVX-512 BF16 where that runs; int8 with AVX-512 VNNI), 0 where no
- * kernel would read one; kern_pack_panels writes it to dst (64-byte
- * aligned), to be set as W->panels. The bits are the same with it or
- * without. A copy is read by the kernels of the CPU features it was packed
- * under: pack again after kern_force_avx2 or the like. */
+ * the plain pace (batches read W->data, but for up to 32 tokens on the
+ * AVX2 layout, which runs them faster than the plain kernels do).
+ * kern_panels_bytes: the bytes of that copy for W on this CPU (bf16
+ * weights with AVX2, laid out for AVX-512 BF16 where that runs; int8 with
+ * AVX-512 VNNI), 0 where no kernel would read one; kern_pack_panels writes
+ * it to dst (64-byte aligned), to be set as W->panels. The bits are the
+ * same with it or without. A copy is read by the kernels of the CPU
+ * features it was packed under: pack again after kern_force_avx2 or the
+ * like. */
 size_t kern_panels_bytes(const kern_mat *W);
 void kern_pack_panels(pool *p, uint32_t *dst, const kern_mat *W);
 /* Whether the view kern_mat_rows(W, r0, n) keeps W's packed copy; and the

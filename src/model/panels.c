@@ -10,7 +10,8 @@
  * one more copy of the matrices the kernels would read one of (bf16 weights
  * with AVX2 or AVX-512 BF16, int8 with AVX-512 VNNI), in one huge-page
  * allocation.
- * Batches of two tokens or more still read the weights themselves.
+ * Batches of two tokens or more still read the weights themselves, but
+ * for up to 32 tokens on the AVX2 layout (no AVX-512 BF16).
  *
  * A matrix that lies inside an earlier one (a tied or shared head, MLA's
  * per-head rows of kv_b) shares that one's copy where it starts and ends
