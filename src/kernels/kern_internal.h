@@ -230,6 +230,7 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
 /* The GEMM's packed panels of a bf16 matrix, all of them at once
  * (kern_pack_panels): their size in bytes, and the packing. */
 #define KERN_PANEL_GROUP_ROWS 128 /* rows per group of the packed panels */
+#define KERN_PANEL_ROWS       16  /* rows per panel: the copy's size counts whole ones */
 size_t kern_bf16_panels_bytes(const kern_mat *W);
 void kern_bf16_pack_panels(pool *p, uint32_t *dst, const kern_mat *W);
 /* The same copy's size and groups laid out for AVX2 (panels_avx2.c), where

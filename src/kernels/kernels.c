@@ -212,11 +212,11 @@ static int copy_group_rows(const kern_mat *W) {
     return W->dtype == KT_I8 ? KERN_I8_TILE_ROWS : KERN_PANEL_GROUP_ROWS;
 }
 
-/* bf16: panels of 16 rows (zero past the matrix), a 32-bit word per row
+/* bf16: whole panels of rows (zero past the matrix), a 32-bit word per row
  * and column pair; the same for either layout (AVX-512 BF16, AVX2). */
 size_t kern_bf16_panels_bytes(const kern_mat *W) {
-    size_t panels = (size_t)(W->rows + 15) / 16;
-    return panels * 16 * (size_t)((W->cols + 1) / 2) * sizeof(uint32_t);
+    size_t panels = (size_t)(W->rows + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
+    return panels * KERN_PANEL_ROWS * (size_t)((W->cols + 1) / 2) * sizeof(uint32_t);
 }
 
 static size_t copy_bytes(const kern_mat *W) {

@@ -75,7 +75,7 @@ typedef struct dp_job {
  * a column block (split: its even and its odd pairs) and adds each block's
  * sum in turn. */
 #define DPG_KC      KERN_BF16_GEMM_KC             /* columns per block (256 pairs) */
-#define DPG_NR      16                            /* rows per panel */
+#define DPG_NR      KERN_PANEL_ROWS               /* rows per panel */
 #define DPG_NCP     8                             /* panels per L2-resident group */
 #define DPG_MR      12                            /* tokens per register tile */
 #define DPG_PSTRIDE ((size_t)DPG_KC / 2 * DPG_NR) /* u32 per packed panel */

@@ -35,7 +35,7 @@
 #define PA_HALF   64                    /* rows per half of a group */
 #define PA_STRIP  8                     /* rows per strip: one vector */
 #define PA_KC     KERN_GEMM_AVX2_KC     /* columns per block of the GEMM's order */
-#define PA_PANEL  16                    /* rows per panel (the copy's size) */
+#define PA_PANEL  KERN_PANEL_ROWS       /* rows per panel (the copy's size) */
 #define PA_STRIPS (PA_HALF / PA_STRIP)
 
 /* Half h (64 rows from 64 h) of W's copy: its first word and its strips. */
