@@ -159,11 +159,11 @@ void kern_bench_report(pool *p) {
                        "(batch-invariant)\n",
                        dt_name(dts[d]), W[0].rows, W[0].cols, gi, 100 * gi / bw);
                 double tp = time_matmul_packed(p, W, nw, 1, s == 2 ? 6 : 3);
+                double gp = tp > 0 ? (double)mat_bytes(&W[0]) / tp / 1e9 : 0;
                 if (tp > 0)
                     printf("gemv %-4s %6dx%-5d n=1   %8.1f GB/s    %5.1f %% of bandwidth "
                            "(batch-invariant, packed panels)\n",
-                           dt_name(dts[d]), W[0].rows, W[0].cols, mat_bytes(&W[0]) / tp / 1e9,
-                           100 * mat_bytes(&W[0]) / tp / 1e9 / bw);
+                           dt_name(dts[d]), W[0].rows, W[0].cols, gp, 100 * gp / bw);
             }
             for (int i = 0; i < nw; i++) free_mat(&W[i]);
         }
@@ -203,11 +203,11 @@ void kern_bench_report(pool *p) {
                 double tp = n <= KERN_GEMM_MIN_N && !on_dot
                                 ? time_matmul_packed(p, &W, 1, n, n > 64 ? 3 : 10)
                                 : 0;
+                double gp = tp > 0 ? 2.0 * n * W.rows * W.cols / tp / 1e9 : 0;
                 if (tp > 0)
                     printf("gemm %-4s %6dx%-5d n=%-3d %8.1f GFLOP/s %5.1f %% of FMA peak "
                            "(batch-invariant, packed panels)\n",
-                           dt_name(dts[d]), W.rows, W.cols, n, 2.0 * n * W.rows * W.cols / tp / 1e9,
-                           100 * 2.0 * n * W.rows * W.cols / tp / 1e9 / lim);
+                           dt_name(dts[d]), W.rows, W.cols, n, gp, 100 * gp / lim);
             }
             free_mat(&W);
         }
