@@ -30,7 +30,8 @@ int cmd_kvbench(int argc, char **argv);
  * columns per scale), --kv-dtype (NULL: auto) and --threads; -1 with a
  * one-line error on stderr for a value it does not know (the commands
  * then exit 2, as for any bad option). */
-int cli_model_opts(const char *dtype, const char *kv_dtype, int threads, model_opts *o);
+int cli_model_opts(const char *dtype, const char *kv_dtype, int threads, bool pack_weights,
+                   model_opts *o);
 /* Loads a model with a one-line error on stderr; NULL on failure. */
 model *cli_load_model(const char *dir, const model_opts *o);
 /* The KV store options serve and generate share (--kv-store-capacity,

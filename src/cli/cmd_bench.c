@@ -256,6 +256,7 @@ static void batch_limit(bench_result *r, const model_info *info, const char *dty
 int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--serving")) return cmd_bench_serving(argc, argv);
+    int pack_weights = 0;
     const char *dir = NULL, *dtype = "bf16", *kv_dtype = "auto";
     int batch = 8, prompt_len = 512, gen_len = 32, threads = 0, json = 0, kernels = 0;
     const cli_opt opts[] = {
@@ -266,6 +267,8 @@ int cmd_bench(int argc, char **argv) {
         {"--gen-len", OPT_INT, &gen_len, "decode steps (default 32)"},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
+        {"--pack-weights", OPT_FLAG, &pack_weights,
+         "bf16 on AVX2: read a copy packed at load, not the mapping"},
         {"--kv-dtype", OPT_STR, &kv_dtype, CLI_KV_DTYPE_HELP},
         {"--json", OPT_FLAG, &json, "print one JSON object"},
     };
@@ -285,7 +288,7 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     model_opts mo;
-    if (cli_model_opts(dtype, kv_dtype, threads, &mo)) return 2;
+    if (cli_model_opts(dtype, kv_dtype, threads, pack_weights, &mo)) return 2;
     bench_result r = {.batch = batch, .prompt_len = prompt_len, .gen_len = gen_len};
     double t0 = di_now();
     model *m = cli_load_model(dir, &mo);

@@ -22,6 +22,7 @@
 #include "server/server.h"
 
 int cmd_serve(int argc, char **argv) {
+    int pack_weights = 0;
     const char *dir = NULL, *host = "127.0.0.1", *api_key = NULL, *name = NULL, *dtype = "bf16",
                *kv_dtype = "auto";
     const char *format = NULL, *swa_replay = "bounded";
@@ -41,6 +42,8 @@ int cmd_serve(int argc, char **argv) {
         {"--served-model-name", OPT_STR, &name, "model name clients use (default: DIR's name)"},
         {"--format", OPT_STR, &format, "prompt format (default: guessed from the tokenizer)"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
+        {"--pack-weights", OPT_FLAG, &pack_weights,
+         "bf16 on AVX2: read a copy packed at load, not the mapping"},
         {"--kv-dtype", OPT_STR, &kv_dtype, CLI_KV_DTYPE_HELP},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--kv-memory", OPT_INT, &kv_mib, "KV cache size in MiB (default 1024)"},
@@ -88,7 +91,7 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     model_opts mo;
-    if (cli_model_opts(dtype, kv_dtype, threads, &mo)) return 2;
+    if (cli_model_opts(dtype, kv_dtype, threads, pack_weights, &mo)) return 2;
     if (verbose) di_log_set_level(DI_LOG_DEBUG);
     render_format fmt;
     di_err err = {{0}};

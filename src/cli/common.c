@@ -25,8 +25,9 @@ static int parse_dtype(const char *s, model_opts *o) {
     return 0;
 }
 
-int cli_model_opts(const char *dtype, const char *kv_dtype, int threads, model_opts *o) {
-    *o = (model_opts){.dtype = MODEL_DTYPE_BF16, .threads = threads};
+int cli_model_opts(const char *dtype, const char *kv_dtype, int threads, bool pack_weights,
+                   model_opts *o) {
+    *o = (model_opts){.dtype = MODEL_DTYPE_BF16, .threads = threads, .pack_weights = pack_weights};
     if (parse_dtype(dtype, o)) {
         fprintf(stderr, "deepinfer: unknown --dtype '%s' (bf16, f32, int8, int8:GROUP)\n", dtype);
         return -1;

@@ -157,8 +157,14 @@ AI void pack8_rows(float *dst, const kern_mat *W, int rb, int k0, int kc8, int h
 }
 
 /* Packs rows [r0, r0+16) x columns [k0, k0+kc) into dst[k][16] as f32;
- * rows past the matrix are zero. */
+ * rows past the matrix are zero. A bf16 matrix with a packed copy (the
+ * AVX2 layout: bf16 goes elsewhere where AVX-512 BF16 runs) is read from
+ * that alone. */
 static void pack_panel(float *dst, const kern_mat *W, int r0, int k0, int kc) {
+    if (W->dtype == KT_BF16 && W->panels) {
+        kern_bf16_copy_panel_avx2(dst, W, r0, k0, kc);
+        return;
+    }
     int kc8 = kc & ~7;
     for (int h = 0; h < 2; h++) {
         int rb = r0 + 8 * h;

@@ -234,11 +234,13 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
 size_t kern_bf16_panels_bytes(const kern_mat *W);
 void kern_bf16_pack_panels(pool *p, uint32_t *dst, const kern_mat *W);
 /* The same copy's size and groups laid out for AVX2 (panels_avx2.c), where
- * there is no AVX-512 BF16, and n tokens (a few: up to KERN_GEMM_MIN_N)
- * through it in the AVX2 GEMM's order. */
+ * there is no AVX-512 BF16; n tokens (a few: up to KERN_GEMM_MIN_N)
+ * through it in the AVX2 GEMM's order; and one of the GEMM's f32 panels
+ * (16 rows from r0 x kc columns from k0, a column block) widened from it. */
 void kern_bf16_pack_panels_avx2(pool *p, uint32_t *dst, const kern_mat *W);
 void kern_bf16_few_packed_avx2(pool *p, const kern_mat *W, float *y, const float *x, int n,
                                const float *bias);
+void kern_bf16_copy_panel_avx2(float *dst, const kern_mat *W, int r0, int k0, int kc);
 /* int8 weights through that GEMM (their integers are exact in bf16), for
  * prefill in plain mode, where kern_i8_prefill_on_bf16 says so.
  * KERN_BF16_GEMM_KC: that GEMM's columns per block. */

@@ -257,6 +257,10 @@ size_t kern_panels_bytes(const kern_mat *W) {
     return 0;
 }
 
+bool kern_panels_only(const kern_mat *W) {
+    return W->data && W->dtype == KT_BF16 && kern_use_avx2() && !kern_use_avx512_bf16();
+}
+
 void kern_pack_panels(pool *p, uint32_t *dst, const kern_mat *W) {
     if (!kern_panels_bytes(W)) return;
     if (W->dtype == KT_I8)
@@ -274,6 +278,10 @@ int kern_one_token_grain(kern_dtype t, int cols) {
 }
 
 void kern_prefetch_mat(const kern_mat *W) {
+    if (W->panels && kern_panels_only(W)) { /* what the kernels will read */
+        prefetch_bytes(W->panels, copy_bytes(W));
+        return;
+    }
     size_t n = (size_t)W->rows * (size_t)W->cols;
     prefetch_bytes(W->data, n * kern_dtype_size(W->dtype));
     if (W->dtype == KT_I8) {

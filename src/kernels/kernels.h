@@ -58,8 +58,8 @@ void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const flo
  * by side in the vector lanes; for one token without a packed copy of the
  * weights in that layout the kernel transposes the rows as it streams them,
  * at 55-60 % of a plain token's pace, and with one it streams the copy at
- * the plain pace (batches read W->data, but for up to 32 tokens on the
- * AVX2 layout, which runs them faster than the plain kernels do).
+ * the plain pace (batches read W->data, but on the AVX2 layout, which runs
+ * every n from the copy and a few tokens faster than the plain kernels do).
  * kern_panels_bytes: the bytes of that copy for W on this CPU (bf16
  * weights with AVX2, laid out for AVX-512 BF16 where that runs; int8 with
  * AVX-512 VNNI), 0 where no kernel would read one; kern_pack_panels writes
@@ -69,6 +69,11 @@ void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const flo
  * like. */
 size_t kern_panels_bytes(const kern_mat *W);
 void kern_pack_panels(pool *p, uint32_t *dst, const kern_mat *W);
+/* Whether W's copy, once set, is all the kernels read of W, in either mode
+ * and at every n (bf16 on the AVX2 layout, where there is no AVX-512
+ * BF16): plain mode then reads it too (the same bits as batch-invariant
+ * mode), and W->data may be released. */
+bool kern_panels_only(const kern_mat *W);
 /* Whether the view kern_mat_rows(W, r0, n) keeps W's packed copy; and the
  * rows of the copy's groups (bf16 128, int8 16; 1 where W has none): views
  * that start on one and end on one or at W's end keep it. */

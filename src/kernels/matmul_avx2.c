@@ -581,14 +581,20 @@ bool kern_matmul_avx2(pool *p, float *y, const float *x, const kern_mat *W, cons
                       int n, bool batch_inv) {
     if (W->dtype == KT_I8 && !kern_i8_blockable(W)) return false;
     if (W->cols <= 0) return false;
+    /* A bf16 matrix with a packed copy reads only that, in either mode
+     * (panels_avx2.c; the GEMM widens its panels from it). */
+    if (W->dtype == KT_BF16 && W->panels) {
+        if (n <= KERN_GEMM_MIN_N)
+            kern_bf16_few_packed_avx2(p, W, y, x, n, bias);
+        else
+            kern_gemm_avx2(p, y, x, W, bias, n);
+        return true;
+    }
     /* Batch-invariant mode needs one order for every n: the GEMM's (it has a
      * small-n path of its own), except for int8, whose integer dot products
      * only this kernel has. */
     if (batch_inv && W->dtype != KT_I8) {
-        if (n <= KERN_GEMM_MIN_N && W->dtype == KT_BF16 && W->panels) /* panels_avx2.c */
-            kern_bf16_few_packed_avx2(p, W, y, x, n, bias);
-        else
-            kern_gemm_avx2(p, y, x, W, bias, n);
+        kern_gemm_avx2(p, y, x, W, bias, n);
         return true;
     }
     if (batch_inv || n <= KERN_GEMM_MIN_N || W->cols < 64) {

@@ -93,6 +93,30 @@ void kern_bf16_pack_panels_avx2(pool *p, uint32_t *dst, const kern_mat *W) {
     pool_for(p, pa_pack_halves, &j, (W->rows + PA_HALF - 1) / PA_HALF, 1);
 }
 
+/* The GEMM's panel of rows [r0, r0 + 16) (r0 a multiple of 16) x columns
+ * [k0, k0 + kc) (k0 a multiple of PA_KC, kc <= PA_KC) from W's copy:
+ * dst[k][16] as f32, what gemm_avx2.c's pack_panel makes of the weights
+ * themselves. A panel is one strip pair and a GEMM block one of the copy's
+ * column blocks, so the block is a single stream widened in place. */
+void kern_bf16_copy_panel_avx2(float *dst, const kern_mat *W, int r0, int k0, int kc) {
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    int kp = (W->cols + 1) / 2, s, p2 = r0 % PA_HALF / PA_STRIP;
+    const uint32_t *d = W->panels + pa_half_at(W, r0 / PA_HALF, &s);
+    int ss = s - p2 < 2 ? s - p2 : 2;
+    const uint32_t *blk = d + pa_block_at(kp, s, k0 / 2, p2);
+    for (int q = 0; q < (kc + 1) / 2; q++) {
+        const uint32_t *dq = blk + (size_t)q * ss * PA_STRIP;
+        float *e = dst + (size_t)2 * q * 2 * PA_STRIP, *o = e + 2 * PA_STRIP;
+        for (int u = 0; u < 2; u++) {
+            __m256i v = u < ss ? _mm256_load_si256((const __m256i *)(dq + u * PA_STRIP))
+                               : _mm256_setzero_si256();
+            _mm256_store_ps(e + u * PA_STRIP, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+            if (2 * q + 1 < kc)
+                _mm256_store_ps(o + u * PA_STRIP, _mm256_castsi256_ps(_mm256_and_si256(v, hi)));
+        }
+    }
+}
+
 /* Two strips' block from d (one strip if SS is 1), pairs [q0, q1), against
  * up to PA_FEW_T tokens' activations x (ldx apart) in registers: eight
  * chains, per pair two weight loads widened once for every token; each

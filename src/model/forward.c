@@ -64,10 +64,7 @@ void model_forward_free(model *m) {
 void model_set_batch_invariant(model *m, bool on) {
     m->batch_invariant = on;
     kern_set_batch_invariant(on);
-    if (on)
-        model_panels_pack(m);
-    else
-        model_panels_free(m);
+    model_panels_update(m);
 }
 
 /* silu(gate) * up for tokens [lo, hi): token t's gate and up at gate + t *

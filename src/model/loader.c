@@ -287,11 +287,27 @@ static const st_tensor *fp8_scale(model_loader *ld, const char *name, const st_f
 /* After a tensor has been converted into a copy, its pages in the read-only
  * mapping are dead weight in the resident set: hand them back (the page cache
  * keeps the file; a later read would simply fault them in again). */
-static void release_source(const st_tensor *t) {
+static void release_pages(const void *p, size_t n) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = ((uintptr_t)t->data + page - 1) & ~(uintptr_t)(page - 1);
-    uintptr_t hi = ((uintptr_t)t->data + t->nbytes) & ~(uintptr_t)(page - 1);
+    uintptr_t lo = ((uintptr_t)p + page - 1) & ~(uintptr_t)(page - 1);
+    uintptr_t hi = ((uintptr_t)p + n) & ~(uintptr_t)(page - 1);
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+static void release_source(const st_tensor *t) {
+    release_pages(t->data, t->nbytes);
+}
+
+void model_loader_release(model_loader *ld, const void *p, size_t n) {
+    const uint8_t *a = p;
+    for (int i = 0; i < ld->n_files; i++) {
+        const uint8_t *f = ld->files[i].map;
+        /* only a file's pages: a copy's would come back as zeros */
+        if (f && a >= f && a + n <= f + ld->files[i].size) {
+            release_pages(p, n);
+            return;
+        }
+    }
 }
 
 /* One matrix converted into a copy, rows spread over the pool. */
@@ -609,6 +625,7 @@ model *model_load(const char *dir, const model_opts *opts, di_err *err) {
     in->flops_per_token = 2 * params;
     for (int l = 0; l < c->n_layers; l++) in->n_swa_layers += c->layer_swa[l];
     in->sliding_window = in->n_swa_layers ? c->sliding_window : 0;
+    if (m->opts.pack_weights) model_panels_update(m);
     return m;
 }
 

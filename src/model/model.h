@@ -37,6 +37,12 @@ typedef struct model_opts {
     model_kv_type kv_dtype;
     int int8_group; /* MODEL_DTYPE_INT8: 0 = one scale per output row, else columns per scale */
     int threads;    /* <= 0: all online cores */
+    /* Reads bf16 weights from a copy packed at load in the layout of the
+     * vector lanes where that is all the kernels would read (AVX2 without
+     * AVX-512 BF16: batches faster, the same bits as batch-invariant mode),
+     * and hands the file mapping's pages back: about the same memory, a
+     * slower load. Elsewhere it changes nothing. */
+    bool pack_weights;
 } model_opts;
 
 typedef struct model_info {

@@ -145,6 +145,10 @@ typedef struct model_loader model_loader;
  * that dtype, else a converted/quantized copy in huge-page memory.
  * fp8 tensors are dequantized with their weight_scale_inv blocks. Errors
  * name the file and tensor. */
+/* Hands back the pages of [p, p + n) that lie wholly inside it, if it is
+ * part of a file mapping (a weight used in place that nothing reads any
+ * more): they leave the resident set, and fault in again if read. */
+void model_loader_release(model_loader *ld, const void *p, size_t n);
 int model_get_mat(model_loader *ld, const char *name, int rows, int cols, unsigned flags,
                   kern_mat *out, di_err *err);
 /* Several matrices of the same width that take the same input, stacked so
@@ -174,13 +178,15 @@ struct model {
     void *fwd;            /* forward.c: step scratch, grown on demand, reused across
                              steps (one model_forward at a time per model) */
     bool batch_invariant; /* model_set_batch_invariant: fixed attention paths */
-    void *panels;         /* panels.c: the packed copies batch-invariant mode reads */
+    void *panels;         /* panels.c: the packed copies the kernels read */
     size_t panels_bytes;
+    int panels_n; /* matrices set to read them */
 };
 
-/* panels.c: batch-invariant mode's packed copies of the bf16 matrices
- * (kern_pack_panels), made and set on the matrices, and freed. */
-void model_panels_pack(model *m);
+/* panels.c: the packed copies of the matrices (kern_pack_panels) that
+ * batch-invariant mode or --pack-weights reads: made, or remade, or freed
+ * to suit the present mode and options; and freed. */
+void model_panels_update(model *m);
 void model_panels_free(model *m);
 
 /* rope.c: precomputes the rotary frequencies at load; freed by model_free. */

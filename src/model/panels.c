@@ -1,4 +1,5 @@
-/* panels.c — batch-invariant mode's packed copies of the weights.
+/* panels.c — packed copies of the weights: batch-invariant mode's, and
+ * --pack-weights'.
  *
  * Batch-invariant mode sums every output in one order at every batch size,
  * with rows side by side in the vector lanes (bf16: the GEMM's order; int8:
@@ -9,16 +10,23 @@
  * the mode goes on (model_set_batch_invariant) and freed when it goes off:
  * one more copy of the matrices the kernels would read one of (bf16 weights
  * with AVX2 or AVX-512 BF16, int8 with AVX-512 VNNI), in one huge-page
- * allocation.
- * Batches of two tokens or more still read the weights themselves, but
- * for up to 32 tokens on the AVX2 layout (no AVX-512 BF16).
+ * allocation. Batches of two tokens or more still read the weights
+ * themselves, but on the AVX2 layout (no AVX-512 BF16).
+ *
+ * On that layout the copy is all the kernels read (kern_panels_only), in
+ * either mode, and it runs batches faster than the plain kernels do: with
+ * --pack-weights (model_opts.pack_weights) plain mode packs those matrices
+ * at load too. Either way their pages of the file mapping are then handed
+ * back (model_loader_release; the embedding table's stay, lookups read
+ * it), so the copy replaces the weights in memory rather than doubling
+ * them; they fault in again from the page cache if the copy goes.
  *
  * A matrix that lies inside an earlier one (a tied or shared head, MLA's
  * per-head rows of kv_b) shares that one's copy where it starts and ends
  * on the copy's groups of rows (kern_panels_view), and gets its own
  * otherwise. The copies are made only where they leave PANELS_SPARE of the
  * memory the kernel reports available (MemAvailable) free; otherwise, or if
- * the allocation fails, the mode runs without them and says so on stderr. */
+ * the allocation fails, the model runs without them and says so on stderr. */
 #include "model/model_internal.h"
 
 #include <stdint.h>
@@ -46,9 +54,16 @@ typedef struct panel_list {
     int n, cap;
 } panel_list;
 
-/* W, if it has a copy or this CPU's kernels would read one. */
-static void add(panel_list *l, kern_mat *W) {
-    if (!W->panels && !kern_panels_bytes(W)) return;
+/* Whether W gets a copy in m's present mode. The sets nest: what
+ * --pack-weights alone packs, batch-invariant mode packs too. */
+static bool wanted(const model *m, const kern_mat *W) {
+    if (m->batch_invariant) return kern_panels_bytes(W) > 0;
+    return m->opts.pack_weights && kern_panels_only(W);
+}
+
+/* W, if it has a copy or gets one. */
+static void add(const model *m, panel_list *l, kern_mat *W) {
+    if (!W->panels && !wanted(m, W)) return;
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 64;
         l->mats = di_realloc(l->mats, (size_t)l->cap * sizeof *l->mats);
@@ -58,29 +73,29 @@ static void add(panel_list *l, kern_mat *W) {
 
 /* Every matrix a layer multiplies by: a stack, or its parts where there is
  * none (the forward pass takes the stack when it has one). */
-static void add_layer(panel_list *l, const model_config *c, model_layer *L) {
+static void add_layer(const model *m, panel_list *l, const model_config *c, model_layer *L) {
     kern_mat *mats[] = {&L->wo,     &L->q_proj, &L->q_a,     &L->q_b,   &L->kv_a,   &L->kv_b,
                         &L->o_proj, &L->down,   &L->sh_gate, &L->sh_up, &L->sh_down};
-    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) add(l, mats[i]);
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) add(m, l, mats[i]);
     if (L->wqkv.data) {
-        add(l, &L->wqkv);
+        add(m, l, &L->wqkv);
     } else {
-        add(l, &L->wq);
-        add(l, &L->wk);
-        add(l, &L->wv);
+        add(m, l, &L->wq);
+        add(m, l, &L->wk);
+        add(m, l, &L->wv);
     }
     if (L->gate_up.data) {
-        add(l, &L->gate_up);
+        add(m, l, &L->gate_up);
     } else {
-        add(l, &L->gate);
-        add(l, &L->up);
+        add(m, l, &L->gate);
+        add(m, l, &L->up);
     }
-    for (int h = 0; L->w_uk_t && h < c->n_heads; h++) add(l, &L->w_uk_t[h]);
-    for (int h = 0; L->w_uv && h < c->n_heads; h++) add(l, &L->w_uv[h]);
+    for (int h = 0; L->w_uk_t && h < c->n_heads; h++) add(m, l, &L->w_uk_t[h]);
+    for (int h = 0; L->w_uv && h < c->n_heads; h++) add(m, l, &L->w_uv[h]);
     for (int e = 0; L->exp_gate && e < c->n_routed_experts; e++) {
-        add(l, &L->exp_gate[e]);
-        add(l, &L->exp_up[e]);
-        add(l, &L->exp_down[e]);
+        add(m, l, &L->exp_gate[e]);
+        add(m, l, &L->exp_up[e]);
+        add(m, l, &L->exp_down[e]);
     }
 }
 
@@ -108,64 +123,100 @@ static int first_row(const kern_mat *P, const kern_mat *W) {
 /* Every matrix of the model that has a copy or could have one. */
 static panel_list collect(model *m) {
     panel_list l = {0};
-    add(&l, &m->w.lm_head);
-    for (int i = 0; i < m->cfg.n_layers; i++) add_layer(&l, &m->cfg, &m->w.layers[i]);
+    add(m, &l, &m->w.lm_head);
+    for (int i = 0; i < m->cfg.n_layers; i++) add_layer(m, &l, &m->cfg, &m->w.layers[i]);
     for (int k = 0; k < m->info.n_mtp_layers; k++) {
         model_mtp *t = &m->w.mtp[k];
-        add(&l, &t->eh_proj);
-        add(&l, &t->head);
-        add_layer(&l, &m->cfg, &t->layer);
+        add(m, &l, &t->eh_proj);
+        add(m, &l, &t->head);
+        add_layer(m, &l, &m->cfg, &t->layer);
     }
     return l;
 }
 
-void model_panels_pack(model *m) {
-    if (m->panels) return;
-    panel_list l = collect(m);
+/* Whether W's bytes overlap an embedding table's (looked up by rows, from
+ * the weights themselves: a tied head). */
+static bool overlaps_embedding(const model *m, const kern_mat *W) {
+    size_t bytes = (size_t)W->rows * W->cols * kern_dtype_size(W->dtype);
+    const char *a = W->data, *b = a + bytes;
+    for (int k = -1; k < m->info.n_mtp_layers; k++) {
+        const kern_mat *E = k < 0 ? &m->w.embed : &m->w.mtp[k].embed;
+        const char *ea = E->data, *eb = ea + (size_t)E->rows * E->cols * kern_dtype_size(E->dtype);
+        if (ea && a < eb && ea < b) return true;
+    }
+    return false;
+}
+
+static void pack(model *m, panel_list *l) {
     /* owner[i]: the matrix whose copy i uses (itself when it gets its own) */
-    int *owner = di_malloc(((size_t)l.n + 1) * sizeof(int));
+    int *owner = di_malloc(((size_t)l->n + 1) * sizeof(int));
     size_t total = 0;
-    for (int i = 0; i < l.n; i++) {
-        int k = container(l.mats, i), o = k < 0 ? -1 : owner[k];
-        owner[i] =
-            o >= 0 && kern_panels_view(l.mats[o], first_row(l.mats[o], l.mats[i]), l.mats[i]->rows)
-                ? o
-                : i;
-        if (owner[i] == i) total += (kern_panels_bytes(l.mats[i]) + 63) & ~(size_t)63;
+    for (int i = 0; i < l->n; i++) {
+        int k = container(l->mats, i), o = k < 0 ? -1 : owner[k];
+        owner[i] = o >= 0 && kern_panels_view(l->mats[o], first_row(l->mats[o], l->mats[i]),
+                                              l->mats[i]->rows)
+                       ? o
+                       : i;
+        if (owner[i] == i) total += (kern_panels_bytes(l->mats[i]) + 63) & ~(size_t)63;
     }
     size_t avail = total ? mem_available() : 0;
     uint8_t *buf =
         total && avail > PANELS_SPARE && avail - PANELS_SPARE >= total ? di_huge_map(total) : NULL;
     if (!buf && total)
         fprintf(stderr,
-                "deepinfer: batch-invariant mode without its packed copy of the weights "
-                "(%zu MiB, more than the memory available allows): a lone sequence "
-                "decodes slower\n",
-                total >> 20);
+                "deepinfer: %s without its packed copy of the weights (%zu MiB, more than the "
+                "memory available allows): %s\n",
+                m->batch_invariant ? "batch-invariant mode" : "--pack-weights", total >> 20,
+                m->batch_invariant ? "a lone sequence decodes slower"
+                                   : "the weights stay in place");
     size_t at = 0;
-    for (int i = 0; buf && i < l.n; i++) {
-        kern_mat *W = l.mats[i];
+    for (int i = 0; buf && i < l->n; i++) {
+        kern_mat *W = l->mats[i];
         if (owner[i] == i) {
             kern_pack_panels(m->pool, (uint32_t *)(buf + at), W);
             W->panels = (const uint32_t *)(buf + at);
             at += (kern_panels_bytes(W) + 63) & ~(size_t)63;
-            continue;
+        } else {
+            const kern_mat *P = l->mats[owner[i]];
+            W->panels = kern_mat_rows(P, first_row(P, W), W->rows).panels;
         }
-        const kern_mat *P = l.mats[owner[i]];
-        W->panels = kern_mat_rows(P, first_row(P, W), W->rows).panels;
+        if (kern_panels_only(W) && !overlaps_embedding(m, W))
+            model_loader_release(m->ld, W->data,
+                                 (size_t)W->rows * W->cols * kern_dtype_size(W->dtype));
     }
     m->panels = buf;
     m->panels_bytes = buf ? total : 0;
+    m->panels_n = buf ? l->n : 0;
     free(owner);
+}
+
+static void panels_free(model *m, panel_list *l) {
+    for (int i = 0; i < l->n; i++) l->mats[i]->panels = NULL;
+    di_huge_free(m->panels, m->panels_bytes);
+    m->panels = NULL;
+    m->panels_bytes = 0;
+    m->panels_n = 0;
+}
+
+void model_panels_update(model *m) {
+    panel_list l = collect(m);
+    int n_want = 0;
+    for (int i = 0; i < l.n; i++) n_want += wanted(m, l.mats[i]);
+    /* the sets nest, so a copy of as many matrices is a copy of these */
+    if (!(m->panels && n_want == m->panels_n)) {
+        if (m->panels) panels_free(m, &l);
+        if (n_want) {
+            free(l.mats);
+            l = collect(m); /* the wanted ones alone, now none has a copy */
+            pack(m, &l);
+        }
+    }
     free(l.mats);
 }
 
 void model_panels_free(model *m) {
     if (!m->panels) return;
     panel_list l = collect(m);
-    for (int i = 0; i < l.n; i++) l.mats[i]->panels = NULL;
+    panels_free(m, &l);
     free(l.mats);
-    di_huge_free(m->panels, m->panels_bytes);
-    m->panels = NULL;
-    m->panels_bytes = 0;
 }
