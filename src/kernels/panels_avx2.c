@@ -140,7 +140,8 @@ AI void pa_few_tile(const uint32_t *d, const float *x, size_t ldx, int q0, int q
     int qe = odd ? q1 : q1 - 1;
     for (int q = q0; q < qe; q++) {
         const uint32_t *dq = d + (size_t)(q - q0) * SS * PA_STRIP;
-        if (pf) kern_stream_ahead(dq, (size_t)SS * PA_STRIP * sizeof(uint32_t));
+        if (pf)
+            kern_stream_ahead(dq, (size_t)SS * PA_STRIP * sizeof(uint32_t));
         else /* the L1 passes fetch the next block's line into L2 */
             __builtin_prefetch((const char *)(dq + PA_BP * SS * PA_STRIP), 0, 2);
         __m256 we[2], wo[2];
