@@ -147,12 +147,14 @@ TEST(forward_prefill_decode_chunks_agree_presets) {
     }
 }
 
-/* Batch-invariant decode on the packed copies of the weights (panels.c),
- * bf16 and int8, gives the bits it gives without them, token by token
- * through every preset; and the copies are there where this CPU's kernels
- * read them (the output head at least) and gone once the mode is off. */
+/* Batch-invariant mode on the packed copies of the weights (panels.c),
+ * bf16 and int8, gives the bits it gives without them, through every
+ * preset: a prompt of 34 tokens (the GEMM), then one token, then 13; and
+ * the copies are there where this CPU's kernels read them (the output head
+ * at least) and gone once the mode is off. */
 TEST(forward_invariant_packed_copies_same_bits) {
-    enum { N = 24 };
+    enum { N = 48 };
+    int sizes[] = {34, 1};
     for (int q = 0; q < 2 * N_PRESETS; q++) {
         int p = q % N_PRESETS;
         model_dtype dt = q < N_PRESETS ? MODEL_DTYPE_BF16 : MODEL_DTYPE_INT8;
@@ -161,27 +163,128 @@ TEST(forward_invariant_packed_copies_same_bits) {
         if (!m && !strcmp(why, "skip")) continue;
         CHECKF(m, "%s: %.400s", presets[p], why);
         model_set_batch_invariant(m, true); /* (open_preset does for bf16) */
-        int V = model_get_info(m)->vocab_size, one = 1, toks[N];
+        int V = model_get_info(m)->vocab_size, toks[N];
         bool packed = kern_panels_bytes(&m->w.lm_head) > 0;
         CHECKF(!packed || m->w.lm_head.panels, "%s: no packed output head", presets[p]);
         di_err err;
         model_kv_pool *kv = model_kv_pool_create(m, 2, &err);
         float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
         test_tokens(toks, N, V, 11 + (unsigned)q);
-        int rc = run_chunks(m, kv, toks, N, &one, 1, a);
+        int rc = run_chunks(m, kv, toks, N, sizes, 2, a);
         /* the mode stays on, the copies go: every one, even while the
          * kernels would read none (DEEPINFER_ISA-style forcing) */
         kern_force_scalar(true);
         model_panels_free(m);
         kern_force_scalar(false);
         CHECK(!m->w.lm_head.panels && !m->w.layers[0].down.panels);
-        rc = rc ? rc : run_chunks(m, kv, toks, N, &one, 1, b);
+        rc = rc ? rc : run_chunks(m, kv, toks, N, sizes, 2, b);
         CHECKF(!rc && !memcmp(a, b, sizeof(float) * N * V), "%s %s: packed and unpacked differ",
                presets[p], dt == MODEL_DTYPE_INT8 ? "int8" : "bf16");
         free(a), free(b);
         model_kv_pool_free(kv);
         close_preset(m);
     }
+}
+
+/* --pack-weights (model_opts.pack_weights): plain mode reads the copies
+ * where they are all the kernels read (AVX2 without AVX-512 BF16), with
+ * the bits of batch-invariant mode; elsewhere it packs nothing. One token
+ * at a time (MLA's prefill form is not the mode's), then a chunk of 34 on
+ * the presets without MLA (the GEMM on the copy); every preset. */
+TEST(forward_pack_weights_reads_copies_same_bits) {
+    enum { N = 40 };
+    for (int p = 0; p < N_PRESETS; p++) {
+        char why[DI_ERR_LEN], dir[4096];
+        /* batch-invariant mode first: it is process-wide (the kernels') */
+        model *inv = open_preset(presets[p], MODEL_DTYPE_BF16, why, sizeof why);
+        if (!inv && !strcmp(why, "skip")) continue;
+        CHECKF(inv, "%s: %.400s", presets[p], why);
+        bool mla = inv->cfg.kv_lora_rank > 0;
+        int V = model_get_info(inv)->vocab_size, toks[N], one = 1, sizes[] = {1, 34};
+        int runs = mla ? 1 : 2, lens[2] = {8, N}, rc = 0;
+        test_tokens(toks, N, V, 5 + (unsigned)p);
+        float *want[2], *got = malloc(sizeof(float) * N * V);
+        di_err err = {{0}};
+        model_kv_pool *kv = model_kv_pool_create(inv, 2, &err);
+        for (int run = 0; run < runs; run++) {
+            want[run] = malloc(sizeof(float) * N * V);
+            rc = rc ? rc
+                    : run_chunks(inv, kv, toks, lens[run], run ? sizes : &one, 1 + run, want[run]);
+        }
+        model_kv_pool_free(kv);
+        close_preset(inv);
+        snprintf(dir, sizeof dir, "%s/%s", harness_model_dir(), presets[p]);
+        model_opts o = {.dtype = MODEL_DTYPE_BF16, .threads = 1, .pack_weights = true};
+        model *m = model_load(dir, &o, &err);
+        CHECKF(m, "%s: %.400s", presets[p], err.msg);
+        bool only = kern_panels_only(&m->w.lm_head);
+        CHECKF(only == (m->w.lm_head.panels != NULL) && only == (m->panels != NULL),
+               "%s: --pack-weights packed %s", presets[p], only ? "nothing" : "copies");
+        kv = model_kv_pool_create(m, 2, &err);
+        for (int run = 0; run < runs; run++) {
+            if (only) {
+                rc = rc ? rc : run_chunks(m, kv, toks, lens[run], run ? sizes : &one, 1 + run, got);
+                CHECKF(!rc && !memcmp(want[run], got, sizeof(float) * lens[run] * V),
+                       "%s: --pack-weights and batch-invariant mode differ (%s)", presets[p],
+                       run ? "chunked" : "token by token");
+            }
+            free(want[run]);
+        }
+        free(got);
+        model_kv_pool_free(kv);
+        model_free(m);
+    }
+}
+
+/* Resident kB of file-backed mappings (smaps_rollup: Rss less Anonymous),
+ * or -1 where the kernel does not say. */
+static long file_rss_kb(void) {
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f) return -1;
+    char line[256];
+    long rss = -1, anon = -1, v;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "Rss: %ld kB", &v) == 1) rss = v;
+        if (sscanf(line, "Anonymous: %ld kB", &v) == 1) anon = v;
+    }
+    fclose(f);
+    return rss < 0 || anon < 0 ? -1 : rss - anon;
+}
+
+/* A model's file-backed resident kB after a forward pass over 40 tokens. */
+static long rss_after_forward(const char *dir, bool pack, size_t *matrix_bytes) {
+    model_opts o = {.dtype = MODEL_DTYPE_BF16, .threads = 1, .pack_weights = pack};
+    di_err err = {{0}};
+    model *m = model_load(dir, &o, &err);
+    if (!m) return -1;
+    *matrix_bytes = m->panels_bytes;
+    int V = model_get_info(m)->vocab_size, toks[40], n = 40;
+    test_tokens(toks, n, V, 3);
+    float *out = malloc(sizeof(float) * n * V);
+    model_kv_pool *kv = model_kv_pool_create(m, 2, &err);
+    long kb = run_chunks(m, kv, toks, n, &n, 1, out) ? -1 : file_rss_kb();
+    free(out);
+    model_kv_pool_free(kv);
+    model_free(m);
+    return kb;
+}
+
+/* With --pack-weights the matrices' pages of the file mapping leave the
+ * resident set (the copy replaces them: about the same memory as the
+ * default), and nothing faults them in again while the model runs. */
+TEST(forward_pack_weights_hands_back_mapping) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/llama3-tiny", harness_model_dir());
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !kern_use_avx2() || kern_use_avx512_bf16()) return;
+    size_t copy = 0, none = 0;
+    long plain = rss_after_forward(dir, false, &none), packed = rss_after_forward(dir, true, &copy);
+    if (plain < 0 && file_rss_kb() < 0) return; /* no smaps_rollup */
+    CHECKF(plain > 0 && packed > 0 && copy > 0, "rss %ld / %ld, copy %zu", plain, packed, copy);
+    /* the matrices' pages, less a page at each end of each, are gone */
+    CHECKF(plain - packed > (long)(copy >> 10) / 2,
+           "file-backed RSS %ld kB plain, %ld kB packed: less than half the copy's %zu kB back",
+           plain, packed, copy >> 10);
 }
 
 /* Steps two sequences together (chunks A[k], B[k] per step, 0 = absent) and
