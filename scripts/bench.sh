@@ -12,10 +12,12 @@ for p in llama-1b dsv3-1b; do
 done
 echo "== kernels"
 $BIN bench --kernels --threads "$THREADS" || true
-for spec in "llama-1b bf16" "llama-1b int8" "dsv3-1b bf16"; do
+# --pack-weights: bf16 read from a copy packed at load (AVX2 without AVX-512
+# BF16; elsewhere the same run as the first)
+for spec in "llama-1b bf16" "llama-1b bf16 --pack-weights" "llama-1b int8" "dsv3-1b bf16"; do
   set -- $spec
-  echo "== $1, --dtype $2, $THREADS threads"
-  $BIN bench --model "$MODELS/$1" --dtype "$2" --threads "$THREADS" --batch 8 --prompt-len 512 --gen-len 32
+  echo "== $1, --dtype $2 ${3:-}, $THREADS threads"
+  $BIN bench --model "$MODELS/$1" --dtype "$2" ${3:-} --threads "$THREADS" --batch 8 --prompt-len 512 --gen-len 32
 done
 # CPU scale: prompts and replies at a quarter of the workload's lengths (the
 # same mix of prefill and decode) and a 10 s step budget (a prefill step of a

@@ -194,6 +194,7 @@ static void print_result(const bench_result *r, const model_info *info, bool jso
         json_object_set_new(o, "decode_paired_bB_over_b1", json_real(r->decode_paired_bB_over_b1));
         json_object_set_new(o, "decode_limit_tok_s_bB", json_real(r->decode_limit_tok_s_bB));
         json_object_set_new(o, "decode_limit_frac_bB", json_real(r->decode_limit_frac_bB));
+        json_object_set_new(o, "packed_weights_mb", json_real(info->packed_bytes / 1e6));
         if (r->bf16_dot_gflops > 0) {
             json_object_set_new(o, "bf16_dot_gflops", json_real(r->bf16_dot_gflops));
             json_object_set_new(o, "prefill_bf16_dot_frac", json_real(r->prefill_dot_frac));
@@ -206,7 +207,11 @@ static void print_result(const bench_result *r, const model_info *info, bool jso
     }
     printf("model            %s, %.0f MB of weights (%.0f MB read per decoded token), kernels %s\n",
            info->arch, r->weight_mb, info->active_bytes_per_token / 1e6, kern_isa());
-    printf("load             %.2f s, RSS after load %.0f MB\n", r->load_s, r->rss_after_load_mb);
+    printf("load             %.2f s, RSS after load %.0f MB", r->load_s, r->rss_after_load_mb);
+    if (info->packed_bytes)
+        printf(", the matrices read from a copy packed at load (%.0f MB)",
+               info->packed_bytes / 1e6);
+    printf("\n");
     printf("machine          read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s",
            r->bandwidth_gbs, r->fma_gflops);
     if (r->bf16_dot_gflops > 0) printf(", bf16 dot peak %.1f GFLOP/s", r->bf16_dot_gflops);

@@ -626,6 +626,7 @@ model *model_load(const char *dir, const model_opts *opts, di_err *err) {
     for (int l = 0; l < c->n_layers; l++) in->n_swa_layers += c->layer_swa[l];
     in->sliding_window = in->n_swa_layers ? c->sliding_window : 0;
     if (m->opts.pack_weights) model_panels_update(m);
+    in->packed_bytes = m->panels_bytes;
     return m;
 }
 
