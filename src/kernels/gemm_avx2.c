@@ -20,9 +20,10 @@
  * falling out of the last unpack against zero) and multiplied at once; two
  * row groups and up to four tokens (bf16: one group, up to eight tokens) are
  * in flight so the per-element FMA chains overlap. Above GEMV_MAX_N tokens
- * (GEMV_MAX_N_AVX512 with the AVX-512 tile) packing pays for itself. With
- * a copy of a bf16 matrix packed once (panels_avx2.c), batch-invariant
- * mode runs up to KERN_GEMM_MIN_N tokens on that instead. */
+ * (GEMV_MAX_N_AVX512 with the AVX-512 tile) packing pays for itself. A
+ * bf16 matrix with a copy packed once (panels_avx2.c) runs up to
+ * KERN_GEMM_MIN_N tokens on that instead, and here has its panels widened
+ * from it. */
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>

@@ -137,6 +137,11 @@ typedef struct model_weights {
 /* The loader: open safetensors shards, find tensors by name, convert. */
 typedef struct model_loader model_loader;
 
+/* Hands back the pages of [p, p + n) that lie wholly inside it, if it is
+ * part of a file mapping (a weight used in place that nothing reads any
+ * more): they leave the resident set, and fault in again if read. */
+void model_loader_release(model_loader *ld, const void *p, size_t n);
+
 /* model_get_mat flags. */
 #define MODEL_MAT_F32 1u /* always f32, whatever the compute dtype (routers) */
 
@@ -145,10 +150,6 @@ typedef struct model_loader model_loader;
  * that dtype, else a converted/quantized copy in huge-page memory.
  * fp8 tensors are dequantized with their weight_scale_inv blocks. Errors
  * name the file and tensor. */
-/* Hands back the pages of [p, p + n) that lie wholly inside it, if it is
- * part of a file mapping (a weight used in place that nothing reads any
- * more): they leave the resident set, and fault in again if read. */
-void model_loader_release(model_loader *ld, const void *p, size_t n);
 int model_get_mat(model_loader *ld, const char *name, int rows, int cols, unsigned flags,
                   kern_mat *out, di_err *err);
 /* Several matrices of the same width that take the same input, stacked so
