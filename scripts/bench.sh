@@ -26,6 +26,10 @@ echo "== serving, llama-1b bf16, $THREADS threads"
 $BIN bench --serving --model "$MODELS/llama-1b" --dtype bf16 --threads "$THREADS" \
   --concurrency 1,4,16,64 --seed 1 --prompt-scale 0.25 --output-scale 0.25 --max-output 256 --step-ms 10000 \
   --invariant-concurrency 1,16 || true
+echo "== serving, llama-1b bf16 --pack-weights, $THREADS threads: 16 against 1"
+$BIN bench --serving --model "$MODELS/llama-1b" --dtype bf16 --pack-weights --threads "$THREADS" \
+  --concurrency 1,16 --seed 1 --prompt-scale 0.25 --output-scale 0.25 --max-output 256 --step-ms 10000 \
+  --no-ttft --no-invariant-overhead || true
 echo "== API server under load: 64 concurrent streams, 10,000 requests (dsv3-tiny)"
 [ -f "$MODELS/dsv3-tiny/config.json" ] || /usr/bin/python3 tools/make_model.py --preset all-tiny --out "$MODELS"
 node tools/loadgen.mjs --model "$MODELS/dsv3-tiny" --concurrency 64 --requests 10000
