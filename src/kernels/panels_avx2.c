@@ -121,12 +121,19 @@ void kern_bf16_copy_panel_avx2(float *dst, const kern_mat *W, int r0, int k0, in
  * up to PA_FEW_T tokens' activations x (ldx apart) in registers: eight
  * chains, per pair two weight loads widened once for every token; each
  * chain from zero, added onto y's rows (ldy apart; rows past the matrix
- * not stored). odd: whether the last pair's high column exists. With pf
- * (the first token tile, which streams the block from memory) the stream
- * is prefetched ahead; without, the line at the same place in the next
- * block (the next in memory) is requested into L2, so that the memory
- * works while the FMAs run from L1 (llama-1b decode at 8 tokens +4 %,
- * kbench +7-14 %, alternating, noisy). */
+ * not stored). odd: whether the last pair's high column exists. Each pair
+ * step asks for the line at the same place in the next block (the next
+ * 16 KiB in memory) into L2, so that the memory works while the FMAs run
+ * (with more than 4 tokens, also while the later token tiles run from L1);
+ * pf (the first token tile, which streams the block from memory) also
+ * touches the page ahead. Against kern_stream_ahead's non-temporal lines a
+ * page on, in alternating rounds over llama-1b's matrices from memory
+ * (Zen 3, 2 threads): 1 token 28.8-29.2 against 25.9-27.1 GB/s in a fast
+ * phase of the host, 12.0-12.7 against 10.5-11.8 in a slow one; 8 tokens
+ * level (118 against 114 GFLOP/s); llama-1b decode with --pack-weights
+ * 10.7-12.0 against 7.6-11.2 tok/s. Requesting the next block only from
+ * the L1 passes (5 tokens on) had 8 tokens +4 % in the model, +7-14 % in
+ * kbench. */
 #define PA_FEW_T 4
 
 AI void pa_few_tile(const uint32_t *d, const float *x, size_t ldx, int q0, int q1, bool odd,
@@ -140,10 +147,8 @@ AI void pa_few_tile(const uint32_t *d, const float *x, size_t ldx, int q0, int q
     int qe = odd ? q1 : q1 - 1;
     for (int q = q0; q < qe; q++) {
         const uint32_t *dq = d + (size_t)(q - q0) * SS * PA_STRIP;
-        if (pf)
-            kern_stream_ahead(dq, (size_t)SS * PA_STRIP * sizeof(uint32_t));
-        else /* the L1 passes fetch the next block's line into L2 */
-            __builtin_prefetch((const char *)(dq + PA_BP * SS * PA_STRIP), 0, 2);
+        if (pf) kern_page_ahead(dq, (size_t)SS * PA_STRIP * sizeof(uint32_t));
+        __builtin_prefetch((const char *)(dq + PA_BP * SS * PA_STRIP), 0, 2);
         __m256 we[2], wo[2];
 #pragma GCC unroll 2
         for (int u = 0; u < SS; u++) {
