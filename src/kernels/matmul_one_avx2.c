@@ -8,13 +8,13 @@
  * blocks of matmul_avx2.c stream four rows at a time, each a page or more
  * apart, which the hardware prefetchers take as four streams stopping at
  * every page. Here each thread reads its rows in address order, one
- * sequential stream, with kern_stream_ahead's prefetches (the page touch and
- * the non-temporal lines a page on), as the AVX-512 one-token rows do, and
- * each weight step, loaded (and widened) once, serves every token. AVX2 has
- * 16 vector registers: at three tokens the accumulators take twelve.
- * Measured on this project's Zen 5 host running the AVX2 code
- * (DEEPINFER_ISA=avx2; no AVX2-only machine here): the figures at
- * kern_one_rows_avx2 in kern_internal.h.
+ * sequential stream, with kern_stream_ahead_l2's prefetches (the page touch
+ * and each line into L2 8 KiB on), and each weight step, loaded (and
+ * widened) once, serves every token. AVX2 has 16 vector registers: at three
+ * tokens the accumulators take twelve. Measured on this project's Zen 5
+ * host running the AVX2 code (DEEPINFER_ISA=avx2): the figures at
+ * kern_one_rows_avx2 in kern_internal.h; the prefetch on a Zen 3 (AVX2
+ * only), at kern_stream_ahead_l2.
  *
  * Each kernel's order is its own (plain mode): per (row, token), chunk c
  * of each step onto accumulator c, the accumulators added pairwise, one
@@ -76,7 +76,7 @@ AI void bf16_rows(const kern_one_rows *o, int r0, int r1, const int T) {
             for (int c = 0; c < 4; c++) a[t][c][0] = a[t][c][1] = _mm256_setzero_ps();
         int k = 0;
         for (; k < K64; k += 64) {
-            kern_stream_ahead(w + k, 64 * sizeof(uint16_t));
+            kern_stream_ahead_l2(w + k, 64 * sizeof(uint16_t));
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
                 bf16_chunk(a, c, w + k + 16 * c, o->xb + k + 16 * c, o->ldxb, T);
@@ -107,7 +107,7 @@ AI void f32_rows(const kern_one_rows *o, int r0, int r1, const int T) {
             for (int c = 0; c < 4; c++) a[t][c] = _mm256_setzero_ps();
         int k = 0;
         for (; k < K32; k += 32) {
-            kern_stream_ahead(w + k, 32 * sizeof(float));
+            kern_stream_ahead_l2(w + k, 32 * sizeof(float));
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
                 __m256 wv = _mm256_loadu_ps(w + k + 8 * c);
@@ -170,7 +170,7 @@ AI void i8_rows(const kern_one_rows *o, int r0, int r1, const bool per_row, cons
             for (int c = 0; c < 4; c++) a[t][c] = _mm256_setzero_ps();
         int k = 0;
         for (; k < Kstep; k += 32 * C) {
-            kern_stream_ahead(w + k, 32 * (size_t)C);
+            kern_stream_ahead_l2(w + k, 32 * (size_t)C);
 #pragma GCC unroll 4
             for (int c = 0; c < C; c++)
                 i8_block(a, c, w, o, k + 32 * c, ws[(k + 32 * c) / g], per_row, T);
