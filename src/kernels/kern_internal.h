@@ -82,8 +82,8 @@ static inline __attribute__((always_inline)) void kern_stream_ahead(const void *
  * over llama-1b's matrices from memory, 2 threads: bf16 rows at 1 token
  * 30.3-33.5 against 26.1-29.3 GB/s, 2 tokens +9 %, 3 tokens +8 %; int8 rows
  * at 1 token 34.4 against 29.0, 2 tokens level; f32 rows +5-11 %; 32 KiB
- * on did as well, 16 KiB on less. The AVX-512 kernels keep the other: they were measured on a
- * Zen 5, where it was chosen. */
+ * on did as well, 16 KiB on less. The AVX-512 kernels keep the other: they
+ * were measured on a Zen 5, where it was chosen. */
 #define KERN_L2_AHEAD 8192
 static inline __attribute__((always_inline)) void kern_stream_ahead_l2(const void *p, size_t step) {
     kern_page_ahead(p, step);

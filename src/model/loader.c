@@ -284,18 +284,15 @@ static const st_tensor *fp8_scale(model_loader *ld, const char *name, const st_f
     return s;
 }
 
-/* After a tensor has been converted into a copy, its pages in the read-only
- * mapping are dead weight in the resident set: hand them back (the page cache
- * keeps the file; a later read would simply fault them in again). */
+/* Once a weight has a copy the kernels read instead (converted at load, or
+ * packed), its whole pages in the read-only mapping are dead weight in the
+ * resident set: hand them back (the page cache keeps the file; a later read
+ * would simply fault them in again). */
 static void release_pages(const void *p, size_t n) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     uintptr_t lo = ((uintptr_t)p + page - 1) & ~(uintptr_t)(page - 1);
     uintptr_t hi = ((uintptr_t)p + n) & ~(uintptr_t)(page - 1);
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
-}
-
-static void release_source(const st_tensor *t) {
-    release_pages(t->data, t->nbytes);
 }
 
 void model_loader_release(model_loader *ld, const void *p, size_t n) {
@@ -417,7 +414,7 @@ static void mat_fill(model_loader *ld, const kern_mat *view, const mat_src *src)
     int tasks = R * C < ((size_t)1 << 16) ? 1 : pool_threads(ld->pool) * 4;
     if ((size_t)tasks > R) tasks = (int)R;
     pool_run(ld->pool, convert_task, &j, tasks);
-    release_source(src->t);
+    release_pages(src->t->data, src->t->nbytes);
 }
 
 int model_get_mat(model_loader *ld, const char *name, int rows, int cols, unsigned flags,

@@ -203,13 +203,13 @@ void model_panels_update(model *m) {
     int n_want = 0;
     for (int i = 0; i < l.n; i++) n_want += wanted(m, l.mats[i]);
     /* the sets nest, so a copy of as many matrices is a copy of these */
-    if (!(m->panels && n_want == m->panels_n)) {
-        if (m->panels) panels_free(m, &l);
-        if (n_want) {
-            free(l.mats);
-            l = collect(m); /* the wanted ones alone, now none has a copy */
-            pack(m, &l);
-        }
+    if (m->panels && n_want != m->panels_n) panels_free(m, &l);
+    if (!m->panels && n_want) {
+        int k = 0; /* the wanted ones alone, in order */
+        for (int i = 0; i < l.n; i++)
+            if (wanted(m, l.mats[i])) l.mats[k++] = l.mats[i];
+        l.n = k;
+        pack(m, &l);
     }
     free(l.mats);
 }
