@@ -28,6 +28,9 @@
  * counts, so a fraction is never flattered by a dip in the limit. */
 #define BENCH_ROUND        8
 #define BENCH_PREFILL_REPS 2 /* prefill timed this many times, the best counted */
+/* The FMA peak drifts as well (here 100-205 GFLOP/s from one minute to the
+ * next), so prefill is also given against the peak measured just before
+ * the pass that counts. */
 /* The host's bandwidth also drifts over seconds (on the 2-core machines
  * here 39-75 GB/s within one `make bench`), so decode at batch 1 is also
  * given paired: each round against the bandwidth measured just before it
@@ -42,6 +45,7 @@ typedef struct bench_result {
     double prefill_dot_frac;
     double load_s, rss_after_load_mb, weight_mb;
     double prefill_tok_s, prefill_gflop_s, prefill_peak_frac;
+    double prefill_paired_frac, prefill_paired_peak; /* see BENCH_PREFILL_REPS */
     double decode_tok_s_b1, decode_roofline_frac_b1;
     double decode_paired_frac_b1, paired_bw_lo, paired_bw_hi; /* see BENCH_PAIRED_BW */
     int paired_rounds;
@@ -82,10 +86,12 @@ static int bench_single(model *m, model_kv_pool *kv, int L, int G, bench_result 
         if (rep) model_seq_free(m, kv, &s);
         model_seq_init(m, &s);
         rc = model_seq_reserve(kv, &s, L + G, err);
+        double peak = kern_measure_fma_peak(model_pool(m));
         t0 = di_now();
         b = (model_batch_seq){.seq = &s, .tokens = ids, .n_tokens = L, .logits = logits};
         if (!rc) rc = model_forward(m, kv, &b, 1, err);
-        t_prefill = fmin(t_prefill, di_now() - t0);
+        double dt = di_now() - t0;
+        if (dt < t_prefill) t_prefill = dt, r->prefill_paired_peak = peak;
     }
     int next = sampler_argmax(logits, V), rounds = (G + BENCH_ROUND - 1) / BENCH_ROUND, nf = 0;
     double t_token = 1e30; /* best round's seconds per step */
@@ -114,6 +120,7 @@ static int bench_single(model *m, model_kv_pool *kv, int L, int G, bench_result 
     if (rc) return rc;
     r->prefill_tok_s = L / t_prefill;
     r->prefill_gflop_s = model_prefill_flops(m, L) / t_prefill / 1e9;
+    r->prefill_paired_frac = r->prefill_gflop_s / r->prefill_paired_peak;
     r->decode_tok_s_b1 = 1 / t_token;
     return 0;
 }
@@ -190,6 +197,7 @@ static void print_result(const bench_result *r, const model_info *info, bool jso
             r->prefill_peak_frac, "decode_tok_s_b1", r->decode_tok_s_b1, "decode_roofline_frac_b1",
             r->decode_roofline_frac_b1, "decode_tok_s_bB", r->decode_tok_s_bB, "decode_bB_over_b1",
             r->decode_bB_over_b1, "batch", r->batch, "gen_len", r->gen_len, "kernels", kern_isa());
+        json_object_set_new(o, "prefill_paired_frac", json_real(r->prefill_paired_frac));
         json_object_set_new(o, "decode_paired_frac_b1", json_real(r->decode_paired_frac_b1));
         json_object_set_new(o, "decode_paired_bB_over_b1", json_real(r->decode_paired_bB_over_b1));
         json_object_set_new(o, "decode_limit_tok_s_bB", json_real(r->decode_limit_tok_s_bB));
@@ -218,7 +226,9 @@ static void print_result(const bench_result *r, const model_info *info, bool jso
     printf("\nprefill %-5d    %.1f tok/s  = %.1f %% of FMA peak", r->prompt_len, r->prefill_tok_s,
            100 * r->prefill_peak_frac);
     if (r->bf16_dot_gflops > 0) printf(", %.1f %% of bf16 dot peak", 100 * r->prefill_dot_frac);
-    printf("\n");
+    printf("\n                 paired: %.1f %% of the FMA peak measured just before the pass "
+           "(%.1f GFLOP/s)\n",
+           100 * r->prefill_paired_frac, r->prefill_paired_peak);
     printf("decode batch 1   %.2f tok/s  = %.1f %% of bandwidth roofline (%.2f tok/s)\n",
            r->decode_tok_s_b1, 100 * r->decode_roofline_frac_b1,
            r->decode_tok_s_b1 / r->decode_roofline_frac_b1);
