@@ -139,6 +139,10 @@ int cmd_serve(int argc, char **argv) {
         tok_free(tok);
         return 1;
     }
+    if (!pack_weights && !batch_invariant && model_get_info(m)->pack_weights_helps) {
+        fprintf(stderr, "deepinfer serve: on this CPU (AVX2, no AVX-512 BF16) --pack-weights "
+                        "decodes batches 1.3-1.5x faster, in about the same memory\n");
+    }
     kvs *store = NULL;
     if (kv_store) {
         store = engine_kv_store_open(m, dir, dtype, kv_store, &ko, &err);

@@ -624,6 +624,7 @@ model *model_load(const char *dir, const model_opts *opts, di_err *err) {
     in->sliding_window = in->n_swa_layers ? c->sliding_window : 0;
     if (m->opts.pack_weights) model_panels_update(m);
     in->packed_bytes = m->panels_bytes;
+    in->pack_weights_helps = kern_panels_only(&m->w.lm_head);
     return m;
 }
 

@@ -55,8 +55,9 @@ typedef struct model_info {
     size_t weight_bytes;           /* bytes of all weights as computed on (after --dtype) */
     size_t active_bytes_per_token; /* bytes read per decoded token at batch 1 (MoE: active experts
                                       only) */
-    double flops_per_token; /* matmul FLOPs per token, excluding attention over the context */
-    size_t packed_bytes;    /* the copy --pack-weights packed at load (0: none) */
+    double flops_per_token;  /* matmul FLOPs per token, excluding attention over the context */
+    size_t packed_bytes;     /* the copy --pack-weights packed at load (0: none) */
+    bool pack_weights_helps; /* whether --pack-weights packs this model's matrices here */
     /* Sliding-window layers (main model): how many, and their window (0, 0
      * when every layer attends to the whole context). */
     int n_swa_layers, sliding_window;
