@@ -65,7 +65,8 @@ void deepseek_jobs_run(pool *p, deepseek_jobs *js) {
     /* One token each, whole 16-row multiples: the rows end to end, one
      * pool_for (bands of the grain reduce each row as the whole matrix).
      * Bands of whole groups of a packed copy's rows, where a matrix has
-     * one (batch-invariant mode: a band elsewhere would do without). */
+     * one: a band elsewhere would read the weights themselves, which the
+     * copy may have replaced (panels.c). */
     bool one = threads > 1 && js->n > 0;
     int rows = 0, grain = 16, group = 1;
     for (int i = 0; i < js->n && one; i++) {
@@ -77,6 +78,9 @@ void deepseek_jobs_run(pool *p, deepseek_jobs *js) {
         rows += W->rows;
     }
     grain = (grain + group - 1) / group * group;
+    /* every band of a matrix with a copy on its groups: where each matrix
+     * is whole groups, bands of whole groups from the first row are */
+    for (int i = 0; i < js->n && one && group > 1; i++) one = js->j[i].W.rows % group == 0;
     if (one) {
         pool_for(p, ds_rows_run, js, rows, grain);
     } else if (p && js->n >= 2 * threads) {

@@ -230,6 +230,17 @@ static void mla_expanded_seq(mla_ctx *c, int b) {
     size_t per_head = (size_t)c->C * (d->nope + d->vd);
     int hg = (int)(MLA_EXPAND_FLOATS / per_head);
     hg = hg < 1 ? 1 : hg > d->H ? d->H : hg;
+    /* With a packed copy of kv_b, whole groups of its rows a view: a view
+     * elsewhere would read the weights themselves, which the copy may have
+     * replaced (panels.c). */
+    int grp = kern_panels_group(&c->L->kv_b), g = grp, r = d->nope + d->vd;
+    while (r) { /* g = gcd(grp, rows per head) */
+        int t = g % r;
+        g = r, r = t;
+    }
+    int q = grp / g; /* heads per whole number of groups */
+    hg = hg < q ? q : hg - hg % q;
+    hg = hg > d->H ? d->H : hg;
     float *kvx = di_malloc(sizeof(float) * per_head * hg);
     c->kpe = kpe;
     c->kvx = kvx;
