@@ -307,6 +307,17 @@ void model_loader_release(model_loader *ld, const void *p, size_t n) {
     }
 }
 
+void model_loader_drop_copy(model_loader *ld, const void *p, size_t n) {
+    const uint8_t *a = p;
+    for (int i = 0; i < ld->n_chunks; i++) {
+        const ld_chunk *c = &ld->chunks[i];
+        if (a >= c->base && a + n <= c->base + c->used) {
+            release_pages(p, n);
+            return;
+        }
+    }
+}
+
 /* One matrix converted into a copy, rows spread over the pool. */
 typedef struct convert_job {
     const st_tensor *t, *scale;

@@ -141,6 +141,10 @@ typedef struct model_loader model_loader;
  * part of a file mapping (a weight used in place that nothing reads any
  * more): they leave the resident set, and fault in again if read. */
 void model_loader_release(model_loader *ld, const void *p, size_t n);
+/* The same for a copy the loader converted at load, if [p, p + n) is part
+ * of one: for good (those pages would read back as zeros), so only for a
+ * weight nothing will ever read again. */
+void model_loader_drop_copy(model_loader *ld, const void *p, size_t n);
 
 /* model_get_mat flags. */
 #define MODEL_MAT_F32 1u /* always f32, whatever the compute dtype (routers) */
@@ -181,7 +185,8 @@ struct model {
     bool batch_invariant; /* model_set_batch_invariant: fixed attention paths */
     void *panels;         /* panels.c: the packed copies the kernels read */
     size_t panels_bytes;
-    int panels_n; /* matrices set to read them */
+    int panels_n;         /* matrices set to read them */
+    bool panels_for_good; /* the same copies in either mode: never freed before the model */
 };
 
 /* panels.c: the packed copies of the matrices (kern_pack_panels) that

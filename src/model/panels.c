@@ -19,7 +19,11 @@
  * at load too. Either way their pages of the file mapping are then handed
  * back (model_loader_release; the embedding table's stay, lookups read
  * it), so the copy replaces the weights in memory rather than doubling
- * them; they fault in again from the page cache if the copy goes.
+ * them; they fault in again from the page cache if the copy goes. A
+ * matrix converted at load (stored f32, f16 or fp8) cannot fault back in:
+ * its converted copy is dropped only where the packed one stays until the
+ * model is freed (--pack-weights packing what either mode would read,
+ * for_good).
  *
  * A matrix that lies inside an earlier one (a tied or shared head, MLA's
  * per-head rows of kv_b) shares that one's copy where it starts and ends
@@ -52,6 +56,7 @@ static size_t mem_available(void) {
 typedef struct panel_list {
     kern_mat **mats;
     int n, cap;
+    bool any_mode; /* collect every matrix that would have a copy in some mode */
 } panel_list;
 
 /* Whether W gets a copy in m's present mode. The sets nest: what
@@ -61,9 +66,9 @@ static bool wanted(const model *m, const kern_mat *W) {
     return m->opts.pack_weights && kern_panels_only(W);
 }
 
-/* W, if it has a copy or gets one. */
+/* W, if it has a copy or gets one (any_mode: in either mode). */
 static void add(const model *m, panel_list *l, kern_mat *W) {
-    if (!W->panels && !wanted(m, W)) return;
+    if (l->any_mode ? !kern_panels_bytes(W) : !W->panels && !wanted(m, W)) return;
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 64;
         l->mats = di_realloc(l->mats, (size_t)l->cap * sizeof *l->mats);
@@ -120,9 +125,10 @@ static int first_row(const kern_mat *P, const kern_mat *W) {
     return (int)(((const char *)W->data - (const char *)P->data) / row);
 }
 
-/* Every matrix of the model that has a copy or could have one. */
-static panel_list collect(model *m) {
-    panel_list l = {0};
+/* Every matrix of the model that has a copy or gets one, or (any_mode)
+ * would in some mode. */
+static panel_list collect(model *m, bool any_mode) {
+    panel_list l = {.any_mode = any_mode};
     add(m, &l, &m->w.lm_head);
     for (int i = 0; i < m->cfg.n_layers; i++) add_layer(m, &l, &m->cfg, &m->w.layers[i]);
     for (int k = 0; k < m->info.n_mtp_layers; k++) {
@@ -180,9 +186,15 @@ static void pack(model *m, panel_list *l) {
             const kern_mat *P = l->mats[owner[i]];
             W->panels = kern_mat_rows(P, first_row(P, W), W->rows).panels;
         }
-        if (kern_panels_only(W) && !overlaps_embedding(m, W))
-            model_loader_release(m->ld, W->data,
-                                 (size_t)W->rows * W->cols * kern_dtype_size(W->dtype));
+    }
+    /* Only now (a matrix packed later may lie in an earlier one's bytes):
+     * what is read from the copy alone leaves the resident set. */
+    for (int i = 0; buf && i < l->n; i++) {
+        kern_mat *W = l->mats[i];
+        if (!kern_panels_only(W) || overlaps_embedding(m, W)) continue;
+        size_t bytes = (size_t)W->rows * W->cols * kern_dtype_size(W->dtype);
+        model_loader_release(m->ld, W->data, bytes);
+        if (m->panels_for_good) model_loader_drop_copy(m->ld, W->data, bytes);
     }
     m->panels = buf;
     m->panels_bytes = buf ? total : 0;
@@ -196,10 +208,25 @@ static void panels_free(model *m, panel_list *l) {
     m->panels = NULL;
     m->panels_bytes = 0;
     m->panels_n = 0;
+    m->panels_for_good = false;
+}
+
+/* Whether m's copies, once made, are the same in either mode: --pack-weights
+ * packs every matrix that batch-invariant mode would (on AVX2 without
+ * AVX-512 BF16 both are the bf16 matrices). Then they stay until the model
+ * is freed, and a matrix converted at load can drop its converted copy. */
+static bool for_good(model *m) {
+    if (!m->opts.pack_weights) return false;
+    panel_list all = collect(m, true);
+    int only = 0;
+    for (int i = 0; i < all.n; i++) only += kern_panels_only(all.mats[i]);
+    free(all.mats);
+    return all.n && only == all.n;
 }
 
 void model_panels_update(model *m) {
-    panel_list l = collect(m);
+    if (m->panels && m->panels_for_good) return;
+    panel_list l = collect(m, false);
     int n_want = 0;
     for (int i = 0; i < l.n; i++) n_want += wanted(m, l.mats[i]);
     /* the sets nest, so a copy of as many matrices is a copy of these */
@@ -209,14 +236,16 @@ void model_panels_update(model *m) {
         for (int i = 0; i < l.n; i++)
             if (wanted(m, l.mats[i])) l.mats[k++] = l.mats[i];
         l.n = k;
+        m->panels_for_good = for_good(m);
         pack(m, &l);
+        if (!m->panels) m->panels_for_good = false;
     }
     free(l.mats);
 }
 
 void model_panels_free(model *m) {
     if (!m->panels) return;
-    panel_list l = collect(m);
+    panel_list l = collect(m, false);
     panels_free(m, &l);
     free(l.mats);
 }

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "kernels/kern_internal.h"
@@ -285,6 +287,61 @@ TEST(forward_pack_weights_hands_back_mapping) {
     CHECKF(plain - packed > (long)(copy >> 10) / 2,
            "file-backed RSS %ld kB plain, %ld kB packed: less than half the copy's %zu kB back",
            plain, packed, copy >> 10);
+}
+
+/* Resident pages among the whole pages inside W's bytes; *pages: how many
+ * there are. */
+static long resident_pages(const kern_mat *W, long *pages) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)W->data;
+    uintptr_t lo = (a + page - 1) & ~(page - 1),
+              hi = (a + (size_t)W->rows * W->cols * kern_dtype_size(W->dtype)) & ~(page - 1);
+    *pages = hi > lo ? (long)((hi - lo) / page) : 0;
+    long res = 0;
+    unsigned char vec[256];
+    for (uintptr_t p = lo; p < hi; p += sizeof vec * page) {
+        size_t n = (hi - p) / page < sizeof vec ? (hi - p) / page : sizeof vec;
+        if (mincore((void *)p, n * page, vec)) return -1;
+        for (size_t i = 0; i < n; i++) res += vec[i] & 1;
+    }
+    return res;
+}
+
+/* Of a checkpoint converted at load (qwen3-tiny: stored f32), --pack-weights
+ * keeps the packed copy alone: the converted bf16 copy's pages leave the
+ * resident set after a forward pass, where without the option they are
+ * all there. (The same logits: forward_pack_weights_reads_copies_same_bits.) */
+TEST(forward_pack_weights_drops_converted_copies) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/qwen3-tiny", harness_model_dir());
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !kern_use_avx2() || kern_use_avx512_bf16()) return;
+    for (int pack = 0; pack < 2; pack++) {
+        model_opts o = {.dtype = MODEL_DTYPE_BF16, .threads = 1, .pack_weights = pack};
+        di_err err = {{0}};
+        model *m = model_load(dir, &o, &err);
+        CHECKF(m != NULL, "%s", err.msg);
+        if (!m) return;
+        int V = model_get_info(m)->vocab_size, toks[40], n = 40;
+        test_tokens(toks, n, V, 3);
+        float *out = malloc(sizeof(float) * n * V);
+        model_kv_pool *kv = model_kv_pool_create(m, 2, &err);
+        CHECK(run_chunks(m, kv, toks, n, &n, 1, out) == 0);
+        long pages = 0, res = 0, p;
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            const model_layer *L = &m->w.layers[l];
+            const kern_mat *mats[] = {&L->down, L->gate_up.data ? &L->gate_up : &L->gate};
+            for (int i = 0; i < 2; i++) {
+                res += resident_pages(mats[i], &p);
+                pages += p;
+            }
+        }
+        CHECKF(pages > 0 && res == (pack ? 0 : pages),
+               "pack %d: %ld of the %ld pages of the FFN matrices' converted copies resident", pack,
+               res, pages);
+        free(out);
+        model_kv_pool_free(kv);
+        model_free(m);
+    }
 }
 
 /* Steps two sequences together (chunks A[k], B[k] per step, 0 = absent) and
