@@ -143,14 +143,23 @@ static panel_list collect(model *m, bool any_mode) {
 /* Whether W's bytes overlap an embedding table's (looked up by rows, from
  * the weights themselves: a tied head). */
 static bool overlaps_embedding(const model *m, const kern_mat *W) {
-    size_t bytes = (size_t)W->rows * W->cols * kern_dtype_size(W->dtype);
-    const char *a = W->data, *b = a + bytes;
+    const char *a = W->data, *b = a + (size_t)W->rows * W->cols * kern_dtype_size(W->dtype);
     for (int k = -1; k < m->info.n_mtp_layers; k++) {
         const kern_mat *E = k < 0 ? &m->w.embed : &m->w.mtp[k].embed;
         const char *ea = E->data, *eb = ea + (size_t)E->rows * E->cols * kern_dtype_size(E->dtype);
         if (ea && a < eb && ea < b) return true;
     }
     return false;
+}
+
+static size_t mat_bytes(const kern_mat *W) {
+    return (size_t)W->rows * W->cols * kern_dtype_size(W->dtype);
+}
+
+/* Whether W's weights leave the resident set once W has its copy: what
+ * reads the copy alone, except what an embedding lookup reads. */
+static bool drops(const model *m, const kern_mat *W) {
+    return kern_panels_only(W) && !overlaps_embedding(m, W);
 }
 
 static void pack(model *m, panel_list *l) {
@@ -186,16 +195,14 @@ static void pack(model *m, panel_list *l) {
             const kern_mat *P = l->mats[owner[i]];
             W->panels = kern_mat_rows(P, first_row(P, W), W->rows).panels;
         }
+        /* at once, so the mapping and the copy are never both resident */
+        if (drops(m, W)) model_loader_release(m->ld, W->data, mat_bytes(W));
     }
-    /* Only now (a matrix packed later may lie in an earlier one's bytes):
-     * what is read from the copy alone leaves the resident set. */
-    for (int i = 0; buf && i < l->n; i++) {
-        kern_mat *W = l->mats[i];
-        if (!kern_panels_only(W) || overlaps_embedding(m, W)) continue;
-        size_t bytes = (size_t)W->rows * W->cols * kern_dtype_size(W->dtype);
-        model_loader_release(m->ld, W->data, bytes);
-        if (m->panels_for_good) model_loader_drop_copy(m->ld, W->data, bytes);
-    }
+    /* A converted copy only now: a matrix packed later may lie in an
+     * earlier one's bytes, and these would read back as zeros. */
+    for (int i = 0; buf && m->panels_for_good && i < l->n; i++)
+        if (drops(m, l->mats[i]))
+            model_loader_drop_copy(m->ld, l->mats[i]->data, mat_bytes(l->mats[i]));
     m->panels = buf;
     m->panels_bytes = buf ? total : 0;
     m->panels_n = buf ? l->n : 0;
