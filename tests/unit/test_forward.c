@@ -253,36 +253,56 @@ static long file_rss_kb(void) {
     return rss < 0 || anon < 0 ? -1 : rss - anon;
 }
 
-/* A model's file-backed resident kB after a forward pass over 40 tokens. */
-static long rss_after_forward(const char *dir, bool pack, size_t *matrix_bytes) {
+/* *out: preset in bf16 (with --pack-weights or not) after a forward pass
+ * over 40 tokens. 1 where the preset is missing or the CPU packs no copy,
+ * -1 on error (why). */
+static int after_forward(const char *preset, bool pack, model **out, char *why, size_t n_why) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/%s", harness_model_dir(), preset);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !kern_use_avx2() || kern_use_avx512_bf16()) return 1;
     model_opts o = {.dtype = MODEL_DTYPE_BF16, .threads = 1, .pack_weights = pack};
     di_err err = {{0}};
     model *m = model_load(dir, &o, &err);
-    if (!m) return -1;
-    *matrix_bytes = m->panels_bytes;
+    if (!m) {
+        snprintf(why, n_why, "%s: %.400s", preset, err.msg);
+        return -1;
+    }
     int V = model_get_info(m)->vocab_size, toks[40], n = 40;
     test_tokens(toks, n, V, 3);
-    float *out = malloc(sizeof(float) * n * V);
+    float *logits = malloc(sizeof(float) * n * V);
     model_kv_pool *kv = model_kv_pool_create(m, 2, &err);
-    long kb = run_chunks(m, kv, toks, n, &n, 1, out) ? -1 : file_rss_kb();
-    free(out);
+    int rc = run_chunks(m, kv, toks, n, &n, 1, logits);
+    free(logits);
     model_kv_pool_free(kv);
-    model_free(m);
-    return kb;
+    if (rc) {
+        snprintf(why, n_why, "%s: the forward pass failed", preset);
+        model_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
 }
 
 /* With --pack-weights the matrices' pages of the file mapping leave the
  * resident set (the copy replaces them: about the same memory as the
  * default), and nothing faults them in again while the model runs. */
 TEST(forward_pack_weights_hands_back_mapping) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/llama3-tiny", harness_model_dir());
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !kern_use_avx2() || kern_use_avx512_bf16()) return;
-    size_t copy = 0, none = 0;
-    long plain = rss_after_forward(dir, false, &none), packed = rss_after_forward(dir, true, &copy);
-    if (plain < 0 && file_rss_kb() < 0) return; /* no smaps_rollup */
-    CHECKF(plain > 0 && packed > 0 && copy > 0, "rss %ld / %ld, copy %zu", plain, packed, copy);
+    long kb[2] = {-1, -1};
+    size_t copy = 0;
+    for (int pack = 0; pack < 2; pack++) {
+        model *m = NULL;
+        char why[512];
+        int rc = after_forward("llama3-tiny", pack, &m, why, sizeof why);
+        CHECKF(rc >= 0, "%s", why);
+        if (rc) return;
+        kb[pack] = file_rss_kb();
+        copy = m->panels_bytes;
+        model_free(m);
+    }
+    long plain = kb[0], packed = kb[1];
+    if (plain < 0) return; /* no smaps_rollup */
+    CHECKF(packed > 0 && copy > 0, "rss %ld / %ld, copy %zu", plain, packed, copy);
     /* the matrices' pages, less a page at each end of each, are gone */
     CHECKF(plain - packed > (long)(copy >> 10) / 2,
            "file-backed RSS %ld kB plain, %ld kB packed: less than half the copy's %zu kB back",
@@ -311,21 +331,12 @@ static long resident_pages(const kern_mat *W, long *pages) {
  * resident set after a forward pass, where without the option they are
  * all there. (The same logits: forward_pack_weights_reads_copies_same_bits.) */
 TEST(forward_pack_weights_drops_converted_copies) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/qwen3-tiny", harness_model_dir());
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !kern_use_avx2() || kern_use_avx512_bf16()) return;
     for (int pack = 0; pack < 2; pack++) {
-        model_opts o = {.dtype = MODEL_DTYPE_BF16, .threads = 1, .pack_weights = pack};
-        di_err err = {{0}};
-        model *m = model_load(dir, &o, &err);
-        CHECKF(m != NULL, "%s", err.msg);
-        if (!m) return;
-        int V = model_get_info(m)->vocab_size, toks[40], n = 40;
-        test_tokens(toks, n, V, 3);
-        float *out = malloc(sizeof(float) * n * V);
-        model_kv_pool *kv = model_kv_pool_create(m, 2, &err);
-        CHECK(run_chunks(m, kv, toks, n, &n, 1, out) == 0);
+        model *m = NULL;
+        char why[512];
+        int rc = after_forward("qwen3-tiny", pack, &m, why, sizeof why);
+        CHECKF(rc >= 0, "%s", why);
+        if (rc) return;
         long pages = 0, res = 0, p;
         for (int l = 0; l < m->cfg.n_layers; l++) {
             const model_layer *L = &m->w.layers[l];
@@ -338,8 +349,6 @@ TEST(forward_pack_weights_drops_converted_copies) {
         CHECKF(pages > 0 && res == (pack ? 0 : pages),
                "pack %d: %ld of the %ld pages of the FFN matrices' converted copies resident", pack,
                res, pages);
-        free(out);
-        model_kv_pool_free(kv);
         model_free(m);
     }
 }
