@@ -140,20 +140,20 @@ static panel_list collect(model *m, bool any_mode) {
     return l;
 }
 
+static size_t mat_bytes(const kern_mat *W) {
+    return (size_t)W->rows * W->cols * kern_dtype_size(W->dtype);
+}
+
 /* Whether W's bytes overlap an embedding table's (looked up by rows, from
  * the weights themselves: a tied head). */
 static bool overlaps_embedding(const model *m, const kern_mat *W) {
-    const char *a = W->data, *b = a + (size_t)W->rows * W->cols * kern_dtype_size(W->dtype);
+    const char *a = W->data, *b = a + mat_bytes(W);
     for (int k = -1; k < m->info.n_mtp_layers; k++) {
         const kern_mat *E = k < 0 ? &m->w.embed : &m->w.mtp[k].embed;
-        const char *ea = E->data, *eb = ea + (size_t)E->rows * E->cols * kern_dtype_size(E->dtype);
+        const char *ea = E->data, *eb = ea + mat_bytes(E);
         if (ea && a < eb && ea < b) return true;
     }
     return false;
-}
-
-static size_t mat_bytes(const kern_mat *W) {
-    return (size_t)W->rows * W->cols * kern_dtype_size(W->dtype);
 }
 
 /* Whether W's weights leave the resident set once W has its copy: what
@@ -195,7 +195,8 @@ static void pack(model *m, panel_list *l) {
             const kern_mat *P = l->mats[owner[i]];
             W->panels = kern_mat_rows(P, first_row(P, W), W->rows).panels;
         }
-        /* at once, so the mapping and the copy are never both resident */
+        /* at once: the mapping and the copy are both resident for one
+         * matrix at a time, not the whole model */
         if (drops(m, W)) model_loader_release(m->ld, W->data, mat_bytes(W));
     }
     /* A converted copy only now: a matrix packed later may lie in an
