@@ -192,7 +192,8 @@ TEST(forward_invariant_packed_copies_same_bits) {
  * where they are all the kernels read (AVX2 without AVX-512 BF16), with
  * the bits of batch-invariant mode; elsewhere it packs nothing. One token
  * at a time (MLA's prefill form is not the mode's), then a chunk of 34 on
- * the presets without MLA (the GEMM on the copy); every preset. */
+ * the presets without MLA (the GEMM on the copy); every preset. Then the
+ * same model in the mode, token by token. */
 TEST(forward_pack_weights_reads_copies_same_bits) {
     enum { N = 40 };
     for (int p = 0; p < N_PRESETS; p++) {
@@ -223,15 +224,22 @@ TEST(forward_pack_weights_reads_copies_same_bits) {
         CHECKF(only == (m->w.lm_head.panels != NULL) && only == (m->panels != NULL),
                "%s: --pack-weights packed %s", presets[p], only ? "nothing" : "copies");
         kv = model_kv_pool_create(m, 2, &err);
-        for (int run = 0; run < runs; run++) {
-            if (only) {
-                rc = rc ? rc : run_chunks(m, kv, toks, lens[run], run ? sizes : &one, 1 + run, got);
-                CHECKF(!rc && !memcmp(want[run], got, sizeof(float) * lens[run] * V),
-                       "%s: --pack-weights and batch-invariant mode differ (%s)", presets[p],
-                       run ? "chunked" : "token by token");
-            }
-            free(want[run]);
+        for (int run = 0; run < runs && only; run++) {
+            rc = rc ? rc : run_chunks(m, kv, toks, lens[run], run ? sizes : &one, 1 + run, got);
+            CHECKF(!rc && !memcmp(want[run], got, sizeof(float) * lens[run] * V),
+                   "%s: --pack-weights and batch-invariant mode differ (%s)", presets[p],
+                   run ? "chunked" : "token by token");
         }
+        /* the same model in the mode keeps its copies (the converted ones
+         * it dropped are not read) */
+        model_set_batch_invariant(m, true);
+        const uint32_t *copy = m->w.lm_head.panels;
+        rc = rc ? rc : run_chunks(m, kv, toks, lens[0], &one, 1, got);
+        CHECKF(!rc && (!only || m->w.lm_head.panels == copy) &&
+                   !memcmp(want[0], got, sizeof(float) * lens[0] * V),
+               "%s: --pack-weights in batch-invariant mode differs", presets[p]);
+        model_set_batch_invariant(m, false);
+        for (int run = 0; run < runs; run++) free(want[run]);
         free(got);
         model_kv_pool_free(kv);
         model_free(m);
