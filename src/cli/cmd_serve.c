@@ -90,8 +90,12 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "deepinfer serve: a numeric option is out of range\n");
         return 2;
     }
+    /* The mode packs the copies --pack-weights would (and more where that
+     * packs none); asked for at load they stay for good, so a checkpoint
+     * converted at load drops its converted copy (panels.c). */
+    bool pack = pack_weights || batch_invariant;
     model_opts mo;
-    if (cli_model_opts(dtype, kv_dtype, threads, pack_weights, &mo)) return 2;
+    if (cli_model_opts(dtype, kv_dtype, threads, pack, &mo)) return 2;
     if (verbose) di_log_set_level(DI_LOG_DEBUG);
     render_format fmt;
     di_err err = {{0}};
