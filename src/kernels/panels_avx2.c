@@ -234,11 +234,12 @@ static pa_few_fn *const pa_few_fns[2][PA_FEW_T][2] = {
  * FMA chains in flight where one strip pair has two, each advancing two
  * dependent FMAs a pair, so that a pair's latency is not what paces the
  * stream. Each chain's order is pa_few_tile's: the same bits. Against
- * pa_few_tile alone, over llama-1b's matrices from memory (Zen 3, 2
- * threads, alternating binaries): 1 token on the copy at 1.01-1.18x the
- * plain rows' pace where it ran at 0.93-1.05x; llama-1b --pack-weights
- * decode at batch 1 90.7-95.5 % of the bandwidth paired, against
- * 81.3-89.2 %. */
+ * pa_few_tile alone (Zen 3, 2 threads, alternating binaries): llama-1b
+ * --pack-weights decode at batch 1 10.9-13.4 tok/s, mean 12.1, against
+ * 10.9-12.3, mean 11.4, over seven pairs of runs; over llama-1b's
+ * matrices from memory the copy's pace against the plain rows' level to
+ * +10 % (the host's noise is as large). Two tokens the same way ran
+ * 10-20 % slower than pa_few_tile's. */
 static __attribute__((noinline)) void pa_one_two(const uint32_t *da, const uint32_t *db,
                                                  const float *x, int q0, int q1, bool odd,
                                                  float *ya, float *yb) {
