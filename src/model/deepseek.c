@@ -78,8 +78,8 @@ void deepseek_jobs_run(pool *p, deepseek_jobs *js) {
         rows += W->rows;
     }
     grain = (grain + group - 1) / group * group;
-    /* every band of a matrix with a copy on its groups: where each matrix
-     * is whole groups, bands of whole groups from the first row are */
+    /* where every matrix is whole groups, a band of whole groups from the
+     * first row starts and ends on each matrix's groups */
     for (int i = 0; i < js->n && one && group > 1; i++) one = js->j[i].W.rows % group == 0;
     if (one) {
         pool_for(p, ds_rows_run, js, rows, grain);
