@@ -137,63 +137,76 @@ void kern_bf16_copy_panel_avx2(float *dst, const kern_mat *W, int r0, int k0, in
 #define PA_FEW_T 4
 
 AI void pa_few_tile(const uint32_t *d, const float *x, size_t ldx, int q0, int q1, bool odd,
-                    float *y, size_t ldy, int rows, const int SS, const int T, const bool pf) {
+                    float *y, size_t ldy, int rows, const int SS, const int T, const bool pf,
+                    const int P) {
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
-    __m256 acc[2][PA_FEW_T];
+    /* P strip pairs (SS 2 when P is 2): the second's block follows the
+     * first's, q1 - q0 pairs of two strips on */
+    const size_t next = (size_t)(q1 - q0) * SS * PA_STRIP;
+    __m256 acc[2][2][PA_FEW_T];
 #pragma GCC unroll 2
-    for (int u = 0; u < SS; u++)
+    for (int p = 0; p < P; p++)
+#pragma GCC unroll 2
+        for (int u = 0; u < SS; u++)
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) acc[u][t] = _mm256_setzero_ps();
+            for (int t = 0; t < T; t++) acc[p][u][t] = _mm256_setzero_ps();
     int qe = odd ? q1 : q1 - 1;
     for (int q = q0; q < qe; q++) {
-        const uint32_t *dq = d + (size_t)(q - q0) * SS * PA_STRIP;
-        if (pf) kern_page_ahead(dq, (size_t)SS * PA_STRIP * sizeof(uint32_t));
-        __builtin_prefetch((const char *)(dq + PA_BP * SS * PA_STRIP), 0, 2);
-        __m256 we[2], wo[2];
 #pragma GCC unroll 2
-        for (int u = 0; u < SS; u++) {
-            __m256i v = _mm256_load_si256((const __m256i *)(dq + u * PA_STRIP));
-            we[u] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-            wo[u] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            __m256 xe = _mm256_broadcast_ss(x + t * ldx + 2 * q);
-            __m256 xo = _mm256_broadcast_ss(x + t * ldx + 2 * q + 1);
+        for (int p = 0; p < P; p++) {
+            const uint32_t *dq = d + p * next + (size_t)(q - q0) * SS * PA_STRIP;
+            if (pf) kern_page_ahead(dq, (size_t)SS * PA_STRIP * sizeof(uint32_t));
+            __builtin_prefetch((const char *)(dq + PA_BP * SS * PA_STRIP), 0, 2);
+            __m256 we[2], wo[2];
 #pragma GCC unroll 2
             for (int u = 0; u < SS; u++) {
-                acc[u][t] = _mm256_fmadd_ps(we[u], xe, acc[u][t]);
-                acc[u][t] = _mm256_fmadd_ps(wo[u], xo, acc[u][t]);
+                __m256i v = _mm256_load_si256((const __m256i *)(dq + u * PA_STRIP));
+                we[u] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+                wo[u] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                __m256 xe = _mm256_broadcast_ss(x + t * ldx + 2 * q);
+                __m256 xo = _mm256_broadcast_ss(x + t * ldx + 2 * q + 1);
+#pragma GCC unroll 2
+                for (int u = 0; u < SS; u++) {
+                    acc[p][u][t] = _mm256_fmadd_ps(we[u], xe, acc[p][u][t]);
+                    acc[p][u][t] = _mm256_fmadd_ps(wo[u], xo, acc[p][u][t]);
+                }
             }
         }
     }
-    if (qe < q1) { /* the matrix's last column alone */
-        const uint32_t *dq = d + (size_t)(qe - q0) * SS * PA_STRIP;
+    if (qe < q1) /* the matrix's last column alone */
+#pragma GCC unroll 2
+        for (int p = 0; p < P; p++) {
+            const uint32_t *dq = d + p * next + (size_t)(qe - q0) * SS * PA_STRIP;
+#pragma GCC unroll 2
+            for (int u = 0; u < SS; u++) {
+                __m256i v = _mm256_load_si256((const __m256i *)(dq + u * PA_STRIP));
+                __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++)
+                    acc[p][u][t] = _mm256_fmadd_ps(we, _mm256_broadcast_ss(x + t * ldx + 2 * qe),
+                                                   acc[p][u][t]);
+            }
+        }
+#pragma GCC unroll 2
+    for (int p = 0; p < P; p++)
 #pragma GCC unroll 2
         for (int u = 0; u < SS; u++) {
-            __m256i v = _mm256_load_si256((const __m256i *)(dq + u * PA_STRIP));
-            __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+            int vr = rows - (p * SS + u) * PA_STRIP;
 #pragma GCC unroll 4
-            for (int t = 0; t < T; t++)
-                acc[u][t] =
-                    _mm256_fmadd_ps(we, _mm256_broadcast_ss(x + t * ldx + 2 * qe), acc[u][t]);
-        }
-    }
-#pragma GCC unroll 2
-    for (int u = 0; u < SS; u++) {
-        int vr = rows - u * PA_STRIP;
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            float *c = y + t * ldy + u * PA_STRIP;
-            if (vr >= PA_STRIP) {
-                _mm256_storeu_ps(c, _mm256_add_ps(_mm256_loadu_ps(c), acc[u][t]));
-            } else if (vr > 0) {
-                float a[PA_STRIP];
-                _mm256_storeu_ps(a, acc[u][t]);
-                for (int l = 0; l < vr; l++) c[l] += a[l];
+            for (int t = 0; t < T; t++) {
+                float *c = y + t * ldy + (p * SS + u) * PA_STRIP;
+                if (vr >= PA_STRIP) {
+                    _mm256_storeu_ps(c, _mm256_add_ps(_mm256_loadu_ps(c), acc[p][u][t]));
+                } else if (vr > 0) {
+                    float a[PA_STRIP];
+                    _mm256_storeu_ps(a, acc[p][u][t]);
+                    for (int l = 0; l < vr; l++) c[l] += a[l];
+                }
             }
         }
-    }
 }
 
 /* One instance per (strips, tokens, prefetch), each on its own (inlined
@@ -204,7 +217,7 @@ typedef void pa_few_fn(const uint32_t *d, const float *x, size_t ldx, int q0, in
     static __attribute__((noinline)) void pa_few_##SS##_##T##_##PF(                                \
         const uint32_t *d, const float *x, size_t ldx, int q0, int q1, bool odd, float *y,         \
         size_t ldy, int rows) {                                                                    \
-        pa_few_tile(d, x, ldx, q0, q1, odd, y, ldy, rows, SS, T, PF);                              \
+        pa_few_tile(d, x, ldx, q0, q1, odd, y, ldy, rows, SS, T, PF, 1);                           \
     }
 #define PA_FEW_FNS(SS)                                                                             \
     PA_FEW_FN(SS, 1, 0)                                                                            \
@@ -229,59 +242,20 @@ static pa_few_fn *const pa_few_fns[2][PA_FEW_T][2] = {
      {pa_few_2_4_0, pa_few_2_4_1}},
 };
 
-/* One token against two strip pairs' blocks at once (da, db: 32 whole
- * rows, 16 KiB apart), streaming them as the first token tile does: four
- * FMA chains in flight where one strip pair has two, each advancing two
- * dependent FMAs a pair, so that a pair's latency is not what paces the
- * stream. Each chain's order is pa_few_tile's: the same bits. Against
- * pa_few_tile alone (Zen 3, 2 threads, alternating binaries): llama-1b
+/* One token against two strip pairs' blocks at once (32 rows, the
+ * second block 16 KiB on), streaming them as the first token tile does:
+ * four FMA chains in flight where one strip pair has two, each advancing
+ * two dependent FMAs a pair, so that a pair's latency is not what paces
+ * the stream. Each chain's order is the same: the same bits. Against one
+ * strip pair at a time (Zen 3, 2 threads, alternating binaries): llama-1b
  * --pack-weights decode at batch 1 10.9-13.4 tok/s, mean 12.1, against
  * 10.9-12.3, mean 11.4, over seven pairs of runs; over llama-1b's
  * matrices from memory the copy's pace against the plain rows' level to
  * +10 % (the host's noise is as large). Two tokens the same way ran
- * 10-20 % slower than pa_few_tile's. */
-static __attribute__((noinline)) void pa_one_two(const uint32_t *da, const uint32_t *db,
-                                                 const float *x, int q0, int q1, bool odd,
-                                                 float *ya, float *yb) {
-    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
-    int qe = odd ? q1 : q1 - 1;
-    for (int q = q0; q < qe; q++) {
-        const uint32_t *dq[2] = {da + (size_t)(q - q0) * 2 * PA_STRIP,
-                                 db + (size_t)(q - q0) * 2 * PA_STRIP};
-        __m256 xe = _mm256_broadcast_ss(x + 2 * q), xo = _mm256_broadcast_ss(x + 2 * q + 1);
-#pragma GCC unroll 2
-        for (int i = 0; i < 2; i++) {
-            kern_page_ahead(dq[i], 2 * PA_STRIP * sizeof(uint32_t));
-            __builtin_prefetch((const char *)(dq[i] + PA_BP * 2 * PA_STRIP), 0, 2);
-#pragma GCC unroll 2
-            for (int u = 0; u < 2; u++) {
-                __m256i v = _mm256_load_si256((const __m256i *)(dq[i] + u * PA_STRIP));
-                acc[2 * i + u] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe,
-                                                 acc[2 * i + u]);
-                acc[2 * i + u] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), xo,
-                                                 acc[2 * i + u]);
-            }
-        }
-    }
-    if (qe < q1) {
-        __m256 xe = _mm256_broadcast_ss(x + 2 * qe);
-        const uint32_t *dq[2] = {da + (size_t)(qe - q0) * 2 * PA_STRIP,
-                                 db + (size_t)(qe - q0) * 2 * PA_STRIP};
-        for (int i = 0; i < 2; i++)
-            for (int u = 0; u < 2; u++) {
-                __m256i v = _mm256_load_si256((const __m256i *)(dq[i] + u * PA_STRIP));
-                acc[2 * i + u] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe,
-                                                 acc[2 * i + u]);
-            }
-    }
-    for (int u = 0; u < 2; u++) {
-        _mm256_storeu_ps(ya + u * PA_STRIP,
-                         _mm256_add_ps(_mm256_loadu_ps(ya + u * PA_STRIP), acc[u]));
-        _mm256_storeu_ps(yb + u * PA_STRIP,
-                         _mm256_add_ps(_mm256_loadu_ps(yb + u * PA_STRIP), acc[2 + u]));
-    }
+ * 10-20 % slower than one strip pair at a time. */
+static __attribute__((noinline)) void pa_one_two(const uint32_t *d, const float *x, int q0, int q1,
+                                                 bool odd, float *y) {
+    pa_few_tile(d, x, 0, q0, q1, odd, y, 0, 4 * PA_STRIP, 2, 1, true, 2);
 }
 
 typedef struct pa_few_job {
@@ -308,8 +282,7 @@ static void pa_few_halves(void *ctx, int lo, int hi) {
                 int ss = s - p2 < 2 ? s - p2 : 2;
                 const uint32_t *blk = d + pa_block_at(kp, s, q0, p2);
                 if (n == 1 && s - p2 >= 4 && M - r0 - p2 * PA_STRIP >= 4 * PA_STRIP) {
-                    pa_one_two(blk, d + pa_block_at(kp, s, q0, p2 + 2), j->x, q0, q1, odd,
-                               j->y + r0 + p2 * PA_STRIP, j->y + r0 + (p2 + 2) * PA_STRIP);
+                    pa_one_two(blk, j->x, q0, q1, odd, j->y + r0 + p2 * PA_STRIP);
                     p2 += 2;
                     continue;
                 }
