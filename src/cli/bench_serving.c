@@ -340,6 +340,14 @@ static int parse_levels(const char *s, int *lv, int max) {
     return n;
 }
 
+/* The peak the matmuls run on: bf16 dot products where bf16 has them
+ * (*on_dot), else FMAs. */
+static double matmul_peak(model *m, const char *dtype, bool *on_dot) {
+    double dot = strcmp(dtype, "bf16") ? 0 : kern_measure_bf16_dot_peak(model_pool(m));
+    *on_dot = dot > 0;
+    return *on_dot ? dot : kern_measure_fma_peak(model_pool(m));
+}
+
 int cmd_bench_serving(int argc, char **argv) {
     int pack_weights = 0;
     const char *dir = NULL, *dtype = "bf16", *kv_dtype = "auto", *levels_s = "1,4,16,64",
@@ -430,12 +438,11 @@ int cmd_bench_serving(int argc, char **argv) {
         random_tokens(&s, warm, 64, V);
         ttft_alone(e, warm, 64, NULL);
     }
-    /* what the matmuls run on: bf16 dot products where bf16 has them */
-    double dot = strcmp(dtype, "bf16") ? 0 : kern_measure_bf16_dot_peak(model_pool(m));
-    double peak = dot > 0 ? dot : kern_measure_fma_peak(model_pool(m));
+    bool on_dot = false;
+    double peak = matmul_peak(m, dtype, &on_dot);
     printf("matmul peak %.1f GFLOP/s (%s); \"matmul\": the levels' matmul work over their wall "
            "time, as a share of it\n",
-           peak, dot > 0 ? "bf16 dot products" : "fp32 FMA");
+           peak, on_dot ? "bf16 dot products" : "fp32 FMA");
     printf(" conc   reqs   out t/s   all  TTFT p50  TTFT p99  TBT p50  TBT p99   hit  peak KV "
            "   KV MB   RSS MB    idle ahead  plan  wall s  matmul\n");
     printf("                 steady    t/s      (s)       (s)     (ms)     (ms)         blocks"
@@ -476,8 +483,7 @@ int cmd_bench_serving(int argc, char **argv) {
             /* The bound: its output tokens over its matmul work's time at the
              * peak, the better of the peaks measured before and after the
              * runs (a probe of tens of ms can fall in a slow moment). */
-            double peak2 = dot > 0 ? kern_measure_bf16_dot_peak(model_pool(m))
-                                   : kern_measure_fma_peak(model_pool(m));
+            double peak2 = matmul_peak(m, dtype, &on_dot);
             double best_peak = peak2 > peak ? peak2 : peak, floor_s = b16.gflop / best_peak;
             if (!rc)
                 printf("target: output tok/s at %d concurrent / at 1 = %.2fx (%.2f vs %.2f tok/s, "
