@@ -350,6 +350,7 @@ static double matmul_peak(model *m, const char *dtype, bool *on_dot) {
 
 int cmd_bench_serving(int argc, char **argv) {
     int pack_weights = 0;
+    const char *pack_cache = NULL;
     const char *dir = NULL, *dtype = "bf16", *kv_dtype = "auto", *levels_s = "1,4,16,64",
                *replay = "bounded";
     int requests = 0, threads = 0, inv = 0, serving = 0, kv_mib = 0, max_out = 1024, no_ttft = 0,
@@ -366,8 +367,7 @@ int cmd_bench_serving(int argc, char **argv) {
         {"--seed", OPT_U64, &seed, "workload seed (default 1)"},
         {"--batch-invariant", OPT_FLAG, &inv, "run the levels in batch-invariant mode"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
-        {"--pack-weights", OPT_FLAG, &pack_weights,
-         "bf16 on AVX2: read a copy packed at load, not the mapping"},
+        CLI_PACK_OPTS(pack_weights, pack_cache),
         {"--kv-dtype", OPT_STR, &kv_dtype, CLI_KV_DTYPE_HELP},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--kv-memory", OPT_INT, &kv_mib, "KV pool MiB (default: room for the workload)"},
@@ -401,7 +401,7 @@ int cmd_bench_serving(int argc, char **argv) {
         return 2;
     }
     model_opts mo;
-    if (cli_model_opts(dtype, kv_dtype, threads, pack_weights, &mo)) return 2;
+    if (cli_model_opts(dtype, kv_dtype, threads, pack_weights, pack_cache, &mo)) return 2;
     model *m = cli_load_model(dir, &mo);
     if (!m) return 1;
     const model_info *info = model_get_info(m);

@@ -31,7 +31,16 @@ int cmd_kvbench(int argc, char **argv);
  * one-line error on stderr for a value it does not know (the commands
  * then exit 2, as for any bad option). */
 int cli_model_opts(const char *dtype, const char *kv_dtype, int threads, bool pack_weights,
-                   model_opts *o);
+                   const char *pack_cache, model_opts *o);
+/* The option rows of --pack-weights (int flag) and --pack-cache (string). */
+#define CLI_PACK_OPTS(pack_weights, pack_cache)                                                    \
+    {"--pack-weights", OPT_FLAG, &(pack_weights),                                                  \
+     "bf16 on AVX2: read a copy packed at load, not the mapping"},                                 \
+    {                                                                                              \
+        "--pack-cache", OPT_STR, &(pack_cache),                                                    \
+            "DIR: keep that copy as a file there, mapped in place by later loads (implies "        \
+            "--pack-weights)"                                                                      \
+    }
 /* Loads a model with a one-line error on stderr; NULL on failure. */
 model *cli_load_model(const char *dir, const model_opts *o);
 /* The KV store options serve and generate share (--kv-store-capacity,

@@ -203,6 +203,8 @@ static void print_result(const bench_result *r, const model_info *info, bool jso
         json_object_set_new(o, "decode_limit_tok_s_bB", json_real(r->decode_limit_tok_s_bB));
         json_object_set_new(o, "decode_limit_frac_bB", json_real(r->decode_limit_frac_bB));
         json_object_set_new(o, "packed_weights_mb", json_real(info->packed_bytes / 1e6));
+        json_object_set_new(o, "packed_weights_mapped",
+                            json_boolean(info->packed_from == MODEL_PACK_MAPPED));
         if (r->bf16_dot_gflops > 0) {
             json_object_set_new(o, "bf16_dot_gflops", json_real(r->bf16_dot_gflops));
             json_object_set_new(o, "prefill_bf16_dot_frac", json_real(r->prefill_dot_frac));
@@ -217,7 +219,9 @@ static void print_result(const bench_result *r, const model_info *info, bool jso
            info->arch, r->weight_mb, info->active_bytes_per_token / 1e6, kern_isa());
     printf("load             %.2f s, RSS after load %.0f MB", r->load_s, r->rss_after_load_mb);
     if (info->packed_bytes)
-        printf(", the matrices read from a copy packed at load (%.0f MB)",
+        printf(", the matrices read from a copy %s (%.0f MB)",
+               info->packed_from == MODEL_PACK_MAPPED ? "mapped from --pack-cache"
+                                                      : "packed at load",
                info->packed_bytes / 1e6);
     printf("\n");
     printf("machine          read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s",
@@ -272,6 +276,7 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--serving")) return cmd_bench_serving(argc, argv);
     int pack_weights = 0;
+    const char *pack_cache = NULL;
     const char *dir = NULL, *dtype = "bf16", *kv_dtype = "auto";
     int batch = 8, prompt_len = 512, gen_len = 32, threads = 0, json = 0, kernels = 0;
     const cli_opt opts[] = {
@@ -282,8 +287,7 @@ int cmd_bench(int argc, char **argv) {
         {"--gen-len", OPT_INT, &gen_len, "decode steps (default 32)"},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
-        {"--pack-weights", OPT_FLAG, &pack_weights,
-         "bf16 on AVX2: read a copy packed at load, not the mapping"},
+        CLI_PACK_OPTS(pack_weights, pack_cache),
         {"--kv-dtype", OPT_STR, &kv_dtype, CLI_KV_DTYPE_HELP},
         {"--json", OPT_FLAG, &json, "print one JSON object"},
     };
@@ -303,7 +307,7 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     model_opts mo;
-    if (cli_model_opts(dtype, kv_dtype, threads, pack_weights, &mo)) return 2;
+    if (cli_model_opts(dtype, kv_dtype, threads, pack_weights, pack_cache, &mo)) return 2;
     bench_result r = {.batch = batch, .prompt_len = prompt_len, .gen_len = gen_len};
     double t0 = di_now();
     model *m = cli_load_model(dir, &mo);

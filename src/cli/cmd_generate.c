@@ -84,6 +84,7 @@ static bool is_eos(const model_info *info, const tokenizer *tok, int id) {
 
 int cmd_generate(int argc, char **argv) {
     int pack_weights = 0;
+    const char *pack_cache = NULL;
     const char *dir = NULL, *prompt = NULL, *dtype = "bf16", *kv_dtype = "auto";
     int max_tokens = 128, threads = 0, top_k = 0, ignore_eos = 0, no_bos = 0;
     float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f;
@@ -101,8 +102,7 @@ int cmd_generate(int argc, char **argv) {
         {"--seed", OPT_U64, &seed, "sampling seed (default 0)"},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
-        {"--pack-weights", OPT_FLAG, &pack_weights,
-         "bf16 on AVX2: read a copy packed at load, not the mapping"},
+        CLI_PACK_OPTS(pack_weights, pack_cache),
         {"--kv-dtype", OPT_STR, &kv_dtype, CLI_KV_DTYPE_HELP},
         {"--ignore-eos", OPT_FLAG, &ignore_eos, "keep going past end-of-sequence"},
         {"--no-bos", OPT_FLAG, &no_bos, "do not start with the BOS token"},
@@ -131,7 +131,7 @@ int cmd_generate(int argc, char **argv) {
     kvs_opts ko;
     if (cli_kv_store_opts("generate", kv_capacity, ttl_chat_h, ttl_agent_h, &ko)) return 2;
     model_opts mo;
-    if (cli_model_opts(dtype, kv_dtype, threads, pack_weights, &mo)) return 2;
+    if (cli_model_opts(dtype, kv_dtype, threads, pack_weights, pack_cache, &mo)) return 2;
 
     di_err err = {{0}};
     tokenizer *tok = tok_load(dir, &err);

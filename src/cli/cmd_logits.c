@@ -88,6 +88,7 @@ static int run_mtp(model *m, const int *ids, int n, float *out, di_err *err) {
 
 int cmd_logits(int argc, char **argv) {
     int pack_weights = 0;
+    const char *pack_cache = NULL;
     const char *dir = NULL, *ids_s = NULL, *out = NULL, *mtp_out = NULL, *dtype = "f32",
                *kv_dtype = "auto";
     int prompt_len = 0, threads = 0;
@@ -96,8 +97,7 @@ int cmd_logits(int argc, char **argv) {
         {"--ids", OPT_STR, &ids_s, "token ids, space-separated"},
         {"--prompt-len", OPT_INT, &prompt_len, "ids prefilled in one pass (default: all)"},
         {"--dtype", OPT_STR, &dtype, "bf16 | f32 | int8 (default f32)"},
-        {"--pack-weights", OPT_FLAG, &pack_weights,
-         "bf16 on AVX2: read a copy packed at load, not the mapping"},
+        CLI_PACK_OPTS(pack_weights, pack_cache),
         {"--kv-dtype", OPT_STR, &kv_dtype, CLI_KV_DTYPE_HELP},
         {"--threads", OPT_INT, &threads, "threads (default: all cores)"},
         {"--out", OPT_STR, &out, "output file (raw f32 rows)"},
@@ -112,7 +112,7 @@ int cmd_logits(int argc, char **argv) {
         return 2;
     }
     model_opts mo;
-    if (cli_model_opts(dtype, kv_dtype, threads, pack_weights, &mo)) return 2;
+    if (cli_model_opts(dtype, kv_dtype, threads, pack_weights, pack_cache, &mo)) return 2;
     model *m = cli_load_model(dir, &mo);
     if (!m) return 1;
     const model_info *info = model_get_info(m);

@@ -23,6 +23,7 @@
 
 int cmd_serve(int argc, char **argv) {
     int pack_weights = 0;
+    const char *pack_cache = NULL;
     const char *dir = NULL, *host = "127.0.0.1", *api_key = NULL, *name = NULL, *dtype = "bf16",
                *kv_dtype = "auto";
     const char *format = NULL, *swa_replay = "bounded";
@@ -42,8 +43,7 @@ int cmd_serve(int argc, char **argv) {
         {"--served-model-name", OPT_STR, &name, "model name clients use (default: DIR's name)"},
         {"--format", OPT_STR, &format, "prompt format (default: guessed from the tokenizer)"},
         {"--dtype", OPT_STR, &dtype, "bf16 (default) | f32 | int8 | int8:GROUP"},
-        {"--pack-weights", OPT_FLAG, &pack_weights,
-         "bf16 on AVX2: read a copy packed at load, not the mapping"},
+        CLI_PACK_OPTS(pack_weights, pack_cache),
         {"--kv-dtype", OPT_STR, &kv_dtype, CLI_KV_DTYPE_HELP},
         {"--threads", OPT_INT, &threads, "compute threads (default: all cores)"},
         {"--kv-memory", OPT_INT, &kv_mib, "KV cache size in MiB (default 1024)"},
@@ -95,7 +95,7 @@ int cmd_serve(int argc, char **argv) {
      * converted at load drops its converted copy (panels.c). */
     bool pack = pack_weights || batch_invariant;
     model_opts mo;
-    if (cli_model_opts(dtype, kv_dtype, threads, pack, &mo)) return 2;
+    if (cli_model_opts(dtype, kv_dtype, threads, pack, pack_cache, &mo)) return 2;
     if (verbose) di_log_set_level(DI_LOG_DEBUG);
     render_format fmt;
     di_err err = {{0}};
@@ -143,7 +143,7 @@ int cmd_serve(int argc, char **argv) {
         tok_free(tok);
         return 1;
     }
-    if (!pack_weights && !batch_invariant && model_get_info(m)->pack_weights_helps) {
+    if (!mo.pack_weights && model_get_info(m)->pack_weights_helps) {
         fprintf(stderr, "deepinfer serve: on this CPU (AVX2, no AVX-512 BF16) --pack-weights "
                         "decodes batches 1.3-1.5x faster, in about the same memory\n");
     }

@@ -26,8 +26,11 @@ static int parse_dtype(const char *s, model_opts *o) {
 }
 
 int cli_model_opts(const char *dtype, const char *kv_dtype, int threads, bool pack_weights,
-                   model_opts *o) {
-    *o = (model_opts){.dtype = MODEL_DTYPE_BF16, .threads = threads, .pack_weights = pack_weights};
+                   const char *pack_cache, model_opts *o) {
+    *o = (model_opts){.dtype = MODEL_DTYPE_BF16,
+                      .threads = threads,
+                      .pack_weights = pack_weights || pack_cache,
+                      .pack_cache = pack_cache};
     if (parse_dtype(dtype, o)) {
         fprintf(stderr, "deepinfer: unknown --dtype '%s' (bf16, f32, int8, int8:GROUP)\n", dtype);
         return -1;
@@ -48,7 +51,15 @@ int cli_model_opts(const char *dtype, const char *kv_dtype, int threads, bool pa
 model *cli_load_model(const char *dir, const model_opts *o) {
     di_err err = {{0}};
     model *m = model_load(dir, o, &err);
-    if (!m) fprintf(stderr, "deepinfer: %s\n", err.msg);
+    if (!m) {
+        fprintf(stderr, "deepinfer: %s\n", err.msg);
+        return NULL;
+    }
+    const model_info *in = model_get_info(m);
+    if (in->packed_from == MODEL_PACK_WRITTEN)
+        fprintf(stderr, "deepinfer: packed copy of the weights written to %s\n", in->pack_file);
+    else if (in->packed_from == MODEL_PACK_MAPPED)
+        fprintf(stderr, "deepinfer: packed copy of the weights mapped from %s\n", in->pack_file);
     return m;
 }
 

@@ -27,6 +27,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "model/model_internal.h"
 #include "model/safetensors.h"
@@ -316,6 +317,23 @@ void model_loader_drop_copy(model_loader *ld, const void *p, size_t n) {
             return;
         }
     }
+}
+
+void model_loader_fingerprint(const model_loader *ld, void *h) {
+    for (int i = 0; i < ld->n_files; i++) {
+        const char *base = strrchr(ld->files[i].path, '/') + 1;
+        struct stat sb;
+        if (stat(ld->files[i].path, &sb) != 0) memset(&sb, 0, sizeof sb);
+        int64_t id[] = {(int64_t)sb.st_size,         (int64_t)sb.st_mtim.tv_sec,
+                        (int64_t)sb.st_mtim.tv_nsec, (int64_t)sb.st_ino,
+                        (int64_t)sb.st_dev,          (int64_t)ld->files[i].size};
+        XXH3_128bits_update(h, base, strlen(base) + 1);
+        XXH3_128bits_update(h, id, sizeof id);
+    }
+}
+
+char *model_loader_realdir(const model_loader *ld) {
+    return realpath(ld->dir, NULL);
 }
 
 /* One matrix converted into a copy, rows spread over the pool. */
@@ -635,6 +653,8 @@ model *model_load(const char *dir, const model_opts *opts, di_err *err) {
     in->sliding_window = in->n_swa_layers ? c->sliding_window : 0;
     if (m->opts.pack_weights) model_panels_update(m);
     in->packed_bytes = m->panels_bytes;
+    in->packed_from = m->panels ? m->panels_from : MODEL_PACK_NONE;
+    in->pack_file = m->panels ? m->panels_path : NULL;
     in->pack_weights_helps = kern_panels_only(&m->w.lm_head);
     return m;
 }

@@ -43,7 +43,21 @@ typedef struct model_opts {
      * and hands the file mapping's pages back: about the same memory, a
      * slower load. Elsewhere it changes nothing. */
     bool pack_weights;
+    /* With pack_weights: a directory that keeps that copy as a file
+     * (pack_file.c). The load that packs it writes it there; later loads of
+     * the same checkpoint on the same layout map it in place instead of
+     * packing (faster, and shared between processes through the page
+     * cache). NULL: the copy lives in the process's memory. */
+    const char *pack_cache;
 } model_opts;
+
+/* Where the copy --pack-weights reads came from. */
+typedef enum {
+    MODEL_PACK_NONE = 0, /* no copy */
+    MODEL_PACK_PACKED,   /* packed at load into memory (no cache, or writing it failed) */
+    MODEL_PACK_WRITTEN,  /* packed at load and written to the cache */
+    MODEL_PACK_MAPPED,   /* mapped from the cache's file */
+} model_pack_source;
 
 typedef struct model_info {
     const char *arch; /* config.json model_type */
@@ -58,6 +72,8 @@ typedef struct model_info {
     double flops_per_token;  /* matmul FLOPs per token, excluding attention over the context */
     size_t packed_bytes;     /* the copy --pack-weights packed at load (0: none) */
     bool pack_weights_helps; /* whether --pack-weights packs this model's matrices here */
+    model_pack_source packed_from;
+    const char *pack_file; /* the cache's file for this model (packed_from WRITTEN, MAPPED) */
     /* Sliding-window layers (main model): how many, and their window (0, 0
      * when every layer attends to the whole context). */
     int n_swa_layers, sliding_window;

@@ -134,6 +134,12 @@ typedef struct model_weights {
     model_mtp *mtp;      /* num_nextn_predict_layers */
 } model_weights;
 
+/* A file mapping: base and bytes for munmap. */
+typedef struct pack_map {
+    void *base;
+    size_t size;
+} pack_map;
+
 /* The loader: open safetensors shards, find tensors by name, convert. */
 typedef struct model_loader model_loader;
 
@@ -145,6 +151,12 @@ void model_loader_release(model_loader *ld, const void *p, size_t n);
  * of one: for good (those pages would read back as zeros), so only for a
  * weight nothing will ever read again. */
 void model_loader_drop_copy(model_loader *ld, const void *p, size_t n);
+/* Feeds what identifies the checkpoint's weights into the XXH3 state h (an
+ * XXH3_state_t): each shard's name, size, modification time, inode and
+ * device. */
+void model_loader_fingerprint(const model_loader *ld, void *h);
+/* The checkpoint directory's real path (caller frees), or NULL. */
+char *model_loader_realdir(const model_loader *ld);
 
 /* model_get_mat flags. */
 #define MODEL_MAT_F32 1u /* always f32, whatever the compute dtype (routers) */
@@ -185,6 +197,9 @@ struct model {
     bool batch_invariant; /* model_set_batch_invariant: fixed attention paths */
     void *panels;         /* panels.c: the packed copies the kernels read */
     size_t panels_bytes;
+    pack_map panels_file; /* the mapping of --pack-cache's file they lie in, if so */
+    model_pack_source panels_from;
+    char *panels_path;    /* --pack-cache's file for them (written or mapped) */
     int panels_n;         /* matrices set to read them */
     bool panels_for_good; /* the same copies in either mode: never freed before the model */
 };
@@ -194,6 +209,23 @@ struct model {
  * to suit the present mode and options; and freed. */
 void model_panels_update(model *m);
 void model_panels_free(model *m);
+
+/* pack_file.c: the packed copies kept in a file (model_opts.pack_cache). */
+#define PACK_KEY_BYTES 16
+/* Whether the file at path has a header that carries key and bytes (its
+ * payload not read). */
+bool pack_file_matches(const char *path, const uint8_t *key, size_t bytes);
+/* The payload (bytes, after the header) of the file at path when its header
+ * carries key and bytes and the payload its checksum (summed on pool p),
+ * mapped read-only (map: what to unmap); NULL otherwise. */
+const void *pack_file_map(pool *p, const char *path, const uint8_t *key, size_t bytes,
+                          pack_map *map);
+void pack_file_unmap(pack_map *map);
+/* Writes the file (a temporary one, renamed when whole) with the payload's
+ * checksum; creates its directory, not the parents. 0, or -1 after saying
+ * why on stderr. */
+int pack_file_write(pool *p, const char *path, const uint8_t *key, const void *payload,
+                    size_t bytes);
 
 /* rope.c: precomputes the rotary frequencies at load; freed by model_free. */
 int model_rope_init(model *m, di_err *err);

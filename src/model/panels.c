@@ -23,7 +23,10 @@
  * matrix converted at load (stored f32, f16 or fp8) cannot fault back in:
  * its converted copy is dropped only where the packed one stays until the
  * model is freed (--pack-weights packing what either mode would read,
- * for_good).
+ * for_good). Such copies can also live in a file (--pack-cache,
+ * model_opts.pack_cache; pack_file.c): the load that packs them writes it,
+ * later loads map it in place instead of packing; the file's name and key
+ * come from here (copy_file).
  *
  * A matrix that lies inside an earlier one (a tied or shared head, MLA's
  * per-head rows of kv_b) shares that one's copy where it starts and ends
@@ -36,6 +39,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
 
 #include "base/base.h"
 
@@ -162,6 +167,68 @@ static bool drops(const model *m, const kern_mat *W) {
     return kern_panels_only(W) && !overlaps_embedding(m, W);
 }
 
+/* A hash of the bf16 copy's layout on this CPU: a probe matrix (rows and
+ * columns off every group size) packed. A change to the layout, or another
+ * CPU's, changes it. */
+static uint64_t layout_hash(pool *p) {
+    enum { PR = 40, PC = 136 };
+    uint16_t w[PR * PC];
+    uint32_t s = 12345;
+    for (int i = 0; i < PR * PC; i++) w[i] = (uint16_t)((s = s * 1664525u + 1013904223u) >> 16);
+    kern_mat P = {.dtype = KT_BF16, .rows = PR, .cols = PC, .data = w};
+    size_t n = (kern_panels_bytes(&P) + 63) & ~(size_t)63;
+    uint32_t *copy = aligned_alloc(64, n ? n : 64);
+    if (!copy) return 0;
+    memset(copy, 0, n);
+    kern_pack_panels(p, copy, &P);
+    uint64_t h = XXH3_64bits(copy, n);
+    free(copy);
+    return h;
+}
+
+/* --pack-cache's file for l's copy (caller frees) and in key what the
+ * copy's bits depend on: the layout, the matrices in order (shape, dtype,
+ * which copy each reads) and their weights (the checkpoint files'
+ * identities, and each copied matrix's first and last bytes). The name
+ * depends on the checkpoint's real path, the dtype and the layout alone, so
+ * a checkpoint that changes replaces its file rather than adding one. */
+static char *copy_file(model *m, const panel_list *l, const int *owner, uint8_t *key) {
+    char *dir = model_loader_realdir(m->ld);
+    if (!dir) return NULL;
+    uint64_t layout = layout_hash(m->pool);
+    int32_t opts[] = {(int32_t)m->opts.dtype, m->opts.int8_group};
+    XXH3_state_t *h = XXH3_createState();
+    XXH3_128bits_reset(h);
+    XXH3_128bits_update(h, &layout, sizeof layout);
+    XXH3_128bits_update(h, opts, sizeof opts);
+    model_loader_fingerprint(m->ld, h);
+    for (int i = 0; i < l->n; i++) {
+        const kern_mat *W = l->mats[i];
+        int32_t shape[] = {W->rows, W->cols, (int32_t)W->dtype, owner[i]};
+        XXH3_128bits_update(h, shape, sizeof shape);
+        size_t n = mat_bytes(W), ends = n < 64 ? n : 64;
+        if (owner[i] != i) continue;
+        XXH3_128bits_update(h, W->data, ends);
+        XXH3_128bits_update(h, (const char *)W->data + n - ends, ends);
+    }
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(h));
+    XXH3_freeState(h);
+    memcpy(key, c.digest, PACK_KEY_BYTES);
+    XXH3_state_t *nh = XXH3_createState();
+    XXH3_64bits_reset(nh);
+    XXH3_64bits_update(nh, dir, strlen(dir) + 1);
+    XXH3_64bits_update(nh, &layout, sizeof layout);
+    XXH3_64bits_update(nh, opts, sizeof opts);
+    unsigned long long name = XXH3_64bits_digest(nh);
+    XXH3_freeState(nh);
+    free(dir);
+    size_t len = strlen(m->opts.pack_cache) + 32;
+    char *path = di_malloc(len);
+    snprintf(path, len, "%s/%016llx.pack", m->opts.pack_cache, name);
+    return path;
+}
+
 static void pack(model *m, panel_list *l) {
     /* owner[i]: the matrix whose copy i uses (itself when it gets its own) */
     int *owner = di_malloc(((size_t)l->n + 1) * sizeof(int));
@@ -174,9 +241,24 @@ static void pack(model *m, panel_list *l) {
                        : i;
         if (owner[i] == i) total += (kern_panels_bytes(l->mats[i]) + 63) & ~(size_t)63;
     }
-    size_t avail = total ? mem_available() : 0;
-    uint8_t *buf =
-        total && avail > PANELS_SPARE && avail - PANELS_SPARE >= total ? di_huge_map(total) : NULL;
+    /* A file only for copies that stay until the model is freed */
+    uint8_t key[PACK_KEY_BYTES];
+    char *path = NULL;
+    if (total && m->opts.pack_cache && m->panels_for_good) path = copy_file(m, l, owner, key);
+    const void *mapped = NULL;
+    if (path && pack_file_matches(path, key, total)) {
+        /* the file's pages come in as the mapping's go: resident memory
+         * peaks at about the weights, not the weights and the copy */
+        for (int i = 0; i < l->n; i++)
+            if (drops(m, l->mats[i]))
+                model_loader_release(m->ld, l->mats[i]->data, mat_bytes(l->mats[i]));
+        mapped = pack_file_map(m->pool, path, key, total, &m->panels_file);
+    }
+    size_t avail = total && !mapped ? mem_available() : 0;
+    uint8_t *buf = mapped ? (uint8_t *)mapped
+                   : total && avail > PANELS_SPARE && avail - PANELS_SPARE >= total
+                       ? di_huge_map(total)
+                       : NULL;
     if (!buf && total)
         fprintf(stderr,
                 "deepinfer: %s without its packed copy of the weights (%zu MiB, more than the "
@@ -188,7 +270,7 @@ static void pack(model *m, panel_list *l) {
     for (int i = 0; buf && i < l->n; i++) {
         kern_mat *W = l->mats[i];
         if (owner[i] == i) {
-            kern_pack_panels(m->pool, (uint32_t *)(buf + at), W);
+            if (!mapped) kern_pack_panels(m->pool, (uint32_t *)(buf + at), W);
             W->panels = (const uint32_t *)(buf + at);
             at += (kern_panels_bytes(W) + 63) & ~(size_t)63;
         } else {
@@ -207,12 +289,27 @@ static void pack(model *m, panel_list *l) {
     m->panels = buf;
     m->panels_bytes = buf ? total : 0;
     m->panels_n = buf ? l->n : 0;
+    m->panels_from = MODEL_PACK_PACKED;
+    if (mapped)
+        m->panels_from = MODEL_PACK_MAPPED;
+    else if (buf && path && !pack_file_write(m->pool, path, key, buf, total))
+        m->panels_from = MODEL_PACK_WRITTEN;
+    if (m->panels_from == MODEL_PACK_PACKED) {
+        free(path);
+        path = NULL;
+    }
+    m->panels_path = path;
     free(owner);
 }
 
 static void panels_free(model *m, panel_list *l) {
     for (int i = 0; i < l->n; i++) l->mats[i]->panels = NULL;
-    di_huge_free(m->panels, m->panels_bytes);
+    if (m->panels_file.base)
+        pack_file_unmap(&m->panels_file);
+    else
+        di_huge_free(m->panels, m->panels_bytes);
+    free(m->panels_path);
+    m->panels_path = NULL;
     m->panels = NULL;
     m->panels_bytes = 0;
     m->panels_n = 0;

@@ -3,7 +3,8 @@ execution-core issue names and the figures README describes, all positive;
 the ratios equal to the figures they are made of (batch B over batch 1, over
 its own limit) and no fraction far above 1 (a limit can be beaten only by
 the host's drift between two bandwidth reads). Bad --batch, --prompt-len and
---dtype are refused before anything is measured. With --serving: a row per
+--dtype are refused before anything is measured. --pack-cache writes its
+file on the first run and maps it on the second. With --serving: a row per
 level and every target line, their figures parseable and in range. Tiny
 models, a few steps: seconds. Prints "N passed, N failed"."""
 import json
@@ -11,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pyharness import run_cases  # noqa: E402
@@ -101,10 +103,25 @@ def serving_case(preset):
     assert inv == ["2", "1"], out
 
 
+def pack_cache_case(preset):
+    """--pack-cache: the first run packs and writes the copy, the second maps
+    it (where the CPU packs one: AVX2 without AVX-512 BF16), both valid."""
+    with tempfile.TemporaryDirectory() as d:
+        cache = os.path.join(d, "cache")
+        runs = [bench(preset, "--dtype", "bf16", "--pack-cache", cache) for _ in range(2)]
+        files = os.listdir(cache) if os.path.isdir(cache) else []
+    if runs[0]["packed_weights_mb"] == 0:
+        return  # no copy on this CPU
+    assert len(files) == 1 and files[0].endswith(".pack"), files
+    assert [r["packed_weights_mapped"] for r in runs] == [False, True]
+    for r in runs:
+        assert r["decode_tok_s_bB"] > 0 and r["prefill_tok_s"] > 0
+
+
 def main():
     cases = [(json_case, ("llama3-tiny", "bf16", 3)), (json_case, ("llama3-tiny", "f32", 1)),
              (json_case, ("dsv3-tiny", "int8", 2)), (serving_case, ("llama3-tiny",)),
-             (serving_case, ("hybrid-tiny",)),
+             (serving_case, ("hybrid-tiny",)), (pack_cache_case, ("llama3-tiny",)),
              (bad_args_case, ("llama3-tiny", "--batch", "0")),
              (bad_args_case, ("llama3-tiny", "--prompt-len", "131072")),  # + gen-len 32 > context
              (bad_args_case, ("llama3-tiny", "--dtype", "int4"))]

@@ -1,0 +1,161 @@
+/* pack_file.c — --pack-cache: the packed copy of the weights (panels.c)
+ * kept in a file, and mapped in place by later loads.
+ *
+ * --pack-weights packs the copy at every load (most of a second for
+ * llama-1b), in anonymous memory: one copy per process. Given a cache
+ * directory, the load that packs it also writes it there (to a temporary
+ * file, renamed when whole), and later loads map that file read-only like
+ * the checkpoint itself (filemap.c, in 2 MiB pages where the file system
+ * allows): no packing, and the copy lives in the page cache, shared by
+ * every process that serves the model.
+ *
+ * A file is one 4 KiB header (magic, the payload's bytes, a 16-byte key over
+ * everything the copy's bits depend on, which panels.c computes, and a
+ * checksum of the payload) and the copy as it lies in memory. A file whose
+ * header does not match the expected key and size, or whose payload does
+ * not match its checksum, is not used: the load packs again and replaces
+ * it. The checksum (XXH3 over 64 MiB pieces on the thread pool: about
+ * 0.1 s for llama-1b's 2.5 GB) is what makes a file torn by a crash or
+ * damaged on disk harmless, rather than an fsync at every write (tens of
+ * seconds on a slow disk). */
+#include "model/model_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "base/pool.h"
+#include "model/filemap.h"
+
+#define PACK_HEADER 4096
+
+static const char pack_magic[8] = {'D', 'I', 'P', 'A', 'C', 'K', '0', '1'};
+
+typedef struct pack_header {
+    char magic[8];
+    uint64_t bytes; /* of the payload, which starts at PACK_HEADER */
+    uint8_t key[PACK_KEY_BYTES];
+    uint64_t checksum; /* pack_checksum of the payload */
+} pack_header;
+
+#define PIECE ((size_t)64 << 20)
+
+typedef struct sum_job {
+    const uint8_t *p;
+    size_t bytes;
+    uint64_t *piece;
+} sum_job;
+
+static void sum_task(void *ctx, int task, int n_tasks) {
+    const sum_job *j = ctx;
+    size_t at = (size_t)task * PIECE, n = j->bytes - at < PIECE ? j->bytes - at : PIECE;
+    j->piece[task] = XXH3_64bits(j->p + at, n);
+}
+
+/* XXH3 of the pieces' XXH3s, the pieces hashed in parallel. */
+static uint64_t pack_checksum(pool *p, const void *payload, size_t bytes) {
+    int n = (int)((bytes + PIECE - 1) / PIECE);
+    sum_job j = {payload, bytes, di_malloc(((size_t)n + 1) * sizeof(uint64_t))};
+    pool_run(p, sum_task, &j, n);
+    uint64_t sum = XXH3_64bits_withSeed(j.piece, (size_t)n * sizeof(uint64_t), bytes);
+    free(j.piece);
+    return sum;
+}
+
+/* fd's header when it carries key and bytes and the file's size fits. */
+static bool header_matches(int fd, const uint8_t *key, size_t bytes, pack_header *h) {
+    struct stat sb;
+    return pread(fd, h, sizeof *h, 0) == (ssize_t)sizeof *h && !memcmp(h->magic, pack_magic, 8) &&
+           h->bytes == bytes && !memcmp(h->key, key, PACK_KEY_BYTES) && fstat(fd, &sb) == 0 &&
+           (uint64_t)sb.st_size == PACK_HEADER + (uint64_t)bytes;
+}
+
+bool pack_file_matches(const char *path, const uint8_t *key, size_t bytes) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    pack_header h;
+    bool ok = header_matches(fd, key, bytes, &h);
+    close(fd);
+    return ok;
+}
+
+const void *pack_file_map(pool *p, const char *path, const uint8_t *key, size_t bytes,
+                          pack_map *map) {
+    *map = (pack_map){0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    pack_header h;
+    const uint8_t *payload = NULL;
+    bool huge;
+    void *base = header_matches(fd, key, bytes, &h) ? filemap_open(fd, PACK_HEADER + bytes, &huge)
+                                                    : MAP_FAILED;
+    close(fd);
+    if (base == MAP_FAILED) return NULL;
+    payload = (const uint8_t *)base + PACK_HEADER;
+    if (pack_checksum(p, payload, bytes) != h.checksum) {
+        fprintf(stderr, "deepinfer: --pack-cache: %s does not match its checksum; packing again\n",
+                path);
+        munmap(base, PACK_HEADER + bytes);
+        return NULL;
+    }
+    *map = (pack_map){base, PACK_HEADER + bytes};
+    return payload;
+}
+
+void pack_file_unmap(pack_map *map) {
+    if (map->base) munmap(map->base, map->size);
+    *map = (pack_map){0};
+}
+
+static int write_all(int fd, const void *p, size_t n) {
+    const uint8_t *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int pack_file_write(pool *p, const char *path, const uint8_t *key, const void *payload,
+                    size_t bytes) {
+    /* the directory itself, not its parents: a mistyped path fails loudly */
+    const char *slash = strrchr(path, '/');
+    if (slash && slash > path) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST) goto fail;
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) goto fail;
+    uint8_t header[PACK_HEADER] = {0};
+    pack_header h = {.bytes = bytes, .checksum = pack_checksum(p, payload, bytes)};
+    memcpy(h.magic, pack_magic, 8);
+    memcpy(h.key, key, PACK_KEY_BYTES);
+    memcpy(header, &h, sizeof h);
+    int rc = write_all(fd, header, sizeof header) || write_all(fd, payload, bytes);
+    int err = errno;
+    if (close(fd) != 0 && !rc) rc = -1, err = errno;
+    if (!rc && rename(tmp, path) != 0) rc = -1, err = errno;
+    if (rc) {
+        unlink(tmp);
+        errno = err;
+        goto fail;
+    }
+    return 0;
+fail:
+    fprintf(stderr, "deepinfer: --pack-cache: cannot write %s (%s); the copy stays in memory\n",
+            path, strerror(errno));
+    return -1;
+}
