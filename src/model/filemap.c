@@ -77,6 +77,15 @@ static void *remap_uncached(int fd, void *p, size_t size) {
     return map_aligned(fd, size);
 }
 
+void *filemap_open_lazy(int fd, size_t size) {
+    return size < FILEMAP_HUGE_MIN ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0)
+                                   : map_aligned(fd, size);
+}
+
+void filemap_populate(void *p, size_t size) {
+    if (madvise(p, size, MADV_POPULATE_READ) != 0) madvise(p, size, MADV_WILLNEED);
+}
+
 void *filemap_open(int fd, size_t size, bool *huge) {
     *huge = false;
     if (size < FILEMAP_HUGE_MIN) {
@@ -92,7 +101,7 @@ void *filemap_open(int fd, size_t size, bool *huge) {
         return p; /* cached small */
     for (int pass = 0;; pass++) {
         /* Read faults, not readahead (MADV_WILLNEED reads ahead in small folios). */
-        if (madvise(p, size, MADV_POPULATE_READ) != 0) madvise(p, size, MADV_WILLNEED);
+        filemap_populate(p, size);
         size_t pmd = (size_t)pmd_mapped_kb(p) << 10;
         *huge = pmd > 0;
         /* Done: all but the file's last partial 2 MiB (and a little slack)

@@ -13,5 +13,11 @@
  * Returns MAP_FAILED (errno set) on failure. Unmap with munmap(p, size). */
 #define FILEMAP_HUGE_MIN ((size_t)64 << 20)
 void *filemap_open(int fd, size_t size, bool *huge);
+/* The same mapping, faulted in only as it is read (*huge false): for a file
+ * most of which may never be read (filemap_populate faults it in later). */
+void *filemap_open_lazy(int fd, size_t size);
+/* Faults a mapping in (read faults; the pages stay as the page cache holds
+ * them). */
+void filemap_populate(void *p, size_t size);
 
 #endif

@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "model/filemap.h"
 #include "model/model_internal.h"
 #include "model/safetensors.h"
 
@@ -58,6 +59,10 @@ struct model_loader {
     ld_chunk *chunks;
     int n_chunks, cap_chunks;
     size_t weight_bytes; /* bytes of every tensor handed out, as computed on */
+    /* The shards are faulted in only as read: with --pack-cache, a copy
+     * mapped from its file leaves most of them unread (model_load faults
+     * them in afterwards where the weights are still read in place). */
+    bool lazy;
 };
 
 void *model_loader_alloc(model_loader *ld, size_t bytes) {
@@ -118,7 +123,7 @@ static int add_file(model_loader *ld, const char *fname, const char *why, di_err
     struct stat sb;
     if (stat(path, &sb) != 0) return di_errf(err, "%s: missing (named in %s)", path, why);
     ld->files = di_realloc(ld->files, (size_t)(ld->n_files + 1) * sizeof *ld->files);
-    if (st_open(&ld->files[ld->n_files], path, err)) return -1;
+    if (st_open(&ld->files[ld->n_files], path, ld->lazy, err)) return -1;
     ld->n_files++;
     return 0;
 }
@@ -330,6 +335,18 @@ void model_loader_fingerprint(const model_loader *ld, void *h) {
         XXH3_128bits_update(h, base, strlen(base) + 1);
         XXH3_128bits_update(h, id, sizeof id);
     }
+}
+
+int64_t model_loader_file_offset(const model_loader *ld, const void *p, int *file) {
+    const uint8_t *a = p;
+    for (int i = 0; i < ld->n_files; i++) {
+        const uint8_t *f = ld->files[i].map;
+        if (f && a >= f && a < f + ld->files[i].size) {
+            *file = i;
+            return a - f;
+        }
+    }
+    return -1;
 }
 
 char *model_loader_realdir(const model_loader *ld) {
@@ -628,6 +645,7 @@ model *model_load(const char *dir, const model_opts *opts, di_err *err) {
     ld->dir = di_strdup(dir);
     ld->dtype = m->opts.dtype;
     ld->int8_group = m->opts.int8_group;
+    ld->lazy = m->opts.pack_weights && m->opts.pack_cache;
     m->pool = pool_create(m->opts.threads);
     ld->pool = m->pool;
     m->ld = ld;
@@ -652,6 +670,8 @@ model *model_load(const char *dir, const model_opts *opts, di_err *err) {
     for (int l = 0; l < c->n_layers; l++) in->n_swa_layers += c->layer_swa[l];
     in->sliding_window = in->n_swa_layers ? c->sliding_window : 0;
     if (m->opts.pack_weights) model_panels_update(m);
+    for (int i = 0; ld->lazy && !m->panels_for_good && i < ld->n_files; i++)
+        if (ld->files[i].map) filemap_populate(ld->files[i].map, ld->files[i].size);
     in->packed_bytes = m->panels_bytes;
     in->packed_from = m->panels ? m->panels_from : MODEL_PACK_NONE;
     in->pack_file = m->panels ? m->panels_path : NULL;

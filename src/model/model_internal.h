@@ -155,6 +155,9 @@ void model_loader_drop_copy(model_loader *ld, const void *p, size_t n);
  * XXH3_state_t): each shard's name, size, modification time, inode and
  * device. */
 void model_loader_fingerprint(const model_loader *ld, void *h);
+/* Where p lies in the checkpoint's files: the offset in file *file, or -1
+ * if in none (a converted copy). */
+int64_t model_loader_file_offset(const model_loader *ld, const void *p, int *file);
 /* The checkpoint directory's real path (caller frees), or NULL. */
 char *model_loader_realdir(const model_loader *ld);
 
@@ -221,6 +224,9 @@ bool pack_file_matches(const char *path, const uint8_t *key, size_t bytes);
 const void *pack_file_map(pool *p, const char *path, const uint8_t *key, size_t bytes,
                           pack_map *map);
 void pack_file_unmap(pack_map *map);
+/* A hash of bytes at p: XXH3 of the XXH3s of its 64 MiB pieces, hashed in
+ * parallel on pool p. */
+uint64_t pack_checksum(pool *p, const void *bytes, size_t n);
 /* Writes the file (a temporary one, renamed when whole) with the payload's
  * checksum; creates its directory, not the parents. 0, or -1 after saying
  * why on stderr. */

@@ -59,8 +59,7 @@ static void sum_task(void *ctx, int task, int n_tasks) {
     j->piece[task] = XXH3_64bits(j->p + at, n);
 }
 
-/* XXH3 of the pieces' XXH3s, the pieces hashed in parallel. */
-static uint64_t pack_checksum(pool *p, const void *payload, size_t bytes) {
+uint64_t pack_checksum(pool *p, const void *payload, size_t bytes) {
     int n = (int)((bytes + PIECE - 1) / PIECE);
     sum_job j = {payload, bytes, di_malloc(((size_t)n + 1) * sizeof(uint64_t))};
     pool_run(p, sum_task, &j, n);

@@ -188,10 +188,12 @@ static uint64_t layout_hash(pool *p) {
 
 /* --pack-cache's file for l's copy (caller frees) and in key what the
  * copy's bits depend on: the layout, the matrices in order (shape, dtype,
- * which copy each reads) and their weights (the checkpoint files'
- * identities, and each copied matrix's first and last bytes). The name
- * depends on the checkpoint's real path, the dtype and the layout alone, so
- * a checkpoint that changes replaces its file rather than adding one. */
+ * which copy each reads) and their weights: for a matrix used in place,
+ * where it lies in which checkpoint file, and the files' identities; for
+ * one converted at load (whose bits also depend on the conversion), a hash
+ * of all its bytes. The name depends on the checkpoint's real path, the
+ * dtype and the layout alone, so a checkpoint that changes replaces its
+ * file rather than adding one. */
 static char *copy_file(model *m, const panel_list *l, const int *owner, uint8_t *key) {
     char *dir = model_loader_realdir(m->ld);
     if (!dir) return NULL;
@@ -204,12 +206,14 @@ static char *copy_file(model *m, const panel_list *l, const int *owner, uint8_t 
     model_loader_fingerprint(m->ld, h);
     for (int i = 0; i < l->n; i++) {
         const kern_mat *W = l->mats[i];
-        int32_t shape[] = {W->rows, W->cols, (int32_t)W->dtype, owner[i]};
-        XXH3_128bits_update(h, shape, sizeof shape);
-        size_t n = mat_bytes(W), ends = n < 64 ? n : 64;
-        if (owner[i] != i) continue;
-        XXH3_128bits_update(h, W->data, ends);
-        XXH3_128bits_update(h, (const char *)W->data + n - ends, ends);
+        int64_t where[] = {W->rows, W->cols, W->dtype, owner[i], -1, -1};
+        if (owner[i] == i) {
+            int file;
+            where[5] = model_loader_file_offset(m->ld, W->data, &file);
+            where[4] =
+                where[5] >= 0 ? file : (int64_t)pack_checksum(m->pool, W->data, mat_bytes(W));
+        }
+        XXH3_128bits_update(h, where, sizeof where);
     }
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits_digest(h));

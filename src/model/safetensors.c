@@ -148,7 +148,7 @@ static int parse_header(st_file *f, di_err *err) {
     return rc;
 }
 
-int st_open(st_file *f, const char *path, di_err *err) {
+int st_open(st_file *f, const char *path, bool lazy, di_err *err) {
     memset(f, 0, sizeof *f);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return di_errf(err, "%s: cannot open: %s", path, strerror(errno));
@@ -161,7 +161,7 @@ int st_open(st_file *f, const char *path, di_err *err) {
     f->size = (size_t)sb.st_size;
     if (f->size > 0) {
         bool huge = false;
-        void *p = filemap_open(fd, f->size, &huge);
+        void *p = lazy ? filemap_open_lazy(fd, f->size) : filemap_open(fd, f->size, &huge);
         if (p == MAP_FAILED) {
             close(fd);
             int rc = di_errf(err, "%s: mmap failed: %s", path, strerror(errno));
@@ -169,7 +169,7 @@ int st_open(st_file *f, const char *path, di_err *err) {
             return rc;
         }
         f->map = p;
-        if (f->size >= FILEMAP_HUGE_MIN)
+        if (f->size >= FILEMAP_HUGE_MIN && !lazy)
             di_log(DI_LOG_INFO, "%s: mapped in %s pages", path, huge ? "2 MiB" : "4 KiB");
     }
     close(fd);

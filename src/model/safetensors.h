@@ -42,9 +42,10 @@ typedef struct st_file {
     char *names; /* one buffer holding every tensor name */
 } st_file;
 
-/* Maps and validates path. On failure returns -1 with err naming the file and
- * the problem; f is left closed. */
-int st_open(st_file *f, const char *path, di_err *err);
+/* Maps and validates path, faulting it in (lazy: only as it is read). On
+ * failure returns -1 with err naming the file and the problem; f is left
+ * closed. */
+int st_open(st_file *f, const char *path, bool lazy, di_err *err);
 void st_close(st_file *f);
 /* Bytes per element of a dtype name, or 0 when unknown. */
 size_t st_dtype_size(const char *name);

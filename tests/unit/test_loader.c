@@ -639,7 +639,7 @@ TEST(loader_safetensors_fuzz_header) {
         fclose(f);
         st_file sf;
         di_err err;
-        if (st_open(&sf, p, &err) == 0) {
+        if (st_open(&sf, p, false, &err) == 0) {
             for (int t = 0; t < sf.n_tensors; t++) { /* every tensor must lie in the file */
                 const uint8_t *d = sf.tensors[t].data, *base = sf.map;
                 CHECK(d >= base && d + sf.tensors[t].nbytes <= base + sf.size);

@@ -4,6 +4,7 @@
  * changed) is packed and written again, never read; a cache that cannot be
  * written leaves the copy in memory. Runs where --pack-weights packs (AVX2
  * without AVX-512 BF16), on a tiny bf16 llama written to a temp directory. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +158,41 @@ TEST(pack_cache_repacks_damaged_or_stale_files) {
     CHECK(run(dir, cache, MODEL_PACK_WRITTEN, got, NULL, 0));
     CHECK(memcmp(want, got, n * sizeof(float)) != 0);
     CHECK(run(dir, cache, MODEL_PACK_MAPPED, got, NULL, 0));
+    free(want);
+    free(got);
+    tm_rmdir(cache);
+    tm_rmdir(dir);
+}
+
+/* A checkpoint converted at load (stored f32): its matrices' bits are in
+ * the key whole, so a weight that changes is caught even where the file's
+ * size, inode and modification time stay the same. */
+TEST(pack_cache_keys_converted_weights_by_content) {
+    if (!packs_here()) return;
+    char *dir = tm_tempdir(), *cache = cache_dir(), st[4200];
+    tm_make(dir, "llama", "F32", N_LAYERS, "");
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    size_t n = (size_t)(N_TOK + 1) * TM_VOCAB;
+    float *want = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    CHECK(run(dir, cache, MODEL_PACK_WRITTEN, want, NULL, 0));
+    CHECK(run(dir, cache, MODEL_PACK_MAPPED, got, NULL, 0));
+    CHECK(!memcmp(want, got, n * sizeof(float)));
+    struct stat before;
+    CHECK(stat(st, &before) == 0);
+    tm_set s;
+    tm_llama(&s, "F32", N_LAYERS, true);
+    tm_tensor *t = tm_find(&s, "model.layers.1.mlp.down_proj.weight");
+    CHECK(t != NULL);
+    ((float *)t->data)[5] += 0.5f;
+    CHECK(tm_write_st(st, &s, 0, s.n) == 0);
+    tm_free(&s);
+    struct timespec times[2] = {before.st_atim, before.st_mtim};
+    CHECK(utimensat(AT_FDCWD, st, times, 0) == 0);
+    struct stat after;
+    CHECK(stat(st, &after) == 0 && after.st_ino == before.st_ino &&
+          after.st_size == before.st_size && after.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
+    CHECK(run(dir, cache, MODEL_PACK_WRITTEN, got, NULL, 0));
+    CHECK(memcmp(want, got, n * sizeof(float)) != 0);
     free(want);
     free(got);
     tm_rmdir(cache);
