@@ -20,8 +20,11 @@
  * seconds on a slow disk). */
 #include "model/model_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,13 +94,12 @@ const void *pack_file_map(pool *p, const char *path, const uint8_t *key, size_t 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return NULL;
     pack_header h;
-    const uint8_t *payload = NULL;
     bool huge;
     void *base = header_matches(fd, key, bytes, &h) ? filemap_open(fd, PACK_HEADER + bytes, &huge)
                                                     : MAP_FAILED;
     close(fd);
     if (base == MAP_FAILED) return NULL;
-    payload = (const uint8_t *)base + PACK_HEADER;
+    const uint8_t *payload = (const uint8_t *)base + PACK_HEADER;
     if (pack_checksum(p, payload, bytes) != h.checksum) {
         fprintf(stderr, "deepinfer: --pack-cache: %s does not match its checksum; packing again\n",
                 path);
@@ -125,17 +127,40 @@ static int write_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
+/* Removes the temporary files of path that writers which are gone left
+ * behind (killed while writing: each up to the whole copy). */
+static void remove_stale(const char *dir, const char *name) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    size_t n = strlen(name);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long pid;
+        unsigned seq;
+        char end[8];
+        if (strncmp(e->d_name, name, n) || e->d_name[n] != '.' ||
+            sscanf(e->d_name + n, ".%ld.%u.%7s", &pid, &seq, end) != 3 || strcmp(end, "tmp") ||
+            pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char p[4600];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+}
+
 int pack_file_write(pool *p, const char *path, const uint8_t *key, const void *payload,
                     size_t bytes) {
     /* the directory itself, not its parents: a mistyped path fails loudly */
     const char *slash = strrchr(path, '/');
-    if (slash && slash > path) {
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-        if (mkdir(dir, 0777) != 0 && errno != EEXIST) goto fail;
-    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    if (slash && slash > path && mkdir(dir, 0777) != 0 && errno != EEXIST) goto fail;
+    remove_stale(dir, slash ? slash + 1 : path);
+    /* one per writer, threads of one process included */
+    static atomic_uint seq;
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s.%ld.%u.tmp", path, (long)getpid(), atomic_fetch_add(&seq, 1));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) goto fail;
     uint8_t header[PACK_HEADER] = {0};

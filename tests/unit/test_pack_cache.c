@@ -2,7 +2,8 @@
  * load that packs writes the copy to the cache, later loads map it and
  * compute the same bits; a damaged, truncated or stale file (the checkpoint
  * changed) is packed and written again, never read; a cache that cannot be
- * written leaves the copy in memory. Runs where --pack-weights packs (AVX2
+ * written leaves the copy in memory; a killed writer's temporary file goes
+ * at the next write. Runs where --pack-weights packs (AVX2
  * without AVX-512 BF16), on a tiny bf16 llama written to a temp directory. */
 #include <fcntl.h>
 #include <stdio.h>
@@ -138,9 +139,17 @@ TEST(pack_cache_repacks_damaged_or_stale_files) {
     float *want = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
     CHECK(run(dir, cache, MODEL_PACK_WRITTEN, want, path, sizeof path));
     size_t bytes = file_size(path);
-    /* a byte of the payload: the checksum catches it */
+    /* a byte of the payload: the checksum catches it; and the rewrite
+     * removes what a killed writer left, not what a live one is writing */
     poke(path, -(long)(bytes / 3));
+    char dead[4300], live[4300];
+    snprintf(dead, sizeof dead, "%s.999999999.0.tmp", path);
+    snprintf(live, sizeof live, "%s.%ld.77.tmp", path, (long)getpid());
+    tm_write_text(cache, strrchr(dead, '/') + 1, "torn");
+    tm_write_text(cache, strrchr(live, '/') + 1, "writing");
     CHECK(run(dir, cache, MODEL_PACK_WRITTEN, got, NULL, 0));
+    CHECK(access(dead, F_OK) != 0 && access(live, F_OK) == 0);
+    unlink(live);
     CHECK(!memcmp(want, got, n * sizeof(float)));
     CHECK(run(dir, cache, MODEL_PACK_MAPPED, got, NULL, 0)); /* rewritten whole */
     /* truncated, and a header's key */
