@@ -43,6 +43,7 @@
 #include <xxhash.h>
 
 #include "base/base.h"
+#include "kernels/kern_internal.h"
 
 #define PANELS_SPARE ((size_t)1 << 30)
 
@@ -167,22 +168,21 @@ static bool drops(const model *m, const kern_mat *W) {
     return kern_panels_only(W) && !overlaps_embedding(m, W);
 }
 
-/* A hash of the bf16 copy's layout on this CPU: a probe matrix (rows and
- * columns off every group size) packed. A change to the layout, or another
- * CPU's, changes it. */
+/* A hash of the bf16 copy's layout on this CPU: a probe matrix packed, its
+ * rows past a group and a partial panel, its columns past two column blocks
+ * and odd. A change to the layout, or another CPU's, changes it. */
 static uint64_t layout_hash(pool *p) {
-    enum { PR = 40, PC = 136 };
-    uint16_t w[PR * PC];
+    enum { PR = KERN_PANEL_GROUP_ROWS + 24 + 5, PC = 2 * KERN_GEMM_AVX2_KC + 77 };
+    uint16_t *w = di_malloc(sizeof(uint16_t) * PR * PC);
     uint32_t s = 12345;
     for (int i = 0; i < PR * PC; i++) w[i] = (uint16_t)((s = s * 1664525u + 1013904223u) >> 16);
     kern_mat P = {.dtype = KT_BF16, .rows = PR, .cols = PC, .data = w};
     size_t n = (kern_panels_bytes(&P) + 63) & ~(size_t)63;
-    uint32_t *copy = aligned_alloc(64, n ? n : 64);
-    if (!copy) return 0;
-    memset(copy, 0, n);
+    uint32_t *copy = di_huge_alloc(n ? n : 64);
     kern_pack_panels(p, copy, &P);
     uint64_t h = XXH3_64bits(copy, n);
-    free(copy);
+    di_huge_free(copy, n ? n : 64);
+    free(w);
     return h;
 }
 
