@@ -57,7 +57,8 @@ model *cli_load_model(const char *dir, const model_opts *o) {
     }
     const model_info *in = model_get_info(m);
     if (in->packed_from == MODEL_PACK_WRITTEN)
-        fprintf(stderr, "deepinfer: packed copy of the weights written to %s\n", in->pack_file);
+        fprintf(stderr, "deepinfer: packed copy of the weights being written to %s\n",
+                in->pack_file);
     else if (in->packed_from == MODEL_PACK_MAPPED)
         fprintf(stderr, "deepinfer: packed copy of the weights mapped from %s\n", in->pack_file);
     return m;

@@ -55,7 +55,8 @@ typedef struct model_opts {
 typedef enum {
     MODEL_PACK_NONE = 0, /* no copy */
     MODEL_PACK_PACKED,   /* packed at load into memory (no cache, or writing it failed) */
-    MODEL_PACK_WRITTEN,  /* packed at load and written to the cache */
+    MODEL_PACK_WRITTEN,  /* packed at load, and being written to the cache (on a thread of its
+                            own: model_free waits for it; a failure is said on stderr) */
     MODEL_PACK_MAPPED,   /* mapped from the cache's file */
 } model_pack_source;
 

@@ -202,8 +202,9 @@ struct model {
     size_t panels_bytes;
     pack_map panels_file; /* the mapping of --pack-cache's file they lie in, if so */
     model_pack_source panels_from;
-    char *panels_path;    /* --pack-cache's file for them (written or mapped) */
-    int panels_n;         /* matrices set to read them */
+    char *panels_path;                 /* --pack-cache's file for them (written or mapped) */
+    struct pack_writer *panels_writer; /* writing that file, while it does */
+    int panels_n;                      /* matrices set to read them */
     bool panels_for_good; /* the same copies in either mode: never freed before the model */
 };
 
@@ -227,11 +228,17 @@ void pack_file_unmap(pack_map *map);
 /* A hash of bytes at p: XXH3 of the XXH3s of its 64 MiB pieces, hashed in
  * parallel on pool p. */
 uint64_t pack_checksum(pool *p, const void *bytes, size_t n);
-/* Writes the file (a temporary one, renamed when whole) with the payload's
- * checksum; creates its directory, not the parents. 0, or -1 after saying
- * why on stderr. */
-int pack_file_write(pool *p, const char *path, const uint8_t *key, const void *payload,
-                    size_t bytes);
+/* Starts writing the file: makes its directory (not the parents) and a
+ * temporary file, and sums the payload's checksum on pool p, now; writes
+ * them on a thread of its own, which renames the file when whole. NULL
+ * after saying why on stderr. The payload must stay until
+ * pack_file_finish. */
+typedef struct pack_writer pack_writer;
+pack_writer *pack_file_write(pool *p, const char *path, const uint8_t *key, const void *payload,
+                             size_t bytes);
+/* Waits for the writer and frees it: 0 when the file is written (else the
+ * writer said why on stderr). */
+int pack_file_finish(pack_writer *w);
 
 /* rope.c: precomputes the rotary frequencies at load; freed by model_free. */
 int model_rope_init(model *m, di_err *err);

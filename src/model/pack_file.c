@@ -11,7 +11,9 @@
  *
  * A file is one 4 KiB header (magic, the payload's bytes, a 16-byte key over
  * everything the copy's bits depend on, which panels.c computes, and a
- * checksum of the payload) and the copy as it lies in memory. A file whose
+ * checksum of the payload) and the copy as it lies in memory. The copy is
+ * written on a thread of its own (seconds for llama-1b on a slow disk), so
+ * the load that packs it does not wait; freeing the model does. A file whose
  * header does not match the expected key and size, or whose payload does
  * not match its checksum, is not used: the load packs again and replaces
  * it. The checksum (XXH3 over 64 MiB pieces on the thread pool: about
@@ -23,6 +25,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -149,37 +152,69 @@ static void remove_stale(const char *dir, const char *name) {
     closedir(d);
 }
 
-int pack_file_write(pool *p, const char *path, const uint8_t *key, const void *payload,
-                    size_t bytes) {
+struct pack_writer {
+    pthread_t thread;
+    bool started;
+    int fd, rc;
+    char path[4096], tmp[4200];
+    uint8_t header[PACK_HEADER];
+    const void *payload;
+    size_t bytes;
+};
+
+static void *write_body(void *arg) {
+    pack_writer *w = arg;
+    int rc =
+        write_all(w->fd, w->header, sizeof w->header) || write_all(w->fd, w->payload, w->bytes);
+    int err = errno;
+    if (close(w->fd) != 0 && !rc) rc = -1, err = errno;
+    if (!rc && rename(w->tmp, w->path) != 0) rc = -1, err = errno;
+    if (rc) {
+        unlink(w->tmp);
+        fprintf(stderr, "deepinfer: --pack-cache: cannot write %s (%s)\n", w->path, strerror(err));
+    }
+    w->rc = rc ? -1 : 0;
+    return NULL;
+}
+
+pack_writer *pack_file_write(pool *p, const char *path, const uint8_t *key, const void *payload,
+                             size_t bytes) {
     /* the directory itself, not its parents: a mistyped path fails loudly */
     const char *slash = strrchr(path, '/');
     char dir[4096];
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
     if (slash && slash > path && mkdir(dir, 0777) != 0 && errno != EEXIST) goto fail;
     remove_stale(dir, slash ? slash + 1 : path);
+    pack_writer *w = di_calloc(1, sizeof *w);
     /* one per writer, threads of one process included */
     static atomic_uint seq;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.%ld.%u.tmp", path, (long)getpid(), atomic_fetch_add(&seq, 1));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) goto fail;
-    uint8_t header[PACK_HEADER] = {0};
+    snprintf(w->path, sizeof w->path, "%s", path);
+    snprintf(w->tmp, sizeof w->tmp, "%s.%ld.%u.tmp", path, (long)getpid(),
+             atomic_fetch_add(&seq, 1));
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        free(w);
+        goto fail;
+    }
     pack_header h = {.bytes = bytes, .checksum = pack_checksum(p, payload, bytes)};
     memcpy(h.magic, pack_magic, 8);
     memcpy(h.key, key, PACK_KEY_BYTES);
-    memcpy(header, &h, sizeof h);
-    int rc = write_all(fd, header, sizeof header) || write_all(fd, payload, bytes);
-    int err = errno;
-    if (close(fd) != 0 && !rc) rc = -1, err = errno;
-    if (!rc && rename(tmp, path) != 0) rc = -1, err = errno;
-    if (rc) {
-        unlink(tmp);
-        errno = err;
-        goto fail;
-    }
-    return 0;
+    memcpy(w->header, &h, sizeof h);
+    w->payload = payload;
+    w->bytes = bytes;
+    w->started = pthread_create(&w->thread, NULL, write_body, w) == 0;
+    if (!w->started) write_body(w);
+    return w;
 fail:
     fprintf(stderr, "deepinfer: --pack-cache: cannot write %s (%s); the copy stays in memory\n",
             path, strerror(errno));
-    return -1;
+    return NULL;
+}
+
+int pack_file_finish(pack_writer *w) {
+    if (!w) return -1;
+    if (w->started) pthread_join(w->thread, NULL);
+    int rc = w->rc;
+    free(w);
+    return rc;
 }

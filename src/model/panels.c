@@ -296,7 +296,7 @@ static void pack(model *m, panel_list *l) {
     m->panels_from = MODEL_PACK_PACKED;
     if (mapped)
         m->panels_from = MODEL_PACK_MAPPED;
-    else if (buf && path && !pack_file_write(m->pool, path, key, buf, total))
+    else if (buf && path && (m->panels_writer = pack_file_write(m->pool, path, key, buf, total)))
         m->panels_from = MODEL_PACK_WRITTEN;
     if (m->panels_from == MODEL_PACK_PACKED) {
         free(path);
@@ -308,6 +308,8 @@ static void pack(model *m, panel_list *l) {
 
 static void panels_free(model *m, panel_list *l) {
     for (int i = 0; i < l->n; i++) l->mats[i]->panels = NULL;
+    pack_file_finish(m->panels_writer); /* it reads them */
+    m->panels_writer = NULL;
     if (m->panels_file.base)
         pack_file_unmap(&m->panels_file);
     else
