@@ -645,7 +645,11 @@ model *model_load(const char *dir, const model_opts *opts, di_err *err) {
     ld->dir = di_strdup(dir);
     ld->dtype = m->opts.dtype;
     ld->int8_group = m->opts.int8_group;
-    ld->lazy = m->opts.pack_weights && m->opts.pack_cache;
+    /* lazy only where the copy would replace the bf16 weights for good */
+    uint16_t one = 0x3f80;
+    kern_mat bf16 = {.dtype = KT_BF16, .rows = 1, .cols = 1, .data = &one};
+    ld->lazy = m->opts.pack_weights && m->opts.pack_cache && m->opts.dtype == MODEL_DTYPE_BF16 &&
+               kern_panels_only(&bf16);
     m->pool = pool_create(m->opts.threads);
     ld->pool = m->pool;
     m->ld = ld;
