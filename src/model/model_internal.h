@@ -225,7 +225,7 @@ bool pack_file_matches(const char *path, const uint8_t *key, size_t bytes);
 const void *pack_file_map(pool *p, const char *path, const uint8_t *key, size_t bytes,
                           pack_map *map);
 void pack_file_unmap(pack_map *map);
-/* A hash of bytes at p: XXH3 of the XXH3s of its 64 MiB pieces, hashed in
+/* A hash of n bytes: XXH3 of the XXH3s of their 64 MiB pieces, hashed in
  * parallel on pool p. */
 uint64_t pack_checksum(pool *p, const void *bytes, size_t n);
 /* Starts writing the file: makes its directory (not the parents) and a
