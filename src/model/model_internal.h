@@ -216,13 +216,14 @@ void model_panels_free(model *m);
 
 /* pack_file.c: the packed copies kept in a file (model_opts.pack_cache). */
 #define PACK_KEY_BYTES 16
-/* Whether the file at path has a header that carries key and bytes (its
- * payload not read). */
-bool pack_file_matches(const char *path, const uint8_t *key, size_t bytes);
-/* The payload (bytes, after the header) of the file at path when its header
- * carries key and bytes and the payload its checksum (summed on pool p),
- * mapped read-only (map: what to unmap); NULL otherwise. */
-const void *pack_file_map(pool *p, const char *path, const uint8_t *key, size_t bytes,
+/* The file at path, open, when its header carries key and bytes (its
+ * payload not read yet; *checksum: the payload's, as the header says); -1
+ * otherwise. */
+int pack_file_open(const char *path, const uint8_t *key, size_t bytes, uint64_t *checksum);
+/* The payload (bytes, after the header) of that file (fd, closed here)
+ * mapped read-only (map: what to unmap) when it matches checksum (summed on
+ * pool p); NULL otherwise. */
+const void *pack_file_map(pool *p, int fd, const char *path, size_t bytes, uint64_t checksum,
                           pack_map *map);
 void pack_file_unmap(pack_map *map);
 /* A hash of n bytes: XXH3 of the XXH3s of their 64 MiB pieces, hashed in
@@ -236,9 +237,9 @@ uint64_t pack_checksum(pool *p, const void *bytes, size_t n);
 typedef struct pack_writer pack_writer;
 pack_writer *pack_file_write(pool *p, const char *path, const uint8_t *key, const void *payload,
                              size_t bytes);
-/* Waits for the writer and frees it: 0 when the file is written (else the
- * writer said why on stderr). */
-int pack_file_finish(pack_writer *w);
+/* Waits for the writer (which said on stderr if the write failed) and
+ * frees it. */
+void pack_file_finish(pack_writer *w);
 
 /* rope.c: precomputes the rotary frequencies at load; freed by model_free. */
 int model_rope_init(model *m, di_err *err);

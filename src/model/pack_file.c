@@ -74,36 +74,30 @@ uint64_t pack_checksum(pool *p, const void *payload, size_t bytes) {
     return sum;
 }
 
-/* fd's header when it carries key and bytes and the file's size fits. */
-static bool header_matches(int fd, const uint8_t *key, size_t bytes, pack_header *h) {
-    struct stat sb;
-    return pread(fd, h, sizeof *h, 0) == (ssize_t)sizeof *h && !memcmp(h->magic, pack_magic, 8) &&
-           h->bytes == bytes && !memcmp(h->key, key, PACK_KEY_BYTES) && fstat(fd, &sb) == 0 &&
-           (uint64_t)sb.st_size == PACK_HEADER + (uint64_t)bytes;
-}
-
-bool pack_file_matches(const char *path, const uint8_t *key, size_t bytes) {
+int pack_file_open(const char *path, const uint8_t *key, size_t bytes, uint64_t *checksum) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
+    if (fd < 0) return -1;
     pack_header h;
-    bool ok = header_matches(fd, key, bytes, &h);
+    struct stat sb;
+    if (pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && !memcmp(h.magic, pack_magic, 8) &&
+        h.bytes == bytes && !memcmp(h.key, key, PACK_KEY_BYTES) && fstat(fd, &sb) == 0 &&
+        (uint64_t)sb.st_size == PACK_HEADER + (uint64_t)bytes) {
+        *checksum = h.checksum;
+        return fd;
+    }
     close(fd);
-    return ok;
+    return -1;
 }
 
-const void *pack_file_map(pool *p, const char *path, const uint8_t *key, size_t bytes,
+const void *pack_file_map(pool *p, int fd, const char *path, size_t bytes, uint64_t checksum,
                           pack_map *map) {
     *map = (pack_map){0};
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return NULL;
-    pack_header h;
     bool huge;
-    void *base = header_matches(fd, key, bytes, &h) ? filemap_open(fd, PACK_HEADER + bytes, &huge)
-                                                    : MAP_FAILED;
+    void *base = filemap_open(fd, PACK_HEADER + bytes, &huge);
     close(fd);
     if (base == MAP_FAILED) return NULL;
     const uint8_t *payload = (const uint8_t *)base + PACK_HEADER;
-    if (pack_checksum(p, payload, bytes) != h.checksum) {
+    if (pack_checksum(p, payload, bytes) != checksum) {
         fprintf(stderr, "deepinfer: --pack-cache: %s does not match its checksum; packing again\n",
                 path);
         munmap(base, PACK_HEADER + bytes);
@@ -155,7 +149,7 @@ static void remove_stale(const char *dir, const char *name) {
 struct pack_writer {
     pthread_t thread;
     bool started;
-    int fd, rc;
+    int fd;
     char path[4096], tmp[4200];
     uint8_t header[PACK_HEADER];
     const void *payload;
@@ -173,7 +167,6 @@ static void *write_body(void *arg) {
         unlink(w->tmp);
         fprintf(stderr, "deepinfer: --pack-cache: cannot write %s (%s)\n", w->path, strerror(err));
     }
-    w->rc = rc ? -1 : 0;
     return NULL;
 }
 
@@ -211,10 +204,8 @@ fail:
     return NULL;
 }
 
-int pack_file_finish(pack_writer *w) {
-    if (!w) return -1;
+void pack_file_finish(pack_writer *w) {
+    if (!w) return;
     if (w->started) pthread_join(w->thread, NULL);
-    int rc = w->rc;
     free(w);
-    return rc;
 }

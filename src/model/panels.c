@@ -250,13 +250,15 @@ static void pack(model *m, panel_list *l) {
     char *path = NULL;
     if (total && m->opts.pack_cache && m->panels_for_good) path = copy_file(m, l, owner, key);
     const void *mapped = NULL;
-    if (path && pack_file_matches(path, key, total)) {
+    uint64_t checksum;
+    int fd = path ? pack_file_open(path, key, total, &checksum) : -1;
+    if (fd >= 0) {
         /* the file's pages come in as the mapping's go: resident memory
          * peaks at about the weights, not the weights and the copy */
         for (int i = 0; i < l->n; i++)
             if (drops(m, l->mats[i]))
                 model_loader_release(m->ld, l->mats[i]->data, mat_bytes(l->mats[i]));
-        mapped = pack_file_map(m->pool, path, key, total, &m->panels_file);
+        mapped = pack_file_map(m->pool, fd, path, total, checksum, &m->panels_file);
     }
     size_t avail = total && !mapped ? mem_available() : 0;
     uint8_t *buf = mapped ? (uint8_t *)mapped
