@@ -88,6 +88,7 @@ int tok_parse_decoder(tokenizer *t, json_t *j, di_err *err) {
 struct tok_stream {
     const tokenizer *t;
     bool skip;
+    bool raw; /* bytes as they are, invalid UTF-8 too (tok_token_bytes) */
     di_buf out;
     di_buf scratch[MAX_STAGES];
     di_buf pend[MAX_STAGES]; /* ByteLevel: pending bytes; ByteFallback: pending run */
@@ -151,7 +152,7 @@ static void flush_run(tok_stream *st, int k) {
     di_buf *p = &st->pend[k];
     int cnt = st->runlen[k];
     st->runlen[k] = 0;
-    if (tok_utf8_check(p->p, p->n) == p->n) {
+    if (st->raw || tok_utf8_check(p->p, p->n) == p->n) {
         di_buf *sc = &st->scratch[k];
         sc->n = 0;
         di_buf_add(sc, p->p, p->n);
@@ -195,7 +196,8 @@ static void feed(tok_stream *st, int k, const char *s, size_t n) {
                 di_buf_putc(p, (char)b), i += l;
         }
         if (!ok) p->n = start, di_buf_add(p, s, n);
-        size_t used = utf8_lossy((const uint8_t *)p->p, p->n, false, sc);
+        size_t used = st->raw ? (di_buf_add(sc, p->p, p->n), p->n)
+                              : utf8_lossy((const uint8_t *)p->p, p->n, false, sc);
         memmove(p->p, p->p + used, p->n - used);
         p->n -= used;
         if (sc->n) feed(st, k + 1, sc->p, sc->n);
@@ -319,4 +321,32 @@ char *tok_decode(const tokenizer *t, const int *ids, size_t n, bool skip_control
     tok_stream_free(st);
     if (len) *len = all.n;
     return all.p;
+}
+
+char *tok_token_bytes(const tokenizer *t, int id, size_t *len) {
+    tok_stream *st = tok_stream_new(t, false);
+    st->raw = true;
+    for (int k = 0; k < t->n_decs; k++) { /* past the start of a text */
+        st->idx[k] = 1;
+        st->stripped[k] = t->decs[k].start;
+        st->strip_over[k] = true;
+    }
+    di_buf all = {0};
+    size_t l;
+    const char *s = tok_stream_push(st, id, &l);
+    di_buf_add(&all, s, l);
+    s = tok_stream_flush(st, &l);
+    di_buf_add(&all, s, l);
+    tok_stream_free(st);
+    if (!all.p) di_buf_add(&all, "", 0);
+    if (len) *len = all.n;
+    return all.p;
+}
+
+char *tok_utf8_lossy(const char *s, size_t n, size_t *len) {
+    di_buf out = {0};
+    utf8_lossy((const uint8_t *)s, n, true, &out);
+    if (!out.p) di_buf_add(&out, "", 0);
+    if (len) *len = out.n;
+    return out.p;
 }

@@ -57,6 +57,13 @@ bool tok_is_control(const tokenizer *t, int id);
 /* ids -> UTF-8 text (malloc'd, NUL-terminated; *len gets the length).
  * skip_control: leave out special tokens. */
 char *tok_decode(const tokenizer *t, const int *ids, size_t n, bool skip_control, size_t *len);
+/* The bytes one token adds to a text it does not start (malloc'd; *len gets
+ * the length): its UTF-8 as decoded, except that a token holding part of a
+ * character keeps its raw bytes, which concatenate with its neighbours' to
+ * the text (OpenAI's logprobs `bytes`). tok_utf8_lossy: bytes as text, each
+ * invalid part U+FFFD, as decoding does. */
+char *tok_token_bytes(const tokenizer *t, int id, size_t *len);
+char *tok_utf8_lossy(const char *s, size_t n, size_t *len);
 
 /* Incremental detokenizer for one stream: feed ids one at a time; returns the
  * newly completed text (valid UTF-8, possibly empty) in a buffer owned by the

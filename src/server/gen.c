@@ -182,17 +182,22 @@ void gen_free(srv_gen *g) {
     free(g);
 }
 
+/* A token's entry: `bytes` its raw bytes (a token holding part of a
+ * character too, so that neighbours' bytes join into the text), `token`
+ * those bytes as text. */
 static json_t *lp_entry(const tokenizer *tok, int id, float lp) {
-    size_t len = 0;
-    char *s = tok ? tok_decode(tok, &id, 1, false, &len) : NULL;
+    size_t len = 0, tlen = 0;
+    char *raw = tok ? tok_token_bytes(tok, id, &len) : NULL;
+    char *text = raw ? tok_utf8_lossy(raw, len, &tlen) : NULL;
     json_t *bytes = json_array();
     for (size_t i = 0; i < len; i++)
-        json_array_append_new(bytes, json_integer((unsigned char)s[i]));
+        json_array_append_new(bytes, json_integer((unsigned char)raw[i]));
     json_t *o = json_object();
-    json_object_set_new(o, "token", srv_jstr(s ? s : "", len));
+    json_object_set_new(o, "token", srv_jstr(text ? text : "", tlen));
     json_object_set_new(o, "logprob", json_real(isfinite(lp) ? lp : -9999.0));
     json_object_set_new(o, "bytes", bytes);
-    free(s);
+    free(raw);
+    free(text);
     return o;
 }
 

@@ -1,5 +1,5 @@
 // openai.test.mjs — `deepinfer serve` driven by the official `openai` SDK:
-// chat completions (streamed and not, n > 1, logprobs, usage with cached
+// chat completions (streamed and not, n > 1, logprobs and their bytes, usage with cached
 // tokens), completions (greedy output equals `deepinfer generate`), responses
 // (streamed and not), a tool-result round trip, forced tool_choice, and errors (401, 404, 400
 // naming the field, context overflow) in OpenAI's error shape.
@@ -88,6 +88,21 @@ test('n > 1, logprobs with top_logprobs, seed, stop, penalties', async () => {
     presence_penalty: 0.5, frequency_penalty: 0.2, stop: ['zzzz'],
   });
   assert.deepEqual(again.choices.map((c) => c.message.content), r.choices.map((c) => c.message.content), 'same seed, same samples');
+});
+
+test('logprobs: the tokens\' bytes join into the message text', async () => {
+  // greedy on this model, a reply with tokens that hold part of a character
+  const r = await client.chat.completions.create({
+    model: MODEL, messages: user('Hi'), max_tokens: 16, temperature: 0, logprobs: true, top_logprobs: 2,
+  });
+  const c = r.choices[0], lp = c.logprobs.content;
+  assert.equal(lp.length, r.usage.completion_tokens);
+  const joined = Buffer.concat(lp.map((t) => Buffer.from(t.bytes)));
+  assert.equal(new TextDecoder().decode(joined), c.message.content);
+  const alone = (b) => { try { new TextDecoder('utf-8', { fatal: true }).decode(Buffer.from(b)); return true; } catch { return false; } };
+  assert.ok(lp.some((t) => !alone(t.bytes)), 'some token is part of a character');
+  for (const t of lp.concat(lp.flatMap((e) => e.top_logprobs)))
+    assert.equal(t.token, new TextDecoder().decode(Buffer.from(t.bytes)));
 });
 
 test('completions: greedy output equals `deepinfer generate`', async () => {

@@ -667,3 +667,69 @@ TEST(tok_stream_equals_decode) {
     stream_property(t, "sp");
     tok_free(t);
 }
+
+/* ---- one token's bytes (logprobs) ----------------------------------------- */
+
+/* Each token's bytes, joined, are the text (past its start), and a token
+ * holding part of a character keeps that part's raw bytes. */
+static void token_bytes_join(const tokenizer *t, const int *ids, size_t n, const char *want,
+                             size_t want_len, bool *partial) {
+    di_buf all = {0};
+    for (size_t i = 0; i < n; i++) {
+        size_t l;
+        char *b = tok_token_bytes(t, ids[i], &l);
+        if (tok_utf8_check(b, l) != l) *partial = true;
+        di_buf_add(&all, b, l);
+        free(b);
+    }
+    CHECKF(all.n == want_len && !memcmp(all.p, want, want_len), "joined %zu bytes '%.*s'", all.n,
+           (int)all.n, all.p);
+    free(all.p);
+}
+
+TEST(tok_token_bytes_join_into_the_text) {
+    tokenizer *t = load_tiny();
+    CHECK(t);
+    const char *texts[] = {"\xF0\x9F\x98\x80! caf\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87",
+                           "plain words, and numbers 123\n"};
+    tok_ids ids = {0};
+    bool partial = false;
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+        CHECK(encode_str(t, texts[i], &ids) == 0);
+        token_bytes_join(t, ids.v, ids.n, texts[i], strlen(texts[i]), &partial);
+    }
+    CHECK(partial); /* the emoji's first bytes are a token of their own */
+    /* the text of such a token: U+FFFD, as decoding gives */
+    size_t l, tl;
+    CHECK(encode_str(t, "\xF0\x9F\x98\x80", &ids) == 0 && ids.n > 1);
+    char *b = tok_token_bytes(t, ids.v[0], &l);
+    char *text = tok_utf8_lossy(b, l, &tl);
+    CHECKF(tok_utf8_check(b, l) != l && !strcmp(text, "\xEF\xBF\xBD"), "'%s'", text);
+    free(text);
+    free(b);
+    tok_free(t);
+
+    /* SentencePiece with byte fallback: a token's leading space stays (the
+     * decoder strips only the text's first), <0xNN> tokens are their byte */
+    t = load_sp(SP_NORM, "null", SP_DEC, SP_FLAGS);
+    CHECK(t);
+    partial = false;
+    const char want[] = " hello ab \xC3\xA9";
+    token_bytes_join(t, (int[]){275, 265, 259, 3 + 0xC3, 3 + 0xA9}, 5, want, sizeof want - 1,
+                     &partial);
+    CHECK(partial);
+    tok_free(t);
+    /* the same through a Metaspace decoder (newer SentencePiece conversions) */
+    t = load_sp("null",
+                "{\"type\":\"Metaspace\",\"replacement\":\"\xE2\x96\x81\","
+                "\"prepend_scheme\":\"first\",\"split\":false}",
+                "{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Metaspace\","
+                "\"replacement\":\"\xE2\x96\x81\",\"prepend_scheme\":\"first\"},"
+                "{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"}]}",
+                SP_FLAGS);
+    CHECK(t);
+    CHECK(encode_str(t, "hello ab", &ids) == 0);
+    token_bytes_join(t, ids.v, ids.n, " hello ab", 9, &partial);
+    tok_ids_free(&ids);
+    tok_free(t);
+}
