@@ -113,6 +113,34 @@ static int parse_item(const json_t *it, conversation *c, size_t i, srv_fail *f) 
     return srv_failf(f, 400, "input", "%s.type: unsupported item type '%s'", where, type);
 }
 
+/* include: what the response should carry beyond the default. Output text
+ * logprobs are the one this server makes; the other documented values have
+ * nothing to add here and are accepted. */
+static int parse_include(const json_t *inc, srv_req *r, srv_fail *f) {
+    static const char *const known[] = {"message.output_text.logprobs",
+                                        "reasoning.encrypted_content",
+                                        "file_search_call.results",
+                                        "web_search_call.results",
+                                        "web_search_call.action.sources",
+                                        "message.input_image.image_url",
+                                        "computer_call_output.output.image_url",
+                                        "code_interpreter_call.outputs"};
+    if (!inc || json_is_null(inc)) return 0;
+    if (!json_is_array(inc)) return srv_failf(f, 400, "include", "include: expected an array");
+    size_t i;
+    const json_t *v;
+    json_array_foreach(inc, i, v) {
+        const char *s = json_string_value(v);
+        if (!s) return srv_failf(f, 400, "include", "include[%zu]: expected a string", i);
+        size_t k = 0;
+        while (k < sizeof known / sizeof *known && strcmp(s, known[k])) k++;
+        if (k == sizeof known / sizeof *known)
+            return srv_failf(f, 400, "include", "include[%zu]: unknown value '%.64s'", i, s);
+        if (k == 0) r->logprobs = true;
+    }
+    return 0;
+}
+
 static int resp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
     const json_t *prev = json_object_get(body, "previous_response_id");
     if (prev && !json_is_null(prev))
@@ -155,7 +183,8 @@ static int resp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
         srv_get_sampling(body, r, 2.0f, f) || srv_get_bool(body, "stream", &r->stream, f) ||
         srv_get_int(body, "max_output_tokens", 1, 1 << 30, &r->max_tokens, f) ||
         srv_get_int(body, "top_logprobs", 0, SAMP_MAX_TOP, &r->top_logprobs, f) ||
-        srv_get_bool(body, "parallel_tool_calls", &r->parallel_tool_calls, f))
+        srv_get_bool(body, "parallel_tool_calls", &r->parallel_tool_calls, f) ||
+        parse_include(json_object_get(body, "include"), r, f))
         return -1;
     (void)lim;
     if (r->top_logprobs) r->logprobs = true;
@@ -163,6 +192,13 @@ static int resp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
 }
 
 /* --- output items -------------------------------------------------------- */
+/* The output_text's logprobs: every generated token's entry (as chat
+ * completions' content logprobs), when asked for. */
+static json_t *text_logprobs(const srv_gen *g) {
+    const json_t *all = g->req->logprobs ? g->b[0].logprobs : NULL;
+    return all ? json_deep_copy(all) : json_array();
+}
+
 static void item_id(const srv_gen *g, const char *pre, int index, char *out, size_t cap) {
     snprintf(out, cap, "%s_%s_%d", pre, g->id + 5, index);
 }
@@ -179,9 +215,10 @@ static json_t *reasoning_item(const srv_gen *g, int idx, const char *text, size_
                      "content", content, "status", status);
 }
 
-static json_t *text_part(const char *text, size_t len) {
-    return json_pack("{s:s, s:o, s:[], s:[]}", "type", "output_text", "text", srv_jstr(text, len),
-                     "annotations", "logprobs");
+/* lp: the logprobs (taken), NULL for none yet */
+static json_t *text_part(const char *text, size_t len, json_t *lp) {
+    return json_pack("{s:s, s:o, s:[], s:o}", "type", "output_text", "text", srv_jstr(text, len),
+                     "annotations", "logprobs", lp ? lp : json_array());
 }
 
 static json_t *message_item(const srv_gen *g, int idx, const char *text, size_t len,
@@ -189,7 +226,7 @@ static json_t *message_item(const srv_gen *g, int idx, const char *text, size_t 
     char id[80];
     item_id(g, "msg", idx, id, sizeof id);
     json_t *content = json_array();
-    if (text) json_array_append_new(content, text_part(text, len));
+    if (text) json_array_append_new(content, text_part(text, len, text_logprobs(g)));
     return json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", id, "type", "message", "role", "assistant",
                      "status", status, "content", content);
 }
@@ -270,11 +307,11 @@ static void close_block(srv_gen *g, gen_branch *b) {
         size_t n = b->text.n - b->blk_from;
         item_id(g, "msg", idx, id, sizeof id);
         emit(g, "response.output_text.done",
-             json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", id, "output_index", idx,
-                       "content_index", 0, "text", srv_jstr(t, n), "logprobs"));
+             json_pack("{s:s, s:i, s:i, s:o, s:o}", "item_id", id, "output_index", idx,
+                       "content_index", 0, "text", srv_jstr(t, n), "logprobs", text_logprobs(g)));
         emit(g, "response.content_part.done",
              json_pack("{s:s, s:i, s:i, s:o}", "item_id", id, "output_index", idx, "content_index",
-                       0, "part", text_part(t, n)));
+                       0, "part", text_part(t, n, text_logprobs(g))));
         emit(g, "response.output_item.done",
              json_pack("{s:i, s:o}", "output_index", idx, "item",
                        message_item(g, idx, t, n, "completed")));
@@ -295,7 +332,12 @@ static void close_block(srv_gen *g, gen_branch *b) {
 
 static void resp_event(srv_gen *g, int bi, const gev *ev) {
     gen_branch *b = &g->b[bi];
-    if (bi != 0 || ev->kind == GEV_LOGPROB || ev->kind == GEV_TOOL_END) return;
+    if (bi != 0 || ev->kind == GEV_TOOL_END) return;
+    if (ev->kind == GEV_LOGPROB) { /* sent with the next text delta */
+        if (!b->lp_pending) b->lp_pending = json_array();
+        json_array_append(b->lp_pending, ev->logprob);
+        return;
+    }
     int want = ev->kind == GEV_TOOL_ARGS ? GEV_TOOL_START + 1 : (int)ev->kind + 1;
     if (b->blk != want || ev->kind == GEV_TOOL_START) {
         close_block(g, b);
@@ -315,7 +357,7 @@ static void resp_event(srv_gen *g, int bi, const gev *ev) {
                            message_item(g, idx, NULL, 0, "in_progress")));
             emit(g, "response.content_part.added",
                  json_pack("{s:s, s:i, s:i, s:o}", "item_id", id, "output_index", idx,
-                           "content_index", 0, "part", text_part("", 0)));
+                           "content_index", 0, "part", text_part("", 0, NULL)));
         } else if (ev->kind == GEV_TOOL_START) {
             b->tool_open = ev->tool;
             emit(g, "response.output_item.added",
@@ -334,8 +376,10 @@ static void resp_event(srv_gen *g, int bi, const gev *ev) {
     } else if (ev->kind == GEV_TEXT) {
         item_id(g, "msg", idx, id, sizeof id);
         emit(g, "response.output_text.delta",
-             json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", id, "output_index", idx,
-                       "content_index", 0, "delta", srv_jstr(ev->text, ev->len), "logprobs"));
+             json_pack("{s:s, s:i, s:i, s:o, s:o}", "item_id", id, "output_index", idx,
+                       "content_index", 0, "delta", srv_jstr(ev->text, ev->len), "logprobs",
+                       b->lp_pending ? b->lp_pending : json_array()));
+        b->lp_pending = NULL;
     } else if (ev->kind == GEV_TOOL_ARGS) {
         item_id(g, "fc", idx, id, sizeof id);
         emit(g, "response.function_call_arguments.delta",

@@ -1,7 +1,7 @@
 // openai.test.mjs — `deepinfer serve` driven by the official `openai` SDK:
 // chat completions (streamed and not, n > 1, logprobs and their bytes, usage with cached
 // tokens), completions (greedy output equals `deepinfer generate`), responses
-// (streamed and not), a tool-result round trip, forced tool_choice, and errors (401, 404, 400
+// (streamed and not, logprobs), a tool-result round trip, forced tool_choice, and errors (401, 404, 400
 // naming the field, context overflow) in OpenAI's error shape.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -143,6 +143,31 @@ test('responses: body and stream events', async () => {
   assert.equal(textOf(final), r.output_text);
   const withReasoning = await client.responses.stream({ model: MODEL, input: 'Hello', max_output_tokens: 8, temperature: 0, reasoning: { effort: 'low' } }).finalResponse();
   assert.equal(withReasoning.output[0].type, 'reasoning');
+});
+
+test('responses: output text logprobs, in the body and in the stream', async () => {
+  const req = { model: MODEL, input: 'Hi', max_output_tokens: 12, temperature: 0, top_logprobs: 2, include: ['message.output_text.logprobs'] };
+  const r = await client.responses.create(req);
+  const part = r.output.at(-1).content[0];
+  assert.equal(part.logprobs.length, r.usage.output_tokens);
+  assert.equal(new TextDecoder().decode(Buffer.concat(part.logprobs.map((t) => Buffer.from(t.bytes)))), part.text);
+  for (const t of part.logprobs) {
+    assert.ok(t.logprob <= 0);
+    assert.equal(t.top_logprobs.length, 2);
+  }
+  const streamed = [];
+  let done;
+  for await (const ev of await client.responses.create({ ...req, stream: true })) {
+    if (ev.type === 'response.output_text.delta') streamed.push(...ev.logprobs);
+    if (ev.type === 'response.output_text.done') done = ev.logprobs;
+  }
+  assert.deepEqual(done, part.logprobs);
+  assert.ok(streamed.length > 0);
+  assert.deepEqual(streamed, part.logprobs.slice(0, streamed.length), 'deltas carry the tokens in order');
+  const plain = await client.responses.create({ model: MODEL, input: 'Hi', max_output_tokens: 4, temperature: 0 });
+  assert.deepEqual(plain.output.at(-1).content[0].logprobs, []);
+  await assert.rejects(client.responses.create({ ...req, include: ['no.such.field'] }),
+    (e) => e.status === 400 && /include\[0\]/.test(e.message));
 });
 
 test('tools: definitions, tool_choice variants and a tool-result follow-up turn', async () => {
