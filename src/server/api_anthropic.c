@@ -111,8 +111,10 @@ static int parse_message(const json_t *m, conversation *c, size_t i, srv_fail *f
     return 0;
 }
 
-static int msg_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
-    if (!json_object_get(body, "max_tokens"))
+/* The Messages request; count_tokens sends the same without max_tokens. */
+static int msg_fields(const json_t *body, srv_req *r, const srv_limits *lim, bool counting,
+                      srv_fail *f) {
+    if (!counting && !json_object_get(body, "max_tokens"))
         return srv_failf(f, 400, "max_tokens", "max_tokens: Field required");
     const json_t *msgs = json_object_get(body, "messages");
     if (!json_is_array(msgs)) return srv_failf(f, 400, "messages", "messages: Field required");
@@ -187,6 +189,14 @@ static int msg_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv_
         srv_get_int(body, "max_tokens", 1, 1 << 30, &r->max_tokens, f))
         return -1;
     return 0;
+}
+
+static int msg_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
+    return msg_fields(body, r, lim, false, f);
+}
+
+static int count_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
+    return msg_fields(body, r, lim, true, f);
 }
 
 /* --- output -------------------------------------------------------------- */
@@ -306,3 +316,11 @@ const srv_api srv_api_messages = {.path = "/v1/messages",
                                   .event = msg_event,
                                   .end = msg_end,
                                   .body = msg_body};
+
+/* POST /v1/messages/count_tokens: the prompt's tokens as the Messages
+ * request would render them ({"input_tokens": N}); nothing runs. */
+const srv_api srv_api_count_tokens = {.path = "/v1/messages/count_tokens",
+                                      .name = "count_tokens",
+                                      .proto = SRV_MESSAGES,
+                                      .parse = count_parse,
+                                      .count_only = true};

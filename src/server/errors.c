@@ -5,6 +5,7 @@
  * from it the way Anthropic's API names them, so its SDK raises the right
  * exception class. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "server/srv_internal.h"
 
@@ -36,7 +37,8 @@ char *srv_error_body(srv_proto p, const srv_fail *f) {
                       anthropic_type(f->status), "message", f->msg);
     } else {
         json_t *param = f->param[0] ? json_string(f->param) : json_null();
-        json_t *code = f->status == 404   ? json_string("model_not_found")
+        bool no_model = f->status == 404 && !strcmp(f->param, "model");
+        json_t *code = no_model           ? json_string("model_not_found")
                        : f->status == 401 ? json_string("invalid_api_key")
                        : f->status == 429 ? json_string("rate_limit_exceeded")
                                           : json_null();

@@ -65,7 +65,7 @@ typedef struct job {
 } job;
 
 static const srv_api *const apis[] = {&srv_api_chat, &srv_api_completions, &srv_api_responses,
-                                      &srv_api_messages};
+                                      &srv_api_messages, &srv_api_count_tokens};
 
 /* --- responses ----------------------------------------------------------- */
 static enum MHD_Result reply(struct MHD_Connection *c, int status, const char *ctype, char *body,
@@ -187,6 +187,12 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
     if (srv_prepare(k->api, body, k->body.n, &s->lim, s->o.format, s->tok, &j->req, &p, &f))
         goto fail;
     srv_req *r = &j->req;
+    if (k->api->count_only) {
+        json_t *o = json_pack("{s:I}", "input_tokens", (json_int_t)p.ids.n);
+        tok_ids_free(&p.ids);
+        job_free(j);
+        return reply_json(c, 200, o);
+    }
     int ctx = s->o.context;
     if ((int)p.ids.n >= ctx) {
         srv_failf(&f, 400, k->api->proto == SRV_COMPLETIONS ? "prompt" : "messages",
@@ -288,16 +294,25 @@ fail:
 }
 
 /* --- other endpoints ----------------------------------------------------- */
-static enum MHD_Result models(srv *s, struct MHD_Connection *c) {
+/* The served model, with Anthropic's model fields too, so either SDK can
+ * list and retrieve it. */
+static json_t *model_obj(const srv *s) {
     json_t *m = json_pack("{s:s, s:s, s:i, s:s, s:i}", "id", s->o.model_name, "object", "model",
                           "created", 0, "owned_by", "deepinfer", "max_model_len", s->o.context);
-    /* Anthropic's model list fields too, so either SDK can list */
     json_object_set_new(m, "type", json_string("model"));
     json_object_set_new(m, "display_name", json_string(s->o.model_name));
     json_object_set_new(m, "created_at", json_string("1970-01-01T00:00:00Z"));
-    return reply_json(c, 200,
-                      json_pack("{s:s, s:[o], s:b}", "object", "list", "data", m, "has_more", 0));
+    return m;
 }
+
+static enum MHD_Result models(srv *s, struct MHD_Connection *c) {
+    return reply_json(
+        c, 200,
+        json_pack("{s:s, s:[o], s:b}", "object", "list", "data", model_obj(s), "has_more", 0));
+}
+
+/* GET /v1/models/ID: ID names the served model, or 404 */
+#define MODEL_PATH "/v1/models/"
 
 static enum MHD_Result metrics(srv *s, struct MHD_Connection *c) {
     engine_stats st = engine_get_stats(s->e);
@@ -327,6 +342,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         for (size_t i = 0; i < sizeof apis / sizeof apis[0]; i++)
             if (!strcmp(url, apis[i]->path)) k->api = apis[i], k->endpoint = apis[i]->name;
         if (!strcmp(url, "/v1/models")) k->endpoint = "models";
+        if (!strncmp(url, MODEL_PATH, strlen(MODEL_PATH)) && url[strlen(MODEL_PATH)])
+            k->endpoint = "model";
         if (!strcmp(url, "/health")) k->endpoint = "health";
         if (!strcmp(url, "/metrics")) k->endpoint = "metrics";
         bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
@@ -335,9 +352,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             srv_failf(&k->fail, 404, NULL, "no route for %s %s", method, url);
         else if (k->api ? !is_post : !is_get)
             srv_failf(&k->fail, 405, NULL, "%s does not accept %s", url, method);
-        else if ((k->api || !strcmp(k->endpoint, "models")) && !authorized(s, c))
+        else if ((k->api || !strncmp(k->endpoint, "model", 5)) && !authorized(s, c))
             srv_failf(&k->fail, 401, NULL,
                       "missing or wrong API key (send Authorization: Bearer KEY or x-api-key)");
+        else if (!strcmp(k->endpoint, "model") && strcmp(url + strlen(MODEL_PATH), s->o.model_name))
+            srv_failf(&k->fail, 404, "model",
+                      "The model '%.200s' does not exist (this server serves '%s')",
+                      url + strlen(MODEL_PATH), s->o.model_name);
         if (k->fail.status) return reply_fail(k, c, &k->fail);
         return MHD_YES;
     }
@@ -356,6 +377,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (k->api) return generate(k, c);
     srv_metrics_request(s->metrics, k->endpoint, 200);
     if (!strcmp(k->endpoint, "models")) return models(s, c);
+    if (!strcmp(k->endpoint, "model")) return reply_json(c, 200, model_obj(s));
     if (!strcmp(k->endpoint, "metrics")) return metrics(s, c);
     char *ok = di_strdup("{\"status\":\"ok\"}");
     return reply(c, 200, "application/json", ok, strlen(ok));

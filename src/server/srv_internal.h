@@ -218,6 +218,7 @@ struct srv_api {
     void (*branch_end)(srv_gen *g, int branch);           /* stream: branch finished */
     void (*end)(srv_gen *g);                              /* stream: all branches finished */
     json_t *(*body)(srv_gen *g);                          /* non-stream body */
+    bool count_only; /* answers the prompt's token count; nothing is generated */
 };
 
 /* Shared between the chat-like parsers (api_openai_chat.c). */
@@ -227,7 +228,8 @@ int srv_parse_thinking(const json_t *body, conversation *c, srv_fail *f);
 int srv_parse_response_format(const json_t *rf, const char *name, srv_req *r, srv_fail *f);
 int srv_parse_tools(const json_t *tools, conversation *c, srv_fail *f);
 
-extern const srv_api srv_api_chat, srv_api_completions, srv_api_responses, srv_api_messages;
+extern const srv_api srv_api_chat, srv_api_completions, srv_api_responses, srv_api_messages,
+    srv_api_count_tokens;
 
 /* Shared JSON pieces. */
 json_t *srv_usage_openai(const srv_gen *g);

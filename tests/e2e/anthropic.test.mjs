@@ -1,7 +1,8 @@
 // anthropic.test.mjs — `deepinfer serve` driven by the official
 // `@anthropic-ai/sdk`: messages (streamed with the SDK's stream helper and
 // not), usage with cache reads, stop sequences, thinking, a tool_use /
-// tool_result round trip, and errors in Anthropic's error shape.
+// tool_result round trip, count_tokens, models.retrieve, and errors in
+// Anthropic's error shape.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
@@ -84,6 +85,20 @@ test('tools: tool_use / tool_result round trip and tool_choice', async () => {
     ],
   });
   assert.ok(m.usage.input_tokens + m.usage.cache_read_input_tokens > 20);
+});
+
+test('count_tokens counts what messages would read; models retrieve', async () => {
+  const tools = [{ name: 'get_weather', description: 'Weather', input_schema: { type: 'object', properties: { city: { type: 'string' } } } }];
+  const req = { model: MODEL, system: 'Be brief.', tools, messages: user('Weather in Paris, then a poem about it?') };
+  const counted = await client.messages.countTokens(req);
+  const m = await client.messages.create({ ...req, max_tokens: 1 });
+  assert.equal(counted.input_tokens, m.usage.input_tokens + m.usage.cache_read_input_tokens);
+  const bare = await client.messages.countTokens({ model: MODEL, messages: user('Weather in Paris, then a poem about it?') });
+  assert.ok(bare.input_tokens < counted.input_tokens, 'the system prompt and tools count');
+  await assert.rejects(client.messages.countTokens({ model: MODEL, messages: [] }), (e) => e instanceof Anthropic.BadRequestError);
+  await assert.rejects(client.messages.countTokens({ model: 'claude-nope', messages: user('x') }), (e) => e instanceof Anthropic.NotFoundError);
+  assert.equal((await client.models.retrieve(MODEL)).id, MODEL);
+  await assert.rejects(client.models.retrieve('claude-nope'), (e) => e instanceof Anthropic.NotFoundError);
 });
 
 test('errors in the Anthropic shape', async () => {

@@ -81,13 +81,14 @@ test('hostile bodies: seeded mutations of valid requests never crash the server'
   const valid = {
     '/v1/chat/completions': { model: MODEL, messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{}' } }] }, { role: 'tool', tool_call_id: 'c', content: 'r' }], tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }], max_tokens: 2, n: 2, stop: ['x'], logprobs: true, top_logprobs: 2 },
     '/v1/completions': { model: MODEL, prompt: 'hi', max_tokens: 2, echo: true, logprobs: 1 },
-    '/v1/responses': { model: MODEL, input: [{ role: 'user', content: 'hi' }, { type: 'function_call', call_id: 'c', name: 'f', arguments: '{}' }, { type: 'function_call_output', call_id: 'c', output: 'r' }], max_output_tokens: 2, tools: [{ type: 'function', name: 'f' }] },
+    '/v1/responses': { model: MODEL, input: [{ role: 'user', content: 'hi' }, { type: 'function_call', call_id: 'c', name: 'f', arguments: '{}' }, { type: 'function_call_output', call_id: 'c', output: 'r' }], max_output_tokens: 2, tools: [{ type: 'function', name: 'f' }], include: ['message.output_text.logprobs'], top_logprobs: 2 },
     '/v1/messages': { model: MODEL, max_tokens: 2, system: 's', messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }, { role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'f', input: {} }] }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't', content: 'r' }] }], tools: [{ name: 'f', input_schema: { type: 'object' } }], stop_sequences: ['x'] },
+    '/v1/messages/count_tokens': { model: MODEL, system: 's', messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }], tools: [{ name: 'f', input_schema: { type: 'object' } }] },
   };
   const junk = [null, true, -1, 1e308, 2 ** 63, '', 'x'.repeat(3000), [], {}, [[[]]], { type: 'text' }, '\u0000', '<｜User｜>'];
   const statuses = new Map();
-  for (let i = 0; i < 120; i++) {
-    const path = Object.keys(valid)[i % 4];
+  for (let i = 0; i < 150; i++) {
+    const path = Object.keys(valid)[i % 5];
     let body;
     const obj = structuredClone(valid[path]);
     const mode = rnd(4);
@@ -108,7 +109,7 @@ test('hostile bodies: seeded mutations of valid requests never crash the server'
     assert.ok([200, 400, 404].includes(res.status), `${path} ${res.status}: ${text.slice(0, 200)}`);
     if (res.status !== 200) {
       const e = JSON.parse(text);
-      assert.ok(path === '/v1/messages' ? e.type === 'error' && e.error.message : e.error.message, text);
+      assert.ok(path.startsWith('/v1/messages') ? e.type === 'error' && e.error.message : e.error.message, text);
     }
   }
   assert.ok(statuses.get(200) > 0 && statuses.get(400) > 0, JSON.stringify([...statuses]));

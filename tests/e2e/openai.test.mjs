@@ -18,9 +18,14 @@ after(async () => { assert.equal(await srv.stop(), 0, 'server exits cleanly on S
 
 const user = (content) => [{ role: 'user', content }];
 
-test('models list names the served model', async () => {
+test('models list names the served model; retrieve by id', async () => {
   const models = await client.models.list();
   assert.deepEqual(models.data.map((m) => m.id), [MODEL]);
+  assert.equal((await client.models.retrieve(MODEL)).id, MODEL);
+  await assert.rejects(client.models.retrieve('gpt-nope'), (e) => e.status === 404 && e.code === 'model_not_found');
+  const raw = await fetch(`${srv.url}/v1/nothing`, { headers: { Authorization: `Bearer ${KEY}` } });
+  assert.equal(raw.status, 404);
+  assert.equal((await raw.json()).error.code, null, 'an unknown route is not an unknown model');
 });
 
 test('chat completion: body shape, usage, greedy determinism', async () => {
