@@ -14,6 +14,12 @@ static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
     if (json_is_array(p) && json_array_size(p) == 1 &&
         (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
         p = json_array_get(p, 0); /* a batch of one */
+    else if (json_is_array(p) && json_array_size(p) > 1 &&
+             (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        return srv_failf(f, 400, "prompt",
+                         "prompt: a batch of %zu prompts is not supported; send one request per "
+                         "prompt (n asks for several completions of one)",
+                         json_array_size(p));
     if (json_is_string(p)) {
         r->prompt = di_strdup(json_string_value(p));
         r->prompt_len = json_string_length(p);

@@ -396,6 +396,12 @@ TEST(server_bad_requests_name_the_field_in_the_protocol_shape) {
                 "previous_response_id", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":{}}", 400, "prompt", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"stop\":[1]}", 400, "stop[0]", oa, &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":[\"a\",\"b\"]}", 400, "batch of 2", oa, &bad);
+    expect_fail(&srv_api_responses, "{\"input\":\"x\",\"include\":[\"nope\"]}", 400,
+                "include[0]: unknown value 'nope'", oa, &bad);
+    expect_fail(&srv_api_responses, "{\"input\":\"x\",\"include\":\"x\"}", 400, "include", oa,
+                &bad);
+    expect_fail(&srv_api_count_tokens, "{\"model\":\"m\"}", 400, "messages", an, &bad);
     CHECKF(bad == 0, "%d bad-request cases misreported (see stderr)", bad);
 }
 
