@@ -7,6 +7,8 @@
 #include "cli/cli.h"
 #include "kernels/kernels.h"
 
+#define DEEPINFER_VERSION "0.9.0"
+
 static void usage(FILE *f) {
     fprintf(f, "usage: deepinfer COMMAND [options]\n"
                "commands:\n"
@@ -17,7 +19,7 @@ static void usage(FILE *f) {
                "  serve      serve the OpenAI and Anthropic HTTP APIs\n"
                "  kv-sim     KV store hit rates per traffic class on a synthetic trace\n"
                "  kv-bench   KV store read/write bandwidth beside the raw disk's\n"
-               "run 'deepinfer COMMAND --help' for a command's options\n"
+               "run 'deepinfer COMMAND --help' for a command's options; --version: this build\n"
                "environment:\n"
                "  DEEPINFER_ISA=avx2|scalar   run the AVX2 or the portable kernels even\n"
                "                              where the CPU has more (to measure or compare)\n");
@@ -44,6 +46,10 @@ int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("deepinfer %s (kernels %s)\n", DEEPINFER_VERSION, kern_isa());
+        return 0;
     }
     const struct {
         const char *name;
