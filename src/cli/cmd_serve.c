@@ -187,13 +187,22 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, ", swap space %d MiB for preempted requests\n", swap_mib);
     else
         fprintf(stderr, "\n");
+    /* a request can never hold more than the whole pool: that is its context */
+    int context = max_len > 0 && max_len < info->max_context ? max_len : info->max_context;
+    long long pool_tokens = (long long)es.blocks_total * MODEL_KV_BLOCK;
+    if (pool_tokens < context) {
+        fprintf(stderr,
+                "deepinfer serve: the KV cache holds %lld tokens, less than the context of %d: "
+                "requests get %lld (raise --kv-memory for more)\n",
+                pool_tokens, context, pool_tokens);
+        context = (int)pool_tokens;
+    }
     srv_opts so = {.host = host,
                    .port = port,
                    .api_key = api_key,
                    .model_name = name,
                    .format = fmt,
-                   .context =
-                       max_len > 0 && max_len < info->max_context ? max_len : info->max_context,
+                   .context = context,
                    .max_body = (size_t)max_body_kib << 10,
                    .max_json_depth = depth,
                    .max_pending = pending,

@@ -202,6 +202,7 @@ engine *engine_create_runner(const engine_runner *r, const engine_detok *detok,
         return NULL;
     }
     e->bm = bm_create(e->block_ids, e->n_block_ids);
+    e->seq_cap = e->n_block_ids < e->max_len / BM_BLOCK ? e->n_block_ids * BM_BLOCK : e->max_len;
     /* Sliding-window models share prefixes only when their rings can be
      * snapshotted (and rebuilt by replay). */
     e->swa = r->has_swa && r->swa_save && r->swa_restore && r->swa_free && r->swa_bytes;

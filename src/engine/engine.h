@@ -44,7 +44,7 @@ typedef struct tokenizer tokenizer;
 typedef enum {
     ENGINE_FINISH_NONE = 0,
     ENGINE_FINISH_STOP,      /* EOS, a stop token id or a stop string */
-    ENGINE_FINISH_LENGTH,    /* max_tokens or the context limit */
+    ENGINE_FINISH_LENGTH,    /* max_tokens, the context limit, or a sequence filling the KV pool */
     ENGINE_FINISH_CANCELLED, /* engine_cancel, or the engine was freed */
     ENGINE_FINISH_ERROR,     /* see event.error */
 } engine_finish;

@@ -76,6 +76,7 @@ struct engine {
     bool has_detok;
     engine_opts o;
     int max_len;
+    int seq_cap; /* tokens a sequence can reach: max_len, or the whole pool's if fewer */
     int *block_ids, n_block_ids;
     bm *bm;
     sched *sched;

@@ -270,7 +270,7 @@ static bool on_token(engine *e, seq *q, const float *row, const samp_out *drawn,
     pe->q = q;
     pe->why = stop_check_token(sp, e->run.eos_ids, e->run.n_eos, pe->so.token);
     pe->length =
-        (sp->max_tokens > 0 && seq_generated(q) >= sp->max_tokens) || q->n_tokens >= e->max_len;
+        (sp->max_tokens > 0 && seq_generated(q) >= sp->max_tokens) || q->n_tokens >= e->seq_cap;
     bool ends = pe->why != STOP_NONE || pe->length;
     if (ends && planned_ahead) sched_plan_drop(e->sched, q);
     return ends;

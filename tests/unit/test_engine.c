@@ -605,6 +605,34 @@ static void stress_case(int swap_blocks) {
     free(ids);
 }
 
+/* A sequence that would outgrow the whole KV pool ends there with "length",
+ * its tokens delivered (it was an error); so do two that each would, one
+ * preempted while the other runs. */
+TEST(engine_fake_sequence_filling_the_pool_ends_at_length) {
+    static int p[2][50];
+    static result r[2];
+    fake *f = fake_new(3, true);
+    engine *e = fake_engine(f, 256, 8, false);
+    memset(r, 0, sizeof r);
+    make_prompt(p[0], 50, 7);
+    make_prompt(p[1], 50, 8);
+    CHECK(submit(e, p[0], 50, 1000, 1, &r[0]));
+    engine_wait_idle(e);
+    CHECKF(r[0].finish[0] == ENGINE_FINISH_LENGTH && r[0].n[0] == 3 * 128 - 50,
+           "finish %d after %d tokens", (int)r[0].finish[0], r[0].n[0]);
+    CHECK(matches_ref(p[0], 50, r[0].tokens[0], r[0].n[0]));
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < 2; i++) CHECK(submit(e, p[i], 50, 1000, 1, &r[i]));
+    engine_wait_idle(e);
+    for (int i = 0; i < 2; i++) {
+        CHECK(r[i].finish[0] == ENGINE_FINISH_LENGTH && r[i].n[0] == 3 * 128 - 50);
+        CHECK(matches_ref(p[i], 50, r[i].tokens[0], r[i].n[0]));
+    }
+    engine_free(e);
+    CHECK(f->n_free == 3);
+    fake_free(f);
+}
+
 TEST(engine_fake_stress_10k) {
     stress_case(0);
 }
