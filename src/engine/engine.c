@@ -312,6 +312,7 @@ void engine_free(engine *e) {
     free(e->fl.v);
     free(e->done.v);
     swc_free(e->swa_cache);
+    jg_vocab_free(e->jv);
     if (e->o.batch_invariant && e->run.set_batch_invariant)
         e->run.set_batch_invariant(e->run.ctx, false);
     bm_free(e->bm);
@@ -355,6 +356,8 @@ static int check_request(engine *e, const engine_request *q, di_err *err) {
     if (stop_params_check(&q->stop, msg, sizeof msg)) return di_errf(err, "request: %s", msg);
     if (q->stop.n_strs > 0 && !e->has_detok)
         return di_errf(err, "request: stop strings need a tokenizer");
+    if (q->json && (!e->has_detok || !e->detok.token_bytes))
+        return di_errf(err, "request: JSON output needs the tokenizer's token bytes");
     return 0;
 }
 

@@ -85,6 +85,10 @@ typedef struct engine_request {
     engine_traffic traffic;
     engine_event_fn on_event;
     void *user;
+    /* Constrain the output to one JSON object (json_grammar.h): each token
+     * drawn among those that keep it a prefix of one, an end-of-sequence
+     * token only once it is complete. */
+    bool json;
 } engine_request;
 
 typedef struct engine_opts {

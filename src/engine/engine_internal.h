@@ -76,7 +76,8 @@ struct engine {
     bool has_detok;
     engine_opts o;
     int max_len;
-    int seq_cap; /* tokens a sequence can reach: max_len, or the whole pool's if fewer */
+    int seq_cap;  /* tokens a sequence can reach: max_len, or the whole pool's if fewer */
+    jg_vocab *jv; /* token bytes for JSON-constrained requests, made at the first one */
     int *block_ids, n_block_ids;
     bm *bm;
     sched *sched;

@@ -79,6 +79,9 @@ static const char *td_flush(void *s, size_t *len) {
 static void td_close(void *s) {
     tok_stream_free(s);
 }
+static char *td_token_bytes(void *t, int id, size_t *len) {
+    return tok_is_control(t, id) ? NULL : tok_token_bytes(t, id, len);
+}
 
 engine *engine_create(model *m, tokenizer *tok, const engine_opts *opts, di_err *err) {
     const model_info *info = model_get_info(m);
@@ -130,8 +133,12 @@ engine *engine_create(model *m, tokenizer *tok, const engine_opts *opts, di_err 
         r.swa_bytes = model_swa_state_bytes;
     }
 
-    engine_detok d = {
-        .ctx = tok, .open = td_open, .push = td_push, .flush = td_flush, .close = td_close};
+    engine_detok d = {.ctx = tok,
+                      .open = td_open,
+                      .push = td_push,
+                      .flush = td_flush,
+                      .close = td_close,
+                      .token_bytes = td_token_bytes};
     return engine_create_runner(&r, tok ? &d : NULL, &o, err);
 }
 

@@ -63,6 +63,13 @@ static void seq_setup(engine *e, ereq *r, seq *q, int branch) {
     q->branch = branch;
     q->rng = samp_rng_init(r->r.sampling.seed, branch);
     q->detok = e->has_detok ? e->detok.open(e->detok.ctx) : NULL;
+    q->json_on = r->r.json;
+    if (q->json_on) {
+        if (!e->jv) /* once per engine: every token's bytes, sorted */
+            e->jv = jg_vocab_new(e->run.vocab, e->detok.token_bytes, e->detok.ctx, e->run.eos_ids,
+                                 e->run.n_eos);
+        jg_init(&q->json);
+    }
     e->run.seq_init(e->run.ctx, &q->mseq);
     r->seqs[branch] = q;
     r->n_live++;
@@ -263,7 +270,9 @@ static bool on_token(engine *e, seq *q, const float *row, const samp_out *drawn,
         pe->so = *drawn;
     else
         samp_next(e->samp, &r->r.sampling, &q->rng, row, q->tokens, q->n_prompt, q->n_tokens - 1,
-                  &pe->so);
+                  e->jv, q->json_on ? &q->json : NULL, &pe->so);
+    if (q->json_on && !jg_feed_token(e->jv, &q->json, pe->so.token))
+        q->json_on = false; /* a token the mask did not allow (none should be) */
     seq_fill_ahead(q, pe->so.token);
     e->st.generated_tokens++;
     const stop_params *sp = &r->r.stop;
@@ -395,7 +404,7 @@ static void draw_task(void *ctx, int task, int n_tasks) {
         const ereq *r = q->owner;
         int n_tokens = q->ahead ? q->n_tokens - 1 : q->n_tokens; /* as on_token passes */
         samp_next(e->samp_task[task], &r->r.sampling, &q->rng, it->logits, q->tokens, q->n_prompt,
-                  n_tokens, &e->drawn[i]);
+                  n_tokens, e->jv, q->json_on ? &q->json : NULL, &e->drawn[i]);
     }
 }
 

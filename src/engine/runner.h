@@ -68,6 +68,10 @@ typedef struct engine_detok {
     const char *(*push)(void *stream, int id, size_t *len);
     const char *(*flush)(void *stream, size_t *len);
     void (*close)(void *stream);
+    /* A token's own bytes (malloc'd; tokenizer.h's tok_token_bytes), NULL
+     * for a control token: what JSON-constrained requests are masked by.
+     * NULL: such requests are refused. */
+    char *(*token_bytes)(void *ctx, int id, size_t *len);
 } engine_detok;
 
 #endif

@@ -120,14 +120,16 @@ static void logprobs(samp_ctx *c, const float *logits, int k, samp_out *out) {
 }
 
 void samp_next(samp_ctx *c, const samp_params *p, uint64_t *rng, const float *logits,
-               const int *tokens, int n_prompt, int n_tokens, samp_out *out) {
+               const int *tokens, int n_prompt, int n_tokens, const jg_vocab *jv,
+               const jg_state *js, samp_out *out) {
     const float *row = logits;
     bool penal = (p->repetition_penalty > 0 && p->repetition_penalty != 1) ||
                  p->presence_penalty != 0 || p->frequency_penalty != 0;
-    if (penal || p->n_bias > 0) {
+    if (penal || p->n_bias > 0 || js) {
         memcpy(c->work, logits, sizeof(float) * (size_t)c->vocab);
         if (penal) apply_penalties(c, p, c->work, tokens, n_prompt, n_tokens);
         for (int i = 0; i < p->n_bias; i++) c->work[p->bias[i].id] += p->bias[i].bias;
+        if (js) jg_mask(jv, js, c->work);
         row = c->work;
     }
     sampler_params sp = {p->temperature, p->top_k, p->top_p, p->min_p, p->seed};

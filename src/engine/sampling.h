@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "engine/json_grammar.h"
 
 #define SAMP_MAX_TOP  20
 #define SAMP_MAX_BIAS 1024
@@ -62,8 +63,12 @@ int samp_params_check(const samp_params *p, int vocab, di_err *err);
 /* Generator state of branch `branch` of a request seeded `seed`. */
 uint64_t samp_rng_init(uint64_t seed, int branch);
 /* Samples the next token of a sequence whose tokens are tokens[0..n_tokens),
- * the first n_prompt of them its prompt. logits (vocab) are not modified. */
+ * the first n_prompt of them its prompt. logits (vocab) are not modified.
+ * With js (JSON-constrained output, json_grammar.h), only the tokens of
+ * vocabulary jv that can follow state js are drawn; logprobs stay those of
+ * the model's distribution. */
 void samp_next(samp_ctx *c, const samp_params *p, uint64_t *rng, const float *logits,
-               const int *tokens, int n_prompt, int n_tokens, samp_out *out);
+               const int *tokens, int n_prompt, int n_tokens, const jg_vocab *jv,
+               const jg_state *js, samp_out *out);
 
 #endif

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "engine/block_manager.h"
+#include "engine/json_grammar.h"
 #include "engine/stop.h"
 #include "model/model.h"
 
@@ -57,7 +58,9 @@ typedef struct seq {
     int branch;  /* index among the request's n sequences */
     uint64_t rng;
     stop_state stop;
-    void *detok;    /* incremental detokenizer stream, or NULL */
+    void *detok;  /* incremental detokenizer stream, or NULL */
+    bool json_on; /* output held to one JSON object, parsed so far in json */
+    jg_state json;
     bool in_flight; /* in the forward pass running now: its memory is the model's */
     bool draining;  /* final event sent while in flight: freed when the pass ends */
     /* tokens[n_tokens - 1] is a placeholder for the token that the pass in

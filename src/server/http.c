@@ -236,7 +236,8 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
                          .traffic = k->api->proto == SRV_COMPLETIONS ? ENGINE_TRAFFIC_AGENT
                                                                      : ENGINE_TRAFFIC_CHAT,
                          .on_event = gen_on_engine_event,
-                         .user = g};
+                         .user = g,
+                         .json = srv_constrain_json(r, p.think_opened)};
     gen_begin(g);
     di_err err = {{0}};
     pthread_mutex_lock(&g->mu); /* events must not run before engine_id is known */

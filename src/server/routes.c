@@ -73,6 +73,10 @@ int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *er
     return 0;
 }
 
+bool srv_constrain_json(const srv_req *r, bool think_opened) {
+    return r->json_mode && !think_opened && !(r->conv && r->conv->n_tools > 0);
+}
+
 int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limits *lim,
                 render_format fmt, const tokenizer *tok, srv_req *r, srv_prepared *out,
                 srv_fail *f) {

@@ -252,6 +252,11 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
  * block when tool_choice asks for it (sets r->tool_forced; see routes.c). */
 int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *err);
 
+/* Whether the engine holds the output to one JSON object (response_format
+ * json_object / json_schema): where the answer is all the output, that is
+ * with no tools to call and no reasoning opened by the prompt. */
+bool srv_constrain_json(const srv_req *r, bool think_opened);
+
 /* Fuzzing entry (fuzz_entry.c): data = 1 byte protocol/stream, 1 byte
  * format, a request body, a NUL, then model output text that is fed through
  * a generation as if the model had written it. Must never crash or leak. */

@@ -1,8 +1,9 @@
 // openai.test.mjs — `deepinfer serve` driven by the official `openai` SDK:
 // chat completions (streamed and not, n > 1, logprobs and their bytes, usage with cached
 // tokens), completions (greedy output equals `deepinfer generate`), responses
-// (streamed and not, logprobs), a tool-result round trip, forced tool_choice, and errors (401, 404, 400
-// naming the field, context overflow) in OpenAI's error shape.
+// (streamed and not, logprobs), JSON-constrained replies, a tool-result
+// round trip, forced tool_choice, and errors (401, 404, 400 naming the
+// field, context overflow) in OpenAI's error shape.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -108,6 +109,25 @@ test('logprobs: the tokens\' bytes join into the message text', async () => {
   assert.ok(lp.some((t) => !alone(t.bytes)), 'some token is part of a character');
   for (const t of lp.concat(lp.flatMap((e) => e.top_logprobs)))
     assert.equal(t.token, new TextDecoder().decode(Buffer.from(t.bytes)));
+});
+
+test('response_format json_object: each reply is (a prefix of) one JSON object', async () => {
+  for (const response_format of [{ type: 'json_object' }, { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } }]) {
+    const r = await client.chat.completions.create({
+      model: MODEL, messages: user('Reply in JSON'), max_tokens: 48, temperature: 1, seed: 5, n: 4, response_format,
+    });
+    let whole = 0;
+    for (const c of r.choices) {
+      assert.ok(c.message.content.startsWith('{'), c.message.content);
+      if (c.finish_reason !== 'stop') continue;
+      const v = JSON.parse(c.message.content);
+      assert.ok(v && typeof v === 'object' && !Array.isArray(v));
+      whole++;
+    }
+    assert.ok(whole > 0, JSON.stringify(r.choices.map((c) => [c.finish_reason, c.message.content])));
+  }
+  const resp = await client.responses.create({ model: MODEL, input: 'Reply in JSON', max_output_tokens: 48, temperature: 1, text: { format: { type: 'json_object' } } });
+  assert.ok(resp.output_text.startsWith('{'), resp.output_text);
 });
 
 test('completions: greedy output equals `deepinfer generate`', async () => {

@@ -6,14 +6,17 @@
  * missed copy-on-write, a stale prefix block or a bad resume changes the
  * output, so comparing with a direct computation over the token list checks
  * the whole paging machinery. */
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include "engine/engine.h"
+#include "engine/json_grammar.h"
 #include "harness.h"
 
 enum { FV = 50 }; /* fake vocabulary */
@@ -128,15 +131,31 @@ static void fake_free(fake *f) {
     free(f);
 }
 
-/* Detokenizer: token v is the letter 'a' + v % 26. */
+/* Detokenizer: token v is the letter 'a' + v % 26, or with json_alpha set
+ * json_alpha[v % N_JSON_ALPHA]. */
+static const char *const JSON_ALPHA[] = {
+    "{", "}",    "[",      "]",   "\"",   ":", ",",   " ",  "a",
+    "1", "true", "\"k\":", "0.5", "null", "-", "\"}", "]}", "x"};
+#define N_JSON_ALPHA ((int)(sizeof JSON_ALPHA / sizeof *JSON_ALPHA))
+static bool json_alpha;
 static void *fd_open(void *c) {
-    return malloc(2);
+    return malloc(8);
 }
 static const char *fd_push(void *s, int id, size_t *len) {
     char *b = s;
+    if (json_alpha) {
+        snprintf(b, 8, "%s", JSON_ALPHA[id % N_JSON_ALPHA]);
+        *len = strlen(b);
+        return b;
+    }
     b[0] = (char)('a' + id % 26);
     b[1] = 0;
     *len = 1;
+    return b;
+}
+static char *fd_token_bytes(void *c, int id, size_t *len) {
+    char *b = malloc(8);
+    fd_push(b, id, len);
     return b;
 }
 static const char *fd_flush(void *s, size_t *len) {
@@ -162,7 +181,11 @@ static engine *fake_engine_opts(fake *f, bool swa, const engine_opts *o) {
                        .copy_block = f->copy ? fake_copy : NULL,
                        .kv_block_data = fake_block_data,
                        .kv_block_bytes = 128 * sizeof(uint64_t)};
-    engine_detok d = {.open = fd_open, .push = fd_push, .flush = fd_flush, .close = fd_close};
+    engine_detok d = {.open = fd_open,
+                      .push = fd_push,
+                      .flush = fd_flush,
+                      .close = fd_close,
+                      .token_bytes = fd_token_bytes};
     di_err err;
     return engine_create_runner(&r, &d, o, &err);
 }
@@ -630,6 +653,52 @@ TEST(engine_fake_sequence_filling_the_pool_ends_at_length) {
     }
     engine_free(e);
     CHECK(f->n_free == 3);
+    fake_free(f);
+}
+
+/* JSON-constrained requests: every branch's text is a prefix of a JSON
+ * object, and a branch that ends by EOS ends a whole one (jansson parses
+ * it), sampled or greedy, alone or batched, n > 1 included. */
+TEST(engine_fake_json_output_is_one_object) {
+    static int p[20];
+    static result r[4];
+    fake *f = fake_new(64, true);
+    json_alpha = true;
+    engine *e = fake_engine(f, 256, 8, false);
+    memset(r, 0, sizeof r);
+    make_prompt(p, 20, 3);
+    for (int i = 0; i < 4; i++) {
+        engine_request q = {.prompt = p,
+                            .n_prompt = 20,
+                            .sampling = {.temperature = i ? 1.0f : 0.0f, .seed = (uint64_t)i},
+                            .stop = {.max_tokens = 300},
+                            .n = i == 3 ? 3 : 1,
+                            .json = true,
+                            .on_event = collect,
+                            .user = &r[i]};
+        di_err err;
+        CHECKF(engine_submit(e, &q, &err), "%s", err.msg);
+    }
+    engine_wait_idle(e);
+    int whole = 0;
+    for (int i = 0; i < 4; i++)
+        for (int b = 0; b < (i == 3 ? 3 : 1); b++) {
+            jg_state s;
+            jg_init(&s);
+            CHECKF(jg_feed(&s, r[i].text[b], r[i].text_len[b]), "not a JSON prefix: %.*s",
+                   (int)r[i].text_len[b], r[i].text[b]);
+            if (r[i].finish[b] != ENGINE_FINISH_STOP) continue;
+            json_error_t je;
+            json_t *j = json_loadb(r[i].text[b], r[i].text_len[b], 0, &je);
+            CHECKF(j && json_is_object(j), "%.*s: %s", (int)r[i].text_len[b], r[i].text[b],
+                   je.text);
+            json_decref(j);
+            whole++;
+        }
+    CHECKF(whole >= 3, "%d of 6 branches ended a whole object", whole);
+    engine_free(e);
+    json_alpha = false;
+    CHECK(f->n_free == 64);
     fake_free(f);
 }
 

@@ -16,7 +16,7 @@ static const float L0[V] = {1.0f, 3.0f, 2.5f, -1.0f, 0.5f, 2.9f, 0.0f, -2.0f}; /
 
 static int draw(samp_ctx *c, const samp_params *p, uint64_t *rng, const int *toks, int np, int nt) {
     samp_out o;
-    samp_next(c, p, rng, L0, toks, np, nt, &o);
+    samp_next(c, p, rng, L0, toks, np, nt, NULL, NULL, &o);
     return o.token;
 }
 
@@ -48,7 +48,7 @@ TEST(engine_sampling_distribution_and_seed) {
     samp_out o;
     int t[1] = {0};
     for (int i = 0; i < N; i++) {
-        samp_next(c, &p, &rng, lg, t, 0, 0, &o);
+        samp_next(c, &p, &rng, lg, t, 0, 0, NULL, NULL, &o);
         ones += o.token;
     }
     double f = (double)ones / N;
@@ -58,9 +58,9 @@ TEST(engine_sampling_distribution_and_seed) {
     int same = 1, diff = 0;
     for (int i = 0; i < 64; i++) {
         samp_out x, y, z;
-        samp_next(c, &p, &a, lg, t, 0, 0, &x);
-        samp_next(c, &p, &b, lg, t, 0, 0, &y);
-        samp_next(c, &p, &d, lg, t, 0, 0, &z);
+        samp_next(c, &p, &a, lg, t, 0, 0, NULL, NULL, &x);
+        samp_next(c, &p, &b, lg, t, 0, 0, NULL, NULL, &y);
+        samp_next(c, &p, &d, lg, t, 0, 0, NULL, NULL, &z);
         same &= x.token == y.token;
         diff += x.token != z.token;
     }
@@ -95,7 +95,8 @@ TEST(engine_sampling_logprobs) {
     uint64_t rng = 0;
     int none[1] = {0};
     samp_out o;
-    samp_next(c, &(samp_params){.logprobs = true, .top_logprobs = 5}, &rng, L0, none, 0, 0, &o);
+    samp_next(c, &(samp_params){.logprobs = true, .top_logprobs = 5}, &rng, L0, none, 0, 0, NULL,
+              NULL, &o);
     double z = 0;
     for (int i = 0; i < V; i++) z += exp(L0[i]);
     CHECK(o.token == 1 && fabs(o.logprob - (3.0 - log(z))) < 1e-5);
@@ -105,7 +106,7 @@ TEST(engine_sampling_logprobs) {
     /* Logprobs are of the raw logits, whatever the processors did. */
     samp_bias force = {7, 100};
     samp_next(c, &(samp_params){.logprobs = true, .bias = &force, .n_bias = 1}, &rng, L0, none, 0,
-              0, &o);
+              0, NULL, NULL, &o);
     CHECK(o.token == 7 && fabs(o.logprob - (-2.0 - log(z))) < 1e-5 && o.n_top == 0);
     di_err err;
     CHECK(samp_params_check(&(samp_params){.top_logprobs = 21}, V, &err) == -1);

@@ -1,0 +1,405 @@
+/* json_grammar.c — the JSON automaton and the token mask (see
+ * json_grammar.h). One byte at a time: step() is the whole grammar; a mode
+ * says what the next byte may be, a number's or a literal's progress sits in
+ * sub, and the containers open in a bit stack. Strings take valid UTF-8
+ * only (the continuation bytes' ranges as RFC 3629 gives them) and \u
+ * escapes as strict parsers take them (a high surrogate followed by a low
+ * one; no \u0000), so that what the model is held to parses everywhere. */
+#include "engine/json_grammar.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+enum {
+    M_START,     /* before the object: whitespace, then '{' */
+    M_OBJ_FIRST, /* after '{': a key or '}' */
+    M_OBJ_KEY,   /* after ',' in an object: a key */
+    M_COLON,     /* after a key */
+    M_VALUE,     /* a value */
+    M_ARR_FIRST, /* after '[': a value or ']' */
+    M_AFTER,     /* after a value in a container: ',' or its closer */
+    M_STRING,
+    M_ESC,     /* after a backslash */
+    M_UHEX,    /* in the 4 hex digits of \u (sub: digits read, cp: their value) */
+    M_LOW_BSL, /* after a high surrogate's escape: '\' of the low one */
+    M_LOW_U,   /* ... its 'u' */
+    M_NUMBER,  /* sub: N_* */
+    M_LITERAL, /* sub: literal * 8 + characters matched */
+    M_DONE,    /* the object is complete */
+};
+
+enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
+static const char *const literals[3] = {"true", "false", "null"};
+
+void jg_init(jg_state *s) {
+    memset(s, 0, sizeof *s);
+    s->mode = M_START;
+}
+
+bool jg_done(const jg_state *s) {
+    return s->mode == M_DONE;
+}
+
+static bool after_value(jg_state *s) {
+    s->mode = s->depth ? M_AFTER : M_DONE;
+    s->ws = 0;
+    return true;
+}
+
+static bool open_container(jg_state *s, bool array) {
+    if (s->depth == JG_MAX_DEPTH) return false;
+    uint64_t bit = 1ull << s->depth;
+    s->arrays = array ? s->arrays | bit : s->arrays & ~bit;
+    s->depth++;
+    s->mode = array ? M_ARR_FIRST : M_OBJ_FIRST;
+    return true;
+}
+
+static bool close_container(jg_state *s, bool array) {
+    if (!s->depth || (bool)((s->arrays >> (s->depth - 1)) & 1) != array) return false;
+    s->depth--;
+    return after_value(s);
+}
+
+static bool start_string(jg_state *s, bool key) {
+    s->mode = M_STRING;
+    s->key = key;
+    s->utf8 = 0;
+    s->low = false;
+    return true;
+}
+
+static bool start_value(jg_state *s, uint8_t c) {
+    switch (c) {
+    case '{':
+        return open_container(s, false);
+    case '[':
+        return open_container(s, true);
+    case '"':
+        return start_string(s, false);
+    case '-':
+        s->mode = M_NUMBER, s->sub = N_MINUS;
+        return true;
+    case '0':
+        s->mode = M_NUMBER, s->sub = N_ZERO;
+        return true;
+    case 't':
+    case 'f':
+    case 'n':
+        s->mode = M_LITERAL, s->sub = (uint8_t)((c == 't' ? 0 : c == 'f' ? 1 : 2) * 8 + 1);
+        return true;
+    default:
+        if (c < '1' || c > '9') return false;
+        s->mode = M_NUMBER, s->sub = N_INT;
+        return true;
+    }
+}
+
+static int hexval(uint8_t c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+static bool step(jg_state *s, uint8_t c);
+
+/* A number's next byte: a digit, '.', 'e', a sign where one fits, or (in
+ * an accepting state) anything else, which ends it and is read after it. */
+static bool number_step(jg_state *s, uint8_t c) {
+    bool digit = c >= '0' && c <= '9';
+    switch (s->sub) {
+    case N_MINUS:
+        if (!digit) return false;
+        s->sub = c == '0' ? N_ZERO : N_INT;
+        return true;
+    case N_INT:
+        if (digit) return true;
+        /* fall through */
+    case N_ZERO:
+        if (c == '.') return s->sub = N_DOT, true;
+        if (c == 'e' || c == 'E') return s->sub = N_E, true;
+        break;
+    case N_DOT:
+        return digit ? (s->sub = N_FRAC, true) : false;
+    case N_FRAC:
+        if (digit) return true;
+        if (c == 'e' || c == 'E') return s->sub = N_E, true;
+        break;
+    case N_E:
+        if (c == '+' || c == '-') return s->sub = N_ESIGN, true;
+        return digit ? (s->sub = N_EXP, true) : false;
+    case N_ESIGN:
+        return digit ? (s->sub = N_EXP, true) : false;
+    case N_EXP:
+        if (digit) return true;
+        break;
+    }
+    after_value(s); /* an accepting state: the number ends before c */
+    return step(s, c);
+}
+
+static bool string_step(jg_state *s, uint8_t c) {
+    if (s->utf8) {
+        if (c < s->lo || c > s->hi) return false;
+        s->lo = 0x80, s->hi = 0xBF;
+        s->utf8--;
+        return true;
+    }
+    if (c == '"') {
+        if (!s->key) return after_value(s);
+        s->mode = M_COLON, s->ws = 0;
+        return true;
+    }
+    if (c == '\\') return s->mode = M_ESC, true;
+    if (c < 0x20) return false;
+    if (c < 0x80) return true;
+    if (c >= 0xC2 && c <= 0xDF)
+        s->utf8 = 1, s->lo = 0x80, s->hi = 0xBF;
+    else if (c >= 0xE0 && c <= 0xEF)
+        s->utf8 = 2, s->lo = c == 0xE0 ? 0xA0 : 0x80, s->hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4)
+        s->utf8 = 3, s->lo = c == 0xF0 ? 0x90 : 0x80, s->hi = c == 0xF4 ? 0x8F : 0xBF;
+    else
+        return false;
+    return true;
+}
+
+static bool hex_step(jg_state *s, uint8_t c) {
+    int h = hexval(c);
+    if (h < 0) return false;
+    s->cp = (uint16_t)(s->cp << 4 | h);
+    if (++s->sub < 4) return true;
+    uint16_t cp = s->cp;
+    bool high = cp >= 0xD800 && cp <= 0xDBFF, low = cp >= 0xDC00 && cp <= 0xDFFF;
+    if (s->low) { /* the low half a high surrogate asked for */
+        if (!low) return false;
+        s->low = false;
+        return s->mode = M_STRING, true;
+    }
+    if (low || cp == 0) return false;
+    s->low = high;
+    s->mode = high ? M_LOW_BSL : M_STRING;
+    return true;
+}
+
+static bool step(jg_state *s, uint8_t c) {
+    if (s->mode <= M_AFTER && (c == ' ' || c == '\t' || c == '\n' || c == '\r'))
+        return ++s->ws <= JG_MAX_WS;
+    switch (s->mode) {
+    case M_START:
+        s->ws = 0;
+        return c == '{' && open_container(s, false);
+    case M_OBJ_FIRST:
+        s->ws = 0;
+        if (c == '}') return close_container(s, false);
+        return c == '"' && start_string(s, true);
+    case M_OBJ_KEY:
+        s->ws = 0;
+        return c == '"' && start_string(s, true);
+    case M_COLON:
+        s->ws = 0;
+        return c == ':' && (s->mode = M_VALUE, true);
+    case M_VALUE:
+        s->ws = 0;
+        return start_value(s, c);
+    case M_ARR_FIRST:
+        s->ws = 0;
+        if (c == ']') return close_container(s, true);
+        return start_value(s, c);
+    case M_AFTER: {
+        s->ws = 0;
+        bool array = (s->arrays >> (s->depth - 1)) & 1;
+        if (c == ',') return s->mode = array ? M_VALUE : M_OBJ_KEY, true;
+        return c == (array ? ']' : '}') && close_container(s, array);
+    }
+    case M_STRING:
+        return string_step(s, c);
+    case M_ESC:
+        if (c == 'u') return s->mode = M_UHEX, s->sub = 0, s->cp = 0, true;
+        return strchr("\"\\/bfnrt", c) && c && (s->mode = M_STRING, true);
+    case M_UHEX:
+        return hex_step(s, c);
+    case M_LOW_BSL:
+        return c == '\\' && (s->mode = M_LOW_U, true);
+    case M_LOW_U:
+        return c == 'u' && (s->mode = M_UHEX, s->sub = 0, s->cp = 0, true);
+    case M_NUMBER:
+        return number_step(s, c);
+    case M_LITERAL: {
+        const char *lit = literals[s->sub / 8];
+        int pos = s->sub % 8;
+        if (c != (uint8_t)lit[pos]) return false;
+        s->sub++;
+        return lit[pos + 1] ? true : after_value(s);
+    }
+    default: /* M_DONE */
+        return false;
+    }
+}
+
+bool jg_feed(jg_state *s, const char *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!step(s, (uint8_t)b[i])) return false;
+    return true;
+}
+
+/* ---- the vocabulary --------------------------------------------------------- */
+#define JG_MAX_TOKEN 256 /* longer tokens are never allowed (none real is) */
+#define JG_MAX_EOS   8
+
+/* Tokens in byte order, each with the bytes it shares with the one before. */
+typedef struct jg_walk {
+    int n;
+    int *id;
+    uint16_t *lcp;
+} jg_walk;
+
+struct jg_vocab {
+    int vocab;
+    uint32_t *off; /* by id: bytes in blob */
+    uint16_t *len; /* by id: 0 for a token never allowed */
+    char *blob;
+    jg_walk all;
+    /* Plain string text (no quote, backslash or control byte, valid UTF-8
+     * as far as it goes) is allowed as a whole inside a string outside a
+     * character: the walk there covers the other tokens only. */
+    int n_plain, *plain;
+    jg_walk other;
+    int eos[JG_MAX_EOS], n_eos;
+};
+
+static bool plain_text(const uint8_t *b, int n) {
+    jg_state s = {.mode = M_STRING};
+    for (int i = 0; i < n; i++)
+        if (b[i] == '"' || b[i] == '\\' || !string_step(&s, b[i])) return false;
+    return true;
+}
+
+static int cmp_bytes(const void *a, const void *b, void *ctx) {
+    const jg_vocab *v = ctx;
+    int i = *(const int *)a, j = *(const int *)b;
+    size_t li = v->len[i], lj = v->len[j];
+    int c = memcmp(v->blob + v->off[i], v->blob + v->off[j], li < lj ? li : lj);
+    return c ? c : li < lj ? -1 : li > lj;
+}
+
+/* Sorts w's ids (set) by bytes and fills their shared-prefix lengths. */
+static void walk_sort(jg_vocab *v, jg_walk *w) {
+    qsort_r(w->id, (size_t)w->n, sizeof *w->id, cmp_bytes, v);
+    w->lcp = di_calloc((size_t)(w->n ? w->n : 1), sizeof *w->lcp);
+    for (int k = 1; k < w->n; k++) {
+        int a = w->id[k - 1], b = w->id[k], m = v->len[a] < v->len[b] ? v->len[a] : v->len[b];
+        int l = 0;
+        while (l < m && v->blob[v->off[a] + l] == v->blob[v->off[b] + l]) l++;
+        w->lcp[k] = (uint16_t)l;
+    }
+}
+
+jg_vocab *jg_vocab_new(int vocab, jg_token_bytes_fn bytes, void *ctx, const int *eos, int n_eos) {
+    jg_vocab *v = di_calloc(1, sizeof *v);
+    v->vocab = vocab;
+    for (int i = 0; i < n_eos && v->n_eos < JG_MAX_EOS; i++) v->eos[v->n_eos++] = eos[i];
+    v->off = di_malloc(sizeof *v->off * (size_t)(vocab ? vocab : 1));
+    v->len = di_calloc((size_t)(vocab ? vocab : 1), sizeof *v->len);
+    di_buf blob = {0};
+    for (int id = 0; id < vocab; id++) {
+        size_t l = 0;
+        char *b = bytes(ctx, id, &l);
+        if (b && l > 0 && l <= JG_MAX_TOKEN) {
+            v->off[id] = (uint32_t)blob.n;
+            v->len[id] = (uint16_t)l;
+            di_buf_add(&blob, b, l);
+            v->all.n++;
+        }
+        free(b);
+    }
+    v->blob = blob.p;
+    size_t cap = (size_t)(v->all.n ? v->all.n : 1);
+    v->all.id = di_malloc(sizeof(int) * cap);
+    v->other.id = di_malloc(sizeof(int) * cap);
+    v->plain = di_malloc(sizeof(int) * cap);
+    for (int id = 0, k = 0; id < vocab; id++) {
+        if (!v->len[id]) continue;
+        v->all.id[k++] = id;
+        if (plain_text((const uint8_t *)v->blob + v->off[id], v->len[id]))
+            v->plain[v->n_plain++] = id;
+        else
+            v->other.id[v->other.n++] = id;
+    }
+    walk_sort(v, &v->all);
+    walk_sort(v, &v->other);
+    return v;
+}
+
+void jg_vocab_free(jg_vocab *v) {
+    if (!v) return;
+    free(v->off);
+    free(v->len);
+    free(v->blob);
+    free(v->all.id);
+    free(v->all.lcp);
+    free(v->other.id);
+    free(v->other.lcp);
+    free(v->plain);
+    free(v);
+}
+
+static bool is_eos(const jg_vocab *v, int id) {
+    for (int i = 0; i < v->n_eos; i++)
+        if (v->eos[i] == id) return true;
+    return false;
+}
+
+/* Marks in ok the tokens of w that can follow s: each resumes from the
+ * state its shared prefix left, and a token that shares the prefix that
+ * failed fails without a step. */
+static void walk(const jg_vocab *v, const jg_walk *w, const jg_state *s, unsigned char *ok) {
+    jg_state st[JG_MAX_TOKEN + 1];
+    st[0] = *s;
+    int good = 0; /* bytes of the token before whose states are in st */
+    for (int k = 0; k < w->n; k++) {
+        int id = w->id[k], l = w->lcp[k], n = v->len[id];
+        if (l > good) continue;
+        const uint8_t *b = (const uint8_t *)v->blob + v->off[id];
+        int d = l;
+        for (; d < n; d++) {
+            st[d + 1] = st[d];
+            if (!step(&st[d + 1], b[d])) break;
+        }
+        good = d;
+        ok[id] = d == n;
+    }
+}
+
+int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
+    unsigned char *ok = di_calloc((size_t)(v->vocab ? v->vocab : 1), 1);
+    if (s->mode == M_STRING && !s->utf8) {
+        for (int k = 0; k < v->n_plain; k++) ok[v->plain[k]] = 1;
+        walk(v, &v->other, s, ok);
+    } else
+        walk(v, &v->all, s, ok);
+    int allowed = 0;
+    bool done = jg_done(s);
+    for (int id = 0; id < v->vocab; id++) {
+        if (is_eos(v, id)) ok[id] = done;
+        if (ok[id])
+            allowed++;
+        else
+            logits[id] = -INFINITY;
+    }
+    if (!allowed) /* a dead end (no token continues): let the sequence end */
+        for (int i = 0; i < v->n_eos; i++)
+            if (v->eos[i] >= 0 && v->eos[i] < v->vocab) logits[v->eos[i]] = 0, allowed++;
+    free(ok);
+    return allowed;
+}
+
+bool jg_feed_token(const jg_vocab *v, jg_state *s, int id) {
+    if (is_eos(v, id)) return true;
+    if (id < 0 || id >= v->vocab || !v->len[id]) return false;
+    return jg_feed(s, v->blob + v->off[id], v->len[id]);
+}

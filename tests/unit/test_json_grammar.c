@@ -1,0 +1,249 @@
+/* test_json_grammar.c — the JSON-object automaton and its token mask
+ * (src/engine/json_grammar.c): valid and invalid texts, whole and byte by
+ * byte; agreement with jansson (the oracle) on random short texts; the mask
+ * against feeding every token by itself, along a walk to a complete object. */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/json_grammar.h"
+#include "harness.h"
+
+static bool accepts(const char *t, size_t n) {
+    jg_state s;
+    jg_init(&s);
+    return jg_feed(&s, t, n) && jg_done(&s);
+}
+
+/* Fed whole or a byte at a time: the same verdict. */
+static bool accepts_bytewise(const char *t, size_t n) {
+    jg_state s;
+    jg_init(&s);
+    for (size_t i = 0; i < n; i++)
+        if (!jg_feed(&s, t + i, 1)) return false;
+    return jg_done(&s);
+}
+
+TEST(json_grammar_accepts_objects) {
+    const char *ok[] = {
+        "{}",
+        " \n{ }",
+        "{\"a\":1}",
+        "{\"a\": -0.5e+10, \"b\": [1, 2.25, -3E2, 0], \"c\": {\"d\": [[], {}]}}",
+        "{\"s\":\"esc \\\" \\\\ \\/ \\b\\f\\n\\r\\t \\u00e9 \\uD83D\\uDE00\"}",
+        "{\"t\":true,\"f\":false,\"n\":null,\"x\":[true,false,null]}",
+        "{\"caf\xC3\xA9\":\"\xE4\xB8\xAD\xF0\x9F\x98\x80\"}",
+        "{\"a\":{\"b\":{\"c\":{\"d\":{}}}}}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        CHECKF(accepts(ok[i], strlen(ok[i])), "rejected %s", ok[i]);
+        CHECKF(accepts_bytewise(ok[i], strlen(ok[i])), "rejected byte by byte: %s", ok[i]);
+    }
+}
+
+TEST(json_grammar_rejects_the_rest) {
+    const char *bad[] = {
+        "[1]",                      /* the top level is an object */
+        "\"x\"",                    /* ... */
+        "{\"a\":1",                 /* not complete */
+        "{\"a\":01}",               /* leading zero */
+        "{\"a\":-01}",              /* ... after a sign */
+        "{\"a\":1.}",               /* no fraction digits */
+        "{\"a\":-}",                /* a sign alone */
+        "{\"a\":1e}",               /* no exponent digits */
+        "{\"a\":tru}",              /* a broken literal */
+        "{\"a\":1,}",               /* trailing comma */
+        "{,}",                      /* ... */
+        "{\"a\" 1}",                /* no colon */
+        "{a:1}",                    /* unquoted key */
+        "{\"a\":1}}",               /* past the end */
+        "{\"a\":1} ",               /* whitespace past the end */
+        "{\"a\":[1}",               /* mismatched closer */
+        "{\"a\":\"\x01\"}",         /* a control byte in a string */
+        "{\"a\":\"\xC0\x80\"}",     /* overlong UTF-8 */
+        "{\"a\":\"\xED\xA0\x80\"}", /* a UTF-8 surrogate */
+        "{\"a\":\"\\ud800\"}",      /* a lone high surrogate */
+        "{\"a\":\"\\udc00\"}",      /* a lone low one */
+        "{\"a\":\"\\u0000\"}",      /* NUL, which strict parsers refuse */
+        "{\"a\":\"\\x41\"}",        /* an unknown escape */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECKF(!accepts(bad[i], strlen(bad[i])), "accepted %s", bad[i]);
+        CHECKF(!accepts_bytewise(bad[i], strlen(bad[i])), "accepted byte by byte: %s", bad[i]);
+    }
+    /* whitespace outside strings is bounded; inside them it is not */
+    char pad[128] = "{";
+    memset(pad + 1, ' ', JG_MAX_WS + 1);
+    strcpy(pad + 2 + JG_MAX_WS, "}");
+    CHECK(!accepts(pad, strlen(pad)));
+    pad[1 + JG_MAX_WS] = '}', pad[2 + JG_MAX_WS] = 0;
+    CHECK(accepts(pad, strlen(pad)));
+    /* nesting is bounded */
+    char deep[2 * JG_MAX_DEPTH + 8];
+    size_t n = 0;
+    deep[n++] = '{', deep[n++] = '"', deep[n++] = 'a', deep[n++] = '"', deep[n++] = ':';
+    for (int d = 1; d < JG_MAX_DEPTH; d++) deep[n++] = '[';
+    jg_state s;
+    jg_init(&s);
+    CHECK(jg_feed(&s, deep, n));
+    CHECK(!jg_feed(&s, "[", 1));
+}
+
+/* Random short texts over JSON's characters: the automaton accepts exactly
+ * what jansson parses as an object (numbers kept short, so none overflows
+ * jansson's integers), whitespace after it aside. */
+TEST(json_grammar_agrees_with_jansson) {
+    static const char alpha[] = "{}[]\":, a1-0.e+tnu\\";
+    uint64_t x = 88172645463325252ull;
+    int agree = 0, accepted = 0;
+    for (int it = 0; it < 200000; it++) {
+        char t[16];
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t n = 2 + x % 11;
+        for (size_t i = 0; i < n; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            t[i] = alpha[x % (sizeof alpha - 1)];
+        }
+        t[0] = '{'; /* most texts start as an object would */
+        json_error_t e;
+        json_t *j = json_loadb(t, n, 0, &e);
+        bool want = j && json_is_object(j);
+        json_decref(j);
+        size_t m = n; /* whitespace past the object: jansson's; here only EOS may follow */
+        while (m && t[m - 1] == ' ') m--;
+        bool got = accepts(t, m);
+        if (got != want) {
+            CHECKF(false, "'%.*s': automaton %d, jansson %d (%s)", (int)n, t, got, want, e.text);
+            break;
+        }
+        agree++;
+        accepted += got;
+    }
+    CHECKF(agree == 200000 && accepted > 100, "%d agreed, %d accepted", agree, accepted);
+}
+
+/* A vocabulary of JSON pieces, multi-byte and partial characters, a control
+ * token (no bytes) and an end-of-sequence token. */
+static const char *const VOCAB[] = {
+    NULL, /* 0: EOS */
+    "\\x",
+    "\\u12",
+    "a\"b",
+    "\xA9\xC3",
+    "\xC3"
+    "a",
+    "{",
+    "}",
+    "[",
+    "]",
+    "\"",
+    ":",
+    ",",
+    " ",
+    "  ",
+    "\n",
+    "a",
+    "b",
+    "1",
+    "0",
+    "-",
+    ".",
+    "e",
+    "true",
+    "tr",
+    "ue",
+    "null",
+    "\"a\"",
+    "\":",
+    "\",",
+    "{\"",
+    "\"}",
+    "12",
+    "1.5",
+    "\xC3",
+    "\xA9",
+    "\xC3\xA9",
+    "\\",
+    "n",
+    "u",
+    "00e9",
+    "\\n",
+    NULL /* a control token */,
+    "}}",
+    "]}",
+    "\":\"",
+    "x\"",
+    "\t\t",
+};
+#define NV ((int)(sizeof VOCAB / sizeof *VOCAB))
+
+static char *vocab_bytes(void *ctx, int id, size_t *len) {
+    (void)ctx;
+    if (!VOCAB[id]) return NULL;
+    *len = strlen(VOCAB[id]);
+    char *b = malloc(*len + 1);
+    memcpy(b, VOCAB[id], *len + 1);
+    return b;
+}
+
+/* The mask at s against feeding every token by itself (and an
+ * end-of-sequence token where the object is complete, or where nothing
+ * else can follow); returns the allowed ids in pick. */
+static void check_mask(const jg_vocab *v, const jg_state *s, int eos, int *pick, int *n_pick,
+                       int *dead_ends, const char *where) {
+    float lg[NV];
+    for (int i = 0; i < NV; i++) lg[i] = 0;
+    int allowed = jg_mask(v, s, lg);
+    bool want[NV], any = false;
+    for (int id = 0; id < NV; id++) {
+        jg_state t = *s;
+        want[id] = id == eos   ? jg_done(s)
+                   : VOCAB[id] ? jg_feed(&t, VOCAB[id], strlen(VOCAB[id]))
+                               : false;
+        any |= want[id];
+    }
+    want[eos] |= !any; /* a dead end ("nu", no "l" here): the sequence may end */
+    *dead_ends += !any;
+    int n = *n_pick = 0;
+    for (int id = 0; id < NV; id++) {
+        CHECKF(want[id] == (lg[id] == 0), "%s: token %d '%s': mask %d, fed %d", where, id,
+               VOCAB[id] ? VOCAB[id] : "-", lg[id] == 0, want[id]);
+        if (lg[id] == 0) pick[n++] = id;
+    }
+    CHECK(n == allowed && n > 0);
+    *n_pick = n;
+}
+
+TEST(json_grammar_mask_equals_feeding_each_token) {
+    int eos = 0, pick[NV], n = 0, dead_ends = 0;
+    jg_vocab *v = jg_vocab_new(NV, vocab_bytes, NULL, &eos, 1);
+    jg_state s;
+    /* states the walk below may miss: inside a character, an escape, a
+     * literal, a number */
+    const char *at[] = {"{\"a\":\"\xC3", "{\"a\":\"\xE4\xB8", "{\"a\":\"\\", "{\"a\":\"\\u1",
+                        "{\"a\":tr",     "{\"a\":1",          "{\"a\":[",    "{\"a\":{} "};
+    for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
+        jg_init(&s);
+        CHECK(jg_feed(&s, at[i], strlen(at[i])));
+        check_mask(v, &s, eos, pick, &n, &dead_ends, at[i]);
+    }
+    jg_init(&s);
+    uint64_t x = 7;
+    int steps = 0, completed = 0;
+    for (; steps < 2000 && completed < 5; steps++) {
+        check_mask(v, &s, eos, pick, &n, &dead_ends, "walk");
+        if (!n) break;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int id = pick[x % (uint64_t)n];
+        if (id == eos) { /* the object was complete, or a dead end: start another */
+            completed += jg_done(&s);
+            jg_init(&s);
+            continue;
+        }
+        CHECK(jg_feed_token(v, &s, id));
+    }
+    CHECKF(completed == 5, "%d objects completed in %d steps (%d dead ends)", completed, steps,
+           dead_ends);
+    jg_vocab_free(v);
+}
