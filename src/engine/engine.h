@@ -87,8 +87,11 @@ typedef struct engine_request {
     void *user;
     /* Constrain the output to one JSON object (json_grammar.h): each token
      * drawn among those that keep it a prefix of one, an end-of-sequence
-     * token only once it is complete. */
+     * token only once it is complete. With json_wait, only what follows
+     * token json_wait_for (the end of the model's reasoning) is held. */
     bool json;
+    bool json_wait;
+    int json_wait_for;
 } engine_request;
 
 typedef struct engine_opts {

@@ -63,8 +63,9 @@ static void seq_setup(engine *e, ereq *r, seq *q, int branch) {
     q->branch = branch;
     q->rng = samp_rng_init(r->r.sampling.seed, branch);
     q->detok = e->has_detok ? e->detok.open(e->detok.ctx) : NULL;
-    q->json_on = r->r.json;
-    if (q->json_on) {
+    q->json_on = r->r.json && !r->r.json_wait;
+    q->json_wait = r->r.json && r->r.json_wait;
+    if (r->r.json) {
         if (!e->jv) /* once per engine: every token's bytes, sorted */
             e->jv = jg_vocab_new(e->run.vocab, e->detok.token_bytes, e->detok.ctx, e->run.eos_ids,
                                  e->run.n_eos);
@@ -273,6 +274,8 @@ static bool on_token(engine *e, seq *q, const float *row, const samp_out *drawn,
                   e->jv, q->json_on ? &q->json : NULL, &pe->so);
     if (q->json_on && !jg_feed_token(e->jv, &q->json, pe->so.token))
         q->json_on = false; /* a token the mask did not allow (none should be) */
+    else if (q->json_wait && pe->so.token == r->r.json_wait_for)
+        q->json_wait = false, q->json_on = true;
     seq_fill_ahead(q, pe->so.token);
     e->st.generated_tokens++;
     const stop_params *sp = &r->r.stop;

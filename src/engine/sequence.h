@@ -58,8 +58,9 @@ typedef struct seq {
     int branch;  /* index among the request's n sequences */
     uint64_t rng;
     stop_state stop;
-    void *detok;  /* incremental detokenizer stream, or NULL */
-    bool json_on; /* output held to one JSON object, parsed so far in json */
+    void *detok;    /* incremental detokenizer stream, or NULL */
+    bool json_on;   /* output held to one JSON object, parsed so far in json */
+    bool json_wait; /* ... from the request's json_wait_for token on */
     jg_state json;
     bool in_flight; /* in the forward pass running now: its memory is the model's */
     bool draining;  /* final event sent while in flight: freed when the pass ends */

@@ -236,8 +236,8 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
                          .traffic = k->api->proto == SRV_COMPLETIONS ? ENGINE_TRAFFIC_AGENT
                                                                      : ENGINE_TRAFFIC_CHAT,
                          .on_event = gen_on_engine_event,
-                         .user = g,
-                         .json = srv_constrain_json(r, p.think_opened)};
+                         .user = g};
+    srv_json_constraint(r, p.think_opened, s->tok, &er);
     gen_begin(g);
     di_err err = {{0}};
     pthread_mutex_lock(&g->mu); /* events must not run before engine_id is known */

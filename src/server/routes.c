@@ -73,8 +73,13 @@ int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *er
     return 0;
 }
 
-bool srv_constrain_json(const srv_req *r, bool think_opened) {
-    return r->json_mode && !think_opened && !(r->conv && r->conv->n_tools > 0);
+void srv_json_constraint(const srv_req *r, bool think_opened, const tokenizer *tok,
+                         engine_request *er) {
+    er->json = r->json_mode && !(r->conv && r->conv->n_tools > 0);
+    if (!er->json || !think_opened) return;
+    er->json_wait_for = tok ? tok_control_id(tok, "</think>") : -1;
+    er->json_wait = er->json_wait_for >= 0;
+    er->json = er->json_wait;
 }
 
 int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limits *lim,

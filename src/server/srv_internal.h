@@ -252,10 +252,13 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
  * block when tool_choice asks for it (sets r->tool_forced; see routes.c). */
 int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *err);
 
-/* Whether the engine holds the output to one JSON object (response_format
- * json_object / json_schema): where the answer is all the output, that is
- * with no tools to call and no reasoning opened by the prompt. */
-bool srv_constrain_json(const srv_req *r, bool think_opened);
+/* How the engine holds a reply to one JSON object (response_format
+ * json_object / json_schema; sets er->json and its wait): where the answer
+ * is all the output after any reasoning (no tools offered), from the first
+ * token, or after the reasoning's "</think>" where the prompt opened it and
+ * the tokenizer has that as one token (else the reply is left free). */
+void srv_json_constraint(const srv_req *r, bool think_opened, const tokenizer *tok,
+                         engine_request *er);
 
 /* Fuzzing entry (fuzz_entry.c): data = 1 byte protocol/stream, 1 byte
  * format, a request body, a NUL, then model output text that is fed through

@@ -702,6 +702,60 @@ TEST(engine_fake_json_output_is_one_object) {
     fake_free(f);
 }
 
+/* json_wait: free output up to the json_wait_for token (the end of
+ * reasoning), one JSON object after it. */
+TEST(engine_fake_json_after_a_token) {
+    static int p[8][20];
+    static result r[8];
+    fake *f = fake_new(64, true);
+    json_alpha = true;
+    engine *e = fake_engine(f, 256, 8, false);
+    memset(r, 0, sizeof r);
+    const int mark = N_JSON_ALPHA - 1; /* "x" */
+    for (int i = 0; i < 8; i++) {
+        make_prompt(p[i], 20, 4 + i);
+        engine_request q = {.prompt = p[i],
+                            .n_prompt = 20,
+                            .stop = {.max_tokens = 400},
+                            .json = true,
+                            .json_wait = true,
+                            .json_wait_for = mark,
+                            .on_event = collect,
+                            .user = &r[i]};
+        di_err err;
+        CHECKF(engine_submit(e, &q, &err), "%s", err.msg);
+    }
+    engine_wait_idle(e);
+    int marked = 0, free_before = 0;
+    for (int i = 0; i < 8; i++) {
+        int k = 0;
+        while (k < r[i].n[0] && r[i].tokens[0][k] != mark) k++;
+        if (k == r[i].n[0]) continue;
+        marked++;
+        jg_state s, t;
+        jg_init(&s);
+        jg_init(&t);
+        for (int j = 0; j < k; j++) { /* before it: not held (it does not parse) */
+            const char *a = JSON_ALPHA[r[i].tokens[0][j] % N_JSON_ALPHA];
+            free_before += !jg_feed(&t, a, strlen(a));
+        }
+        for (int j = k + 1; j < r[i].n[0]; j++) {
+            int id = r[i].tokens[0][j];
+            if (id == 0 && j == r[i].n[0] - 1) { /* EOS: the object is whole */
+                CHECK(jg_done(&s));
+                break;
+            }
+            const char *a = JSON_ALPHA[id % N_JSON_ALPHA];
+            CHECKF(jg_feed(&s, a, strlen(a)), "request %d token %d '%s' after the mark", i, j, a);
+        }
+    }
+    CHECKF(marked >= 2 && free_before > 0, "%d marked, %d free", marked, free_before);
+    engine_free(e);
+    json_alpha = false;
+    CHECK(f->n_free == 64);
+    fake_free(f);
+}
+
 TEST(engine_fake_stress_10k) {
     stress_case(0);
 }
