@@ -660,17 +660,18 @@ TEST(engine_fake_sequence_filling_the_pool_ends_at_length) {
  * object, and a branch that ends by EOS ends a whole one (jansson parses
  * it), sampled or greedy, alone or batched, n > 1 included. */
 TEST(engine_fake_json_output_is_one_object) {
-    static int p[20];
+    static int p[4][20];
     static result r[4];
     fake *f = fake_new(64, true);
     json_alpha = true;
     engine *e = fake_engine(f, 256, 8, false);
     memset(r, 0, sizeof r);
-    make_prompt(p, 20, 3);
     for (int i = 0; i < 4; i++) {
-        engine_request q = {.prompt = p,
+        make_prompt(p[i], 20, 3 + i);
+        /* the fake's logits lie 0..256 apart: 50 spreads the draws */
+        engine_request q = {.prompt = p[i],
                             .n_prompt = 20,
-                            .sampling = {.temperature = i ? 1.0f : 0.0f, .seed = (uint64_t)i},
+                            .sampling = {.temperature = i ? 50.0f : 0.0f, .seed = (uint64_t)i},
                             .stop = {.max_tokens = 300},
                             .n = i == 3 ? 3 : 1,
                             .json = true,
