@@ -383,12 +383,20 @@ static ereq *copy_request(const engine_request *q) {
         for (int i = 0; i < q->stop.n_strs; i++) r->stop_strs[i] = di_strdup(q->stop.strs[i]);
     }
     r->r.stop.strs = (const char *const *)r->stop_strs;
+    r->r.json_schema = NULL; /* compiled into r->schema */
     return r;
 }
 
 uint64_t engine_submit(engine *e, const engine_request *q, di_err *err) {
     if (check_request(e, q, err)) return 0;
+    jg_schema *schema = NULL;
+    if (q->json && q->json_schema) {
+        char why[160];
+        schema = jg_schema_compile(q->json_schema, strlen(q->json_schema), why, sizeof why);
+        if (!schema) return di_errf(err, "request: json_schema: %s", why), 0;
+    }
     ereq *r = copy_request(q);
+    r->schema = schema;
     pthread_mutex_lock(&e->mu);
     uint64_t id = r->id = e->next_req_id++;
     if (e->inbox_tail)

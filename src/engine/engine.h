@@ -92,6 +92,9 @@ typedef struct engine_request {
     bool json;
     bool json_wait;
     int json_wait_for;
+    /* With json: a JSON schema (its text, json_grammar.h) the object
+     * follows; NULL: any object. One the decoder cannot hold is refused. */
+    const char *json_schema;
 } engine_request;
 
 typedef struct engine_opts {

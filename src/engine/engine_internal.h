@@ -21,6 +21,7 @@ typedef struct ereq {
     samp_bias *bias;
     int *stop_ids;
     char **stop_strs;
+    jg_schema *schema; /* compiled r.json_schema */
     seq *seqs[ENGINE_MAX_N];
     int n_seqs, n_live;
     bool forked;

@@ -5,7 +5,7 @@
  * only (the continuation bytes' ranges as RFC 3629 gives them) and \u
  * escapes as strict parsers take them (a high surrogate followed by a low
  * one; no \u0000), so that what the model is held to parses everywhere. */
-#include "engine/json_grammar.h"
+#include "engine/json_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -13,43 +13,34 @@
 
 #include "base/base.h"
 
-enum {
-    M_START,     /* before the object: whitespace, then '{' */
-    M_OBJ_FIRST, /* after '{': a key or '}' */
-    M_OBJ_KEY,   /* after ',' in an object: a key */
-    M_COLON,     /* after a key */
-    M_VALUE,     /* a value */
-    M_ARR_FIRST, /* after '[': a value or ']' */
-    M_AFTER,     /* after a value in a container: ',' or its closer */
-    M_STRING,
-    M_ESC,     /* after a backslash */
-    M_UHEX,    /* in the 4 hex digits of \u (sub: digits read, cp: their value) */
-    M_LOW_BSL, /* after a high surrogate's escape: '\' of the low one */
-    M_LOW_U,   /* ... its 'u' */
-    M_NUMBER,  /* sub: N_* */
-    M_LITERAL, /* sub: literal * 8 + characters matched */
-    M_DONE,    /* the object is complete */
-};
-
 enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 static const char *const literals[3] = {"true", "false", "null"};
 
 void jg_init(jg_state *s) {
     memset(s, 0, sizeof *s);
-    s->mode = M_START;
+    s->c.mode = M_START;
 }
 
 bool jg_done(const jg_state *s) {
-    return s->mode == M_DONE;
+    return s->schema ? s->done : s->c.mode == M_DONE;
 }
 
-static bool after_value(jg_state *s) {
+bool jg_core_number_ends(const jg_core *s) {
+    return s->mode == M_NUMBER &&
+           (s->sub == N_ZERO || s->sub == N_INT || s->sub == N_FRAC || s->sub == N_EXP);
+}
+
+static bool jg_step(jg_state *s, uint8_t c) {
+    return s->schema ? jg_schema_step(s, c) : jg_core_step(&s->c, c);
+}
+
+static bool after_value(jg_core *s) {
     s->mode = s->depth ? M_AFTER : M_DONE;
     s->ws = 0;
     return true;
 }
 
-static bool open_container(jg_state *s, bool array) {
+static bool open_container(jg_core *s, bool array) {
     if (s->depth == JG_MAX_DEPTH) return false;
     uint64_t bit = 1ull << s->depth;
     s->arrays = array ? s->arrays | bit : s->arrays & ~bit;
@@ -58,13 +49,13 @@ static bool open_container(jg_state *s, bool array) {
     return true;
 }
 
-static bool close_container(jg_state *s, bool array) {
+static bool close_container(jg_core *s, bool array) {
     if (!s->depth || (bool)((s->arrays >> (s->depth - 1)) & 1) != array) return false;
     s->depth--;
     return after_value(s);
 }
 
-static bool start_string(jg_state *s, bool key) {
+static bool start_string(jg_core *s, bool key) {
     s->mode = M_STRING;
     s->key = key;
     s->utf8 = 0;
@@ -72,7 +63,7 @@ static bool start_string(jg_state *s, bool key) {
     return true;
 }
 
-static bool start_value(jg_state *s, uint8_t c) {
+static bool start_value(jg_core *s, uint8_t c) {
     switch (c) {
     case '{':
         return open_container(s, false);
@@ -105,11 +96,9 @@ static int hexval(uint8_t c) {
                                   : -1;
 }
 
-static bool step(jg_state *s, uint8_t c);
-
 /* A number's next byte: a digit, '.', 'e', a sign where one fits, or (in
  * an accepting state) anything else, which ends it and is read after it. */
-static bool number_step(jg_state *s, uint8_t c) {
+static bool number_step(jg_core *s, uint8_t c) {
     bool digit = c >= '0' && c <= '9';
     switch (s->sub) {
     case N_MINUS:
@@ -139,10 +128,10 @@ static bool number_step(jg_state *s, uint8_t c) {
         break;
     }
     after_value(s); /* an accepting state: the number ends before c */
-    return step(s, c);
+    return jg_core_step(s, c);
 }
 
-static bool string_step(jg_state *s, uint8_t c) {
+static bool string_step(jg_core *s, uint8_t c) {
     if (s->utf8) {
         if (c < s->lo || c > s->hi) return false;
         s->lo = 0x80, s->hi = 0xBF;
@@ -168,7 +157,7 @@ static bool string_step(jg_state *s, uint8_t c) {
     return true;
 }
 
-static bool hex_step(jg_state *s, uint8_t c) {
+static bool hex_step(jg_core *s, uint8_t c) {
     int h = hexval(c);
     if (h < 0) return false;
     s->cp = (uint16_t)(s->cp << 4 | h);
@@ -186,7 +175,7 @@ static bool hex_step(jg_state *s, uint8_t c) {
     return true;
 }
 
-static bool step(jg_state *s, uint8_t c) {
+bool jg_core_step(jg_core *s, uint8_t c) {
     if (s->mode <= M_AFTER && (c == ' ' || c == '\t' || c == '\n' || c == '\r'))
         return ++s->ws <= JG_MAX_WS;
     switch (s->mode) {
@@ -243,7 +232,7 @@ static bool step(jg_state *s, uint8_t c) {
 
 bool jg_feed(jg_state *s, const char *b, size_t n) {
     for (size_t i = 0; i < n; i++)
-        if (!step(s, (uint8_t)b[i])) return false;
+        if (!jg_step(s, (uint8_t)b[i])) return false;
     return true;
 }
 
@@ -273,7 +262,7 @@ struct jg_vocab {
 };
 
 static bool plain_text(const uint8_t *b, int n) {
-    jg_state s = {.mode = M_STRING};
+    jg_core s = {.mode = M_STRING};
     for (int i = 0; i < n; i++)
         if (b[i] == '"' || b[i] == '\\' || !string_step(&s, b[i])) return false;
     return true;
@@ -368,7 +357,7 @@ static void walk(const jg_vocab *v, const jg_walk *w, const jg_state *s, unsigne
         int d = l;
         for (; d < n; d++) {
             st[d + 1] = st[d];
-            if (!step(&st[d + 1], b[d])) break;
+            if (!jg_step(&st[d + 1], b[d])) break;
         }
         good = d;
         ok[id] = d == n;
@@ -377,7 +366,7 @@ static void walk(const jg_vocab *v, const jg_walk *w, const jg_state *s, unsigne
 
 int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
     unsigned char *ok = di_calloc((size_t)(v->vocab ? v->vocab : 1), 1);
-    if (s->mode == M_STRING && !s->utf8) {
+    if ((!s->schema || s->what == W_CORE) && s->c.mode == M_STRING && !s->c.utf8) {
         for (int k = 0; k < v->n_plain; k++) ok[v->plain[k]] = 1;
         walk(v, &v->other, s, ok);
     } else

@@ -1,8 +1,9 @@
 /* json_grammar.h — constrained decoding to one JSON object (OpenAI's
  * response_format json_object / json_schema, Responses text.format): a
  * byte-level pushdown automaton of the JSON grammar (RFC 8259, the top-level
- * value an object, strings valid UTF-8), and over a vocabulary's token bytes
- * the mask of the tokens that keep the output a prefix of such a value.
+ * value an object, strings valid UTF-8), optionally following a compiled
+ * JSON schema (json_schema.c), and over a vocabulary's token bytes the mask
+ * of the tokens that keep the output a prefix of such a value.
  *
  * The state is a few bytes of plain data (nesting in a 64-bit stack, so at
  * most JG_MAX_DEPTH levels), copied freely. The mask walks the tokens in
@@ -24,10 +25,11 @@
 #define JG_MAX_DEPTH 64
 #define JG_MAX_WS    32
 
-typedef struct jg_state {
+/* The JSON automaton's own state (json_grammar.c). */
+typedef struct jg_core {
     uint64_t arrays; /* bit d: the container at depth d + 1 is an array */
     uint8_t depth;   /* containers open */
-    uint8_t mode;    /* what the next byte may be (json_grammar.c) */
+    uint8_t mode;    /* what the next byte may be (json_internal.h) */
     uint8_t sub;     /* progress in a literal, a number or a \u escape */
     uint8_t utf8;    /* continuation bytes a string still owes */
     uint8_t lo, hi;  /* range of the next continuation byte */
@@ -35,9 +37,45 @@ typedef struct jg_state {
     bool key;        /* the string being read is an object key */
     bool low;        /* a \u escape must be a low surrogate */
     uint16_t cp;     /* the \u escape's value so far */
+} jg_core;
+
+/* A JSON schema compiled for decoding (json_schema.c); with one, the
+ * state follows it: its containers in frames, a key or an enum value being
+ * matched in cand / kpos, a string, number or free value in c. */
+typedef struct jg_schema jg_schema;
+#define JG_SCHEMA_DEPTH 12
+typedef struct jg_frame {
+    uint64_t seen; /* object: properties written */
+    uint16_t node;
+    uint8_t phase, prop;
+} jg_frame;
+
+typedef struct jg_state {
+    jg_core c;
+    const jg_schema *schema; /* NULL: any JSON object */
+    uint8_t depth;           /* frames open */
+    uint8_t what;            /* what is being read below the frames (json_internal.h) */
+    uint8_t ws;              /* whitespace bytes in a row between values */
+    bool int_only;           /* the number in c is an integer */
+    bool done;               /* the value is complete */
+    uint16_t kpos;           /* bytes of the key or enum value matched */
+    uint16_t enode;          /* the enum's node */
+    uint64_t cand;           /* properties or enum values still matching */
+    jg_frame f[JG_SCHEMA_DEPTH];
 } jg_state;
 
+/* Any JSON object, or one that schema (borrowed) describes. */
 void jg_init(jg_state *s);
+void jg_init_schema(jg_state *s, const jg_schema *schema);
+/* Compiles a JSON schema (its text): objects (properties in any order, the
+ * required ones before the object closes, no others), arrays of items,
+ * strings, numbers, integers, booleans, null, enum / const values, anyOf /
+ * oneOf / type lists whose branches start differently, and $ref into $defs
+ * or definitions. Keywords that narrow further (pattern, minimum, lengths,
+ * formats) are not enforced; a part it cannot hold is any JSON value there
+ * (a whole schema that is not an object: NULL, with why). */
+jg_schema *jg_schema_compile(const char *text, size_t len, char *why, size_t cap);
+void jg_schema_free(jg_schema *schema);
 /* Feeds bytes; false (s then undefined) where they cannot continue a value. */
 bool jg_feed(jg_state *s, const char *b, size_t n);
 /* The object is complete: only an end-of-sequence token may follow. */

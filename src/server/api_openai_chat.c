@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/json_grammar.h"
 #include "server/srv_internal.h"
 
 /* --- shared OpenAI pieces ------------------------------------------------ */
@@ -271,7 +272,8 @@ int srv_parse_thinking(const json_t *body, conversation *c, srv_fail *f) {
     return 0;
 }
 
-/* Shared: response_format {"type": "text"|"json_object"|"json_schema"}. */
+/* Shared: response_format {"type": "text"|"json_object"|"json_schema"}; the
+ * schema sits in json_schema.schema (chat) or schema (Responses' format). */
 int srv_parse_response_format(const json_t *rf, const char *name, srv_req *r, srv_fail *f) {
     if (!rf || json_is_null(rf)) return 0;
     const char *t = json_string_value(json_object_get(rf, "type"));
@@ -281,6 +283,17 @@ int srv_parse_response_format(const json_t *rf, const char *name, srv_req *r, sr
         r->json_mode = true;
     else if (strcmp(t, "text"))
         return srv_failf(f, 400, name, "%s.type: unknown value '%s'", name, t);
+    const json_t *sch = json_object_get(json_object_get(rf, "json_schema"), "schema");
+    if (!sch) sch = json_object_get(rf, "schema");
+    if (strcmp(t, "json_schema") || !sch || json_is_null(sch)) return 0;
+    char *text = json_dumps(sch, JSON_COMPACT | JSON_ENCODE_ANY), why[160] = "unreadable";
+    jg_schema *ok = text ? jg_schema_compile(text, strlen(text), why, sizeof why) : NULL;
+    if (!ok) {
+        free(text);
+        return srv_failf(f, 400, name, "%s: json_schema: %s", name, why);
+    }
+    jg_schema_free(ok);
+    r->json_schema = text;
     return 0;
 }
 

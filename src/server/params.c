@@ -192,6 +192,7 @@ void srv_req_free(srv_req *r) {
     free(r->bias);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->tool_name);
+    free(r->json_schema);
     *r = (srv_req){0};
 }
 

@@ -76,6 +76,7 @@ int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *er
 void srv_json_constraint(const srv_req *r, bool think_opened, const tokenizer *tok,
                          engine_request *er) {
     er->json = r->json_mode && !(r->conv && r->conv->n_tools > 0);
+    er->json_schema = r->json_schema;
     if (!er->json || !think_opened) return;
     er->json_wait_for = tok ? tok_control_id(tok, "</think>") : -1;
     er->json_wait = er->json_wait_for >= 0;

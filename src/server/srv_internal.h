@@ -63,6 +63,7 @@ typedef struct srv_req {
     bool logprobs;
     int top_logprobs;
     bool json_mode;
+    char *json_schema; /* json_schema's schema (compact JSON), or NULL */
     srv_tool_choice tool_choice;
     char *tool_name; /* SRV_TC_NAMED */
     /* Set by srv_prepare: tool_choice required/named is enforced by ending the

@@ -126,8 +126,35 @@ test('response_format json_object: each reply is (a prefix of) one JSON object',
     }
     assert.ok(whole > 0, JSON.stringify(r.choices.map((c) => [c.finish_reason, c.message.content])));
   }
-  const resp = await client.responses.create({ model: MODEL, input: 'Reply in JSON', max_output_tokens: 48, temperature: 1, text: { format: { type: 'json_object' } } });
+  const resp = await client.responses.create({ model: MODEL, input: 'Reply in JSON', max_output_tokens: 48, temperature: 1, seed: 4, text: { format: { type: 'json_object' } } });
   assert.ok(resp.output_text.startsWith('{'), resp.output_text);
+});
+
+test('response_format json_schema: replies follow the schema', async () => {
+  const schema = {
+    type: 'object', additionalProperties: false, required: ['ok', 'mood'],
+    properties: { ok: { type: 'boolean' }, mood: { enum: ['happy', 'sad'] }, n: { type: 'integer' } },
+  };
+  const r = await client.chat.completions.create({
+    model: MODEL, messages: user('How are you?'), max_tokens: 160, temperature: 1, seed: 3, n: 4,
+    response_format: { type: 'json_schema', json_schema: { name: 'status', strict: true, schema } },
+  });
+  for (const c of r.choices) {
+    assert.equal(c.finish_reason, 'stop', c.message.content);
+    const v = JSON.parse(c.message.content);
+    assert.equal(typeof v.ok, 'boolean');
+    assert.ok(['happy', 'sad'].includes(v.mood));
+    assert.ok(Object.keys(v).every((k) => k in schema.properties));
+    if ('n' in v) assert.ok(Number.isInteger(v.n));
+  }
+  const resp = await client.responses.create({
+    model: MODEL, input: 'How are you?', max_output_tokens: 160, temperature: 1, seed: 3,
+    text: { format: { type: 'json_schema', name: 'status', strict: true, schema } },
+  });
+  assert.ok(['happy', 'sad'].includes(JSON.parse(resp.output_text).mood));
+  await assert.rejects(client.chat.completions.create({
+    model: MODEL, messages: user('x'), response_format: { type: 'json_schema', json_schema: { name: 'a', schema: { type: 'array' } } },
+  }), (e) => e.status === 400 && /json_schema/.test(e.message));
 });
 
 test('completions: greedy output equals `deepinfer generate`', async () => {

@@ -133,9 +133,9 @@ static void fake_free(fake *f) {
 
 /* Detokenizer: token v is the letter 'a' + v % 26, or with json_alpha set
  * json_alpha[v % N_JSON_ALPHA]. */
-static const char *const JSON_ALPHA[] = {
-    "{", "}",    "[",      "]",   "\"",   ":", ",",   " ",  "a",
-    "1", "true", "\"k\":", "0.5", "null", "-", "\"}", "]}", "x"};
+static const char *const JSON_ALPHA[] = {"{", "}",   "[",  "]",    "\"",     ":",   ",",
+                                         " ", "a",   "1",  "true", "\"k\":", "0.5", "null",
+                                         "-", "\"}", "]}", "k",    "x"};
 #define N_JSON_ALPHA ((int)(sizeof JSON_ALPHA / sizeof *JSON_ALPHA))
 static bool json_alpha;
 static void *fd_open(void *c) {
@@ -697,6 +697,54 @@ TEST(engine_fake_json_output_is_one_object) {
             whole++;
         }
     CHECKF(whole >= 3, "%d of 6 branches ended a whole object", whole);
+    engine_free(e);
+    json_alpha = false;
+    CHECK(f->n_free == 64);
+    fake_free(f);
+}
+
+/* With a schema: each whole object follows it ("k", an array of integers). */
+TEST(engine_fake_json_follows_a_schema) {
+    static int p[6][20];
+    static result r[6];
+    fake *f = fake_new(64, true);
+    json_alpha = true;
+    engine *e = fake_engine(f, 256, 8, false);
+    memset(r, 0, sizeof r);
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"array\","
+                         "\"items\":{\"type\":\"integer\"}}},\"required\":[\"k\"]}";
+    for (int i = 0; i < 6; i++) {
+        make_prompt(p[i], 20, 30 + i);
+        engine_request q = {.prompt = p[i],
+                            .n_prompt = 20,
+                            .sampling = {.temperature = 50.0f, .seed = (uint64_t)i},
+                            .stop = {.max_tokens = 200},
+                            .json = true,
+                            .json_schema = schema,
+                            .on_event = collect,
+                            .user = &r[i]};
+        di_err err;
+        CHECKF(engine_submit(e, &q, &err), "%s", err.msg);
+    }
+    engine_wait_idle(e);
+    int whole = 0;
+    for (int i = 0; i < 6; i++) {
+        if (r[i].finish[0] != ENGINE_FINISH_STOP) continue;
+        json_t *j = json_loadb(r[i].text[0], r[i].text_len[0], 0, NULL);
+        json_t *k = json_object_get(j, "k");
+        bool ints = json_is_array(k) && json_object_size(j) == 1;
+        size_t x;
+        json_t *v;
+        json_array_foreach(k, x, v) ints &= json_is_integer(v);
+        CHECKF(ints, "%.*s", (int)r[i].text_len[0], r[i].text[0]);
+        json_decref(j);
+        whole++;
+    }
+    CHECKF(whole >= 2, "%d of 6 ended a whole object", whole);
+    /* a schema the decoder cannot hold is refused */
+    di_err err;
+    engine_request bad = {.prompt = p[0], .n_prompt = 20, .json = true, .json_schema = "[1]"};
+    CHECK(!engine_submit(e, &bad, &err) && strstr(err.msg, "json_schema"));
     engine_free(e);
     json_alpha = false;
     CHECK(f->n_free == 64);

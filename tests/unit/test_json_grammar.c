@@ -3,6 +3,7 @@
  * byte; agreement with jansson (the oracle) on random short texts; the mask
  * against feeding every token by itself, along a walk to a complete object. */
 #include <jansson.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,4 +247,125 @@ TEST(json_grammar_mask_equals_feeding_each_token) {
     CHECKF(completed == 5, "%d objects completed in %d steps (%d dead ends)", completed, steps,
            dead_ends);
     jg_vocab_free(v);
+}
+
+/* ---- schemas ----------------------------------------------------------------- */
+static jg_schema *schema_of(const char *text) {
+    char why[160];
+    jg_schema *s = jg_schema_compile(text, strlen(text), why, sizeof why);
+    if (!s) fprintf(stderr, "schema: %s\n", why);
+    return s;
+}
+
+static bool schema_accepts(const jg_schema *sc, const char *t) {
+    jg_state s;
+    jg_init_schema(&s, sc);
+    bool whole = jg_feed(&s, t, strlen(t)) && jg_done(&s);
+    jg_init_schema(&s, sc); /* byte by byte: the same */
+    bool bytes = true;
+    for (size_t i = 0; bytes && t[i]; i++) bytes = jg_feed(&s, t + i, 1);
+    return whole && bytes && jg_done(&s);
+}
+
+static const char PERSON[] =
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":"
+    "\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},\"kind\":{"
+    "\"enum\":[\"cat\",\"dog\",3,null]},\"opt\":{\"anyOf\":[{\"type\":\"number\"},{\"type\":"
+    "\"null\"}]},\"nested\":{\"$ref\":\"#/$defs/N\"},\"free\":{}},\"required\":[\"name\","
+    "\"age\"],\"$defs\":{\"N\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":["
+    "\"boolean\",\"null\"]}},\"required\":[\"x\"]}}}";
+
+TEST(json_schema_holds_objects_to_it) {
+    jg_schema *sc = schema_of(PERSON);
+    CHECK(sc);
+    const char *ok[] = {
+        "{\"name\":\"a\",\"age\":3}",
+        "{ \"age\" : -12 , \"name\" : \"b\\u00e9\" }",
+        "{\"name\":\"a\",\"age\":0,\"tags\":[\"x\",\"y\"],\"kind\":\"dog\",\"opt\":null,"
+        "\"nested\":{\"x\":true}}",
+        "{\"name\":\"a\",\"age\":3,\"kind\":3,\"opt\":1.5e3,\"nested\":{\"x\":null}}",
+        "{\"name\":\"a\",\"age\":3,\"kind\":null,\"tags\":[]}",
+        "{\"free\":[1,{\"q\":\"w\"}],\"name\":\"\",\"age\":7}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        CHECKF(schema_accepts(sc, ok[i]), "rejected %s", ok[i]);
+        json_error_t e;
+        json_t *j = json_loads(ok[i], 0, &e);
+        CHECKF(json_is_object(j), "jansson: %s", e.text);
+        json_decref(j);
+    }
+    const char *bad[] = {
+        "{\"name\":\"a\"}",                                /* age is required */
+        "{\"name\":\"a\",\"age\":3.5}",                    /* an integer */
+        "{\"name\":\"a\",\"age\":1e3}",                    /* ... */
+        "{\"name\":\"a\",\"age\":3,\"extra\":1}",          /* no such property */
+        "{\"name\":1,\"age\":3}",                          /* a string */
+        "{\"name\":\"a\",\"name\":\"b\",\"age\":1}",       /* twice */
+        "{\"name\":\"a\",\"age\":3,\"kind\":\"cow\"}",     /* not in the enum */
+        "{\"name\":\"a\",\"age\":3,\"kind\":\"ca\"}",      /* ... */
+        "{\"name\":\"a\",\"age\":3,\"kind\":33}",          /* ... */
+        "{\"name\":\"a\",\"age\":3,\"nested\":{}}",        /* x is required */
+        "{\"name\":\"a\",\"age\":3,\"nested\":{\"x\":1}}", /* boolean or null */
+        "{\"name\":\"a\",\"age\":3,\"tags\":[1]}",         /* strings */
+        "{\"name\":\"a\",\"age\":3,\"opt\":\"1\"}",        /* number or null */
+        "{\"nam\":\"a\",\"age\":3}",                       /* a prefix of a name */
+        "[{\"name\":\"a\",\"age\":3}]",                    /* an object */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECKF(!schema_accepts(sc, bad[i]), "accepted %s", bad[i]);
+    jg_schema_free(sc);
+}
+
+TEST(json_schema_refs_recurse_and_unsupported_parts_are_free) {
+    jg_schema *sc = schema_of(
+        "{\"$ref\":\"#/$defs/T\",\"$defs\":{\"T\":{\"type\":\"object\",\"properties\":{\"v\":{"
+        "\"type\":\"integer\"},\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/T\"}}},"
+        "\"required\":[\"v\"]}}}");
+    CHECK(sc);
+    CHECK(schema_accepts(sc, "{\"v\":1,\"kids\":[{\"v\":2},{\"v\":3,\"kids\":[{\"v\":4}]}]}"));
+    CHECK(!schema_accepts(sc, "{\"v\":1,\"kids\":[{\"w\":2}]}"));
+    jg_schema_free(sc);
+    /* two branches that start alike cannot be told apart by a byte: free */
+    sc = schema_of("{\"type\":\"object\",\"properties\":{\"u\":{\"anyOf\":[{\"type\":\"object\","
+                   "\"properties\":{\"a\":{\"type\":\"string\"}}},{\"type\":\"object\","
+                   "\"properties\":{\"b\":{\"type\":\"string\"}}}]}}}");
+    CHECK(sc && schema_accepts(sc, "{\"u\":{\"c\":[1]}}"));
+    jg_schema_free(sc);
+    /* {"type": "object"} alone: any object */
+    sc = schema_of("{\"type\":\"object\"}");
+    CHECK(sc && schema_accepts(sc, "{\"any\":[1,true]}") && !schema_accepts(sc, "[1]"));
+    jg_schema_free(sc);
+    char why[160];
+    CHECK(!jg_schema_compile("{\"type\":\"array\"}", 16, why, sizeof why) && strstr(why, "object"));
+    CHECK(!jg_schema_compile("[1]", 3, why, sizeof why));
+}
+
+TEST(json_schema_mask_equals_feeding_each_token) {
+    jg_schema *sc =
+        schema_of("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\","
+                  "\"items\":{\"type\":\"number\"}},\"b\":{\"enum\":[true,null,\"e\"]}},"
+                  "\"required\":[\"a\"]}");
+    CHECK(sc);
+    int eos = 0, pick[NV], n = 0, dead_ends = 0;
+    jg_vocab *v = jg_vocab_new(NV, vocab_bytes, NULL, &eos, 1);
+    jg_state s;
+    jg_init_schema(&s, sc);
+    uint64_t x = 11;
+    int steps = 0, completed = 0;
+    for (; steps < 4000 && completed < 5; steps++) {
+        check_mask(v, &s, eos, pick, &n, &dead_ends, "schema walk");
+        if (!n) break;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int id = pick[x % (uint64_t)n];
+        if (id == eos) {
+            completed += jg_done(&s);
+            jg_init_schema(&s, sc);
+            continue;
+        }
+        CHECK(jg_feed_token(v, &s, id));
+    }
+    CHECKF(completed == 5, "%d objects completed in %d steps (%d dead ends)", completed, steps,
+           dead_ends);
+    jg_vocab_free(v);
+    jg_schema_free(sc);
 }

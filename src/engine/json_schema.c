@@ -1,0 +1,466 @@
+/* json_schema.c — JSON schemas for constrained decoding (json_grammar.h):
+ * the compiler from a schema's text to a graph of nodes, and the step of a
+ * state that follows one.
+ *
+ * The graph: an object node lists its properties (name, node, required),
+ * an array node its items' node, an enum node its values' compact JSON
+ * texts, a union its branches, which must start with different bytes so
+ * that the first byte picks one; strings, numbers, integers, booleans and
+ * null are leaves read by the core automaton, and so is a free value (a
+ * part the compiler cannot hold: any JSON there). A $ref is a node shared
+ * (recursion included). The step keeps one frame per container open;
+ * object keys and enum values are matched against all the candidates at
+ * once (a bit each), so properties come in any order, each once. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "engine/json_internal.h"
+
+enum {
+    K_ANY,
+    K_ANYOBJ,
+    K_OBJECT,
+    K_ARRAY,
+    K_STRING,
+    K_NUMBER,
+    K_INTEGER,
+    K_BOOL,
+    K_NULL,
+    K_ENUM,
+    K_UNION
+};
+enum { O_FIRST, O_NEXT, O_KEY, O_COLON, O_VALUE, O_AFTER, A_FIRST, A_VALUE, A_AFTER };
+#define MAX_SET   64 /* properties of an object, values of an enum, branches of a union */
+#define MAX_NODES 4096
+
+typedef struct js_node {
+    uint8_t kind;
+    uint16_t items;    /* array: the items' node */
+    int first, count;  /* object: props; enum: lits; union: alts */
+    uint64_t required; /* object: a bit per property */
+} js_node;
+
+typedef struct js_text {
+    char *p;
+    int len;
+    uint16_t node; /* a property's value */
+} js_text;
+
+struct jg_schema {
+    js_node *nodes;
+    int n_nodes;
+    js_text *texts; /* properties' names and enum values' JSON */
+    int n_texts;
+    uint16_t *alts; /* unions' branches */
+    int n_alts;
+    uint16_t root;
+};
+
+/* ---- compiling ------------------------------------------------------------ */
+typedef struct compiler {
+    jg_schema *s;
+    const json_t *doc;
+    const char *refs[MAX_NODES]; /* $ref strings compiled so far, and their nodes */
+    uint16_t ref_node[MAX_NODES];
+    int n_refs;
+    bool full;
+} compiler;
+
+static int new_node(compiler *c, int kind) {
+    jg_schema *s = c->s;
+    if (s->n_nodes == MAX_NODES) {
+        c->full = true;
+        return 0; /* node 0 is a free value */
+    }
+    s->nodes = di_realloc(s->nodes, sizeof *s->nodes * (size_t)(s->n_nodes + 1));
+    s->nodes[s->n_nodes] = (js_node){.kind = (uint8_t)kind};
+    return s->n_nodes++;
+}
+
+static int add_text(compiler *c, const char *p, size_t len, int node) {
+    jg_schema *s = c->s;
+    s->texts = di_realloc(s->texts, sizeof *s->texts * (size_t)(s->n_texts + 1));
+    char *d = di_malloc(len + 1);
+    memcpy(d, p, len);
+    d[len] = 0;
+    s->texts[s->n_texts] = (js_text){d, (int)len, (uint16_t)node};
+    return s->n_texts++;
+}
+
+static int compile(compiler *c, const json_t *j, int depth);
+
+/* The bytes a value of node n can start with. */
+static void first_bytes(const jg_schema *s, int n, bool *set, int depth) {
+    const js_node *k = &s->nodes[n];
+    const char *starts = "";
+    switch (k->kind) {
+    case K_ANY:
+        starts = "{[\"-0123456789tfn";
+        break;
+    case K_ANYOBJ:
+    case K_OBJECT:
+        starts = "{";
+        break;
+    case K_ARRAY:
+        starts = "[";
+        break;
+    case K_STRING:
+        starts = "\"";
+        break;
+    case K_NUMBER:
+    case K_INTEGER:
+        starts = "-0123456789";
+        break;
+    case K_BOOL:
+        starts = "tf";
+        break;
+    case K_NULL:
+        starts = "n";
+        break;
+    case K_ENUM:
+        for (int i = 0; i < k->count; i++) set[(uint8_t)s->texts[k->first + i].p[0]] = true;
+        break;
+    case K_UNION:
+        if (depth < 16)
+            for (int i = 0; i < k->count; i++)
+                first_bytes(s, s->alts[k->first + i], set, depth + 1);
+        break;
+    }
+    for (; *starts; starts++) set[(uint8_t)*starts] = true;
+}
+
+/* A union of the compiled branches b[0..n), or a free value where two
+ * could start with the same byte. */
+static int make_union(compiler *c, const int *b, int n) {
+    if (n == 1) return b[0];
+    bool seen[256] = {0};
+    for (int i = 0; i < n; i++) {
+        bool set[256] = {0};
+        first_bytes(c->s, b[i], set, 0);
+        for (int x = 0; x < 256; x++) {
+            if (set[x] && seen[x]) return 0;
+            seen[x] |= set[x];
+        }
+    }
+    int u = new_node(c, K_UNION);
+    jg_schema *s = c->s;
+    s->alts = di_realloc(s->alts, sizeof *s->alts * (size_t)(s->n_alts + n));
+    s->nodes[u].first = s->n_alts;
+    s->nodes[u].count = n;
+    for (int i = 0; i < n; i++) s->alts[s->n_alts++] = (uint16_t)b[i];
+    return u;
+}
+
+static int compile_type(compiler *c, const json_t *j, const char *type, int depth) {
+    if (!strcmp(type, "string")) return new_node(c, K_STRING);
+    if (!strcmp(type, "number")) return new_node(c, K_NUMBER);
+    if (!strcmp(type, "integer")) return new_node(c, K_INTEGER);
+    if (!strcmp(type, "boolean")) return new_node(c, K_BOOL);
+    if (!strcmp(type, "null")) return new_node(c, K_NULL);
+    if (!strcmp(type, "array")) {
+        int n = new_node(c, K_ARRAY);
+        const json_t *items = json_object_get(j, "items");
+        int it = json_is_object(items) ? compile(c, items, depth + 1) : 0;
+        c->s->nodes[n].items = (uint16_t)it;
+        return n;
+    }
+    if (strcmp(type, "object")) return 0;
+    const json_t *props = json_object_get(j, "properties");
+    if (!json_is_object(props) || !json_object_size(props) || json_object_size(props) > MAX_SET)
+        return new_node(c, K_ANYOBJ); /* no properties named: any object */
+    int n = new_node(c, K_OBJECT);
+    const char *name;
+    const json_t *sub;
+    int first = c->s->n_texts, count = 0;
+    json_object_foreach((json_t *)props, name, sub) {
+        size_t len = strlen(name);
+        for (size_t i = 0; i < len; i++)
+            if (name[i] == '"' || name[i] == '\\' || (uint8_t)name[i] < 0x20 || len > 255)
+                return c->s->nodes[n].kind = K_ANYOBJ, n; /* a name written with escapes */
+        add_text(c, name, len, 0);
+        count++;
+    }
+    c->s->nodes[n].first = first;
+    c->s->nodes[n].count = count;
+    int i = 0;
+    json_object_foreach((json_t *)props, name, sub) {
+        int v = json_is_object(sub) ? compile(c, sub, depth + 1) : 0;
+        c->s->texts[first + i++].node = (uint16_t)v;
+    }
+    const json_t *req = json_object_get(j, "required");
+    size_t k;
+    const json_t *r;
+    json_array_foreach(req, k, r) {
+        const char *rn = json_string_value(r);
+        for (int p = 0; rn && p < count; p++)
+            if (!strcmp(c->s->texts[first + p].p, rn)) c->s->nodes[n].required |= 1ull << p;
+    }
+    return n;
+}
+
+/* "#/$defs/X" or "#/definitions/X": the schema it names, or NULL. */
+static const json_t *resolve(const json_t *doc, const char *ref) {
+    if (!strncmp(ref, "#/$defs/", 8))
+        return json_object_get(json_object_get(doc, "$defs"), ref + 8);
+    if (!strncmp(ref, "#/definitions/", 14))
+        return json_object_get(json_object_get(doc, "definitions"), ref + 14);
+    return NULL;
+}
+
+static int compile(compiler *c, const json_t *j, int depth) {
+    if (!json_is_object(j) || depth > 64 || c->full) return 0;
+    const json_t *ref = json_object_get(j, "$ref");
+    if (json_is_string(ref)) {
+        const char *r = json_string_value(ref);
+        for (int i = 0; i < c->n_refs; i++)
+            if (!strcmp(c->refs[i], r)) return c->ref_node[i];
+        const json_t *target = resolve(c->doc, r);
+        if (!target || c->n_refs == MAX_NODES) return 0;
+        /* the node is named before its body is compiled, so a recursive
+         * reference finds it: a union of one branch, filled in after */
+        int slot = c->n_refs++;
+        int n = new_node(c, K_UNION);
+        c->refs[slot] = r;
+        c->ref_node[slot] = (uint16_t)n;
+        int body = compile(c, target, depth + 1);
+        c->s->nodes[n] = c->s->nodes[body];
+        return n;
+    }
+    const json_t *en = json_object_get(j, "enum"), *cn = json_object_get(j, "const");
+    if (json_is_array(en) || cn) {
+        size_t count = cn ? 1 : json_array_size(en);
+        if (count == 0 || count > MAX_SET) return 0;
+        int n = new_node(c, K_ENUM);
+        c->s->nodes[n].first = c->s->n_texts;
+        c->s->nodes[n].count = (int)count;
+        for (size_t i = 0; i < count; i++) {
+            char *t = json_dumps(cn ? cn : json_array_get(en, i), JSON_ENCODE_ANY | JSON_COMPACT);
+            add_text(c, t, strlen(t), 0);
+            free(t);
+        }
+        return n;
+    }
+    const json_t *any = json_object_get(j, "anyOf");
+    if (!json_is_array(any)) any = json_object_get(j, "oneOf");
+    const json_t *all = json_object_get(j, "allOf");
+    if (json_is_array(all) && json_array_size(all) == 1)
+        return compile(c, json_array_get(all, 0), depth + 1);
+    const json_t *type = json_object_get(j, "type");
+    int b[MAX_SET], n = 0;
+    if (json_is_array(any) && json_array_size(any) <= MAX_SET) {
+        size_t i;
+        const json_t *a;
+        json_array_foreach(any, i, a) b[n++] = compile(c, a, depth + 1);
+    } else if (json_is_array(type) && json_array_size(type) <= MAX_SET) {
+        size_t i;
+        const json_t *t;
+        json_array_foreach(type, i, t) if (json_is_string(t)) b[n++] =
+            compile_type(c, j, json_string_value(t), depth);
+    } else if (json_is_string(type))
+        return compile_type(c, j, json_string_value(type), depth);
+    if (!n) return 0;
+    for (int i = 0; i < n; i++)
+        if (c->s->nodes[b[i]].kind == K_ANY) return 0;
+    return make_union(c, b, n);
+}
+
+jg_schema *jg_schema_compile(const char *text, size_t len, char *why, size_t cap) {
+    json_error_t e;
+    json_t *doc = json_loadb(text, len, 0, &e);
+    if (!json_is_object(doc)) {
+        snprintf(why, cap, "the schema is not a JSON object");
+        json_decref(doc);
+        return NULL;
+    }
+    jg_schema *s = di_calloc(1, sizeof *s);
+    compiler c = {.s = s, .doc = doc};
+    new_node(&c, K_ANY); /* node 0: a free value */
+    s->root = (uint16_t)compile(&c, doc, 0);
+    json_decref(doc);
+    int k = s->nodes[s->root].kind;
+    if (k != K_OBJECT && k != K_ANYOBJ) {
+        snprintf(why, cap, "the schema does not describe an object this decoder can hold");
+        jg_schema_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void jg_schema_free(jg_schema *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_texts; i++) free(s->texts[i].p);
+    free(s->texts);
+    free(s->nodes);
+    free(s->alts);
+    free(s);
+}
+
+/* ---- decoding --------------------------------------------------------------- */
+void jg_init_schema(jg_state *s, const jg_schema *schema) {
+    jg_init(s);
+    s->schema = schema;
+}
+
+/* The value below the top frame (or the whole one) is complete. */
+static bool value_done(jg_state *s) {
+    s->what = W_NONE;
+    s->ws = 0;
+    if (!s->depth) return s->done = true;
+    jg_frame *f = &s->f[s->depth - 1];
+    f->phase = s->schema->nodes[f->node].kind == K_OBJECT ? O_AFTER : A_AFTER;
+    return true;
+}
+
+static bool push(jg_state *s, int node, int phase) {
+    if (s->depth == JG_SCHEMA_DEPTH) return false;
+    s->f[s->depth++] = (jg_frame){.node = (uint16_t)node, .phase = (uint8_t)phase};
+    return true;
+}
+
+/* The core automaton reads one value from c on. */
+static bool core_value(jg_state *s, uint8_t c, int mode) {
+    memset(&s->c, 0, sizeof s->c);
+    s->c.mode = (uint8_t)mode;
+    if (!jg_core_step(&s->c, c)) return false;
+    s->what = W_CORE;
+    return true;
+}
+
+static bool start_value(jg_state *s, int node, uint8_t c) {
+    const jg_schema *sc = s->schema;
+    const js_node *n = &sc->nodes[node];
+    bool digit = c == '-' || (c >= '0' && c <= '9');
+    s->int_only = false;
+    switch (n->kind) {
+    case K_OBJECT:
+        return c == '{' && push(s, node, O_FIRST);
+    case K_ARRAY:
+        return c == '[' && push(s, node, A_FIRST);
+    case K_ANYOBJ:
+        return c == '{' && core_value(s, c, M_VALUE);
+    case K_STRING:
+        return c == '"' && core_value(s, c, M_VALUE);
+    case K_INTEGER:
+        s->int_only = true;
+        /* fall through */
+    case K_NUMBER:
+        return digit && core_value(s, c, M_VALUE);
+    case K_BOOL:
+        return (c == 't' || c == 'f') && core_value(s, c, M_VALUE);
+    case K_NULL:
+        return c == 'n' && core_value(s, c, M_VALUE);
+    case K_ENUM: {
+        uint64_t cand = 0;
+        for (int i = 0; i < n->count; i++)
+            if ((uint8_t)sc->texts[n->first + i].p[0] == c) cand |= 1ull << i;
+        if (!cand) return false;
+        s->cand = cand, s->kpos = 1, s->enode = (uint16_t)node, s->what = W_ENUM;
+        return true;
+    }
+    case K_UNION:
+        for (int i = 0; i < n->count; i++) {
+            bool set[256] = {0};
+            first_bytes(sc, sc->alts[n->first + i], set, 0);
+            if (set[c]) return start_value(s, sc->alts[n->first + i], c);
+        }
+        return false;
+    default: /* K_ANY */
+        return core_value(s, c, M_VALUE);
+    }
+}
+
+/* Matches c against the candidates (keys of the top frame's object, or
+ * the enum's values) at kpos: 1 it continues one, 0 one ended just before
+ * it, -1 neither. */
+static int match(jg_state *s, int first, uint8_t c, uint64_t *ended) {
+    const js_text *t = s->schema->texts + first;
+    uint64_t next = 0;
+    *ended = 0;
+    for (uint64_t m = s->cand; m; m &= m - 1) {
+        int i = __builtin_ctzll(m);
+        if (s->kpos < t[i].len)
+            next |= (uint64_t)((uint8_t)t[i].p[s->kpos] == c) << i;
+        else
+            *ended |= 1ull << i;
+    }
+    if (next) {
+        s->cand = next, s->kpos++;
+        return 1;
+    }
+    return *ended ? 0 : -1;
+}
+
+bool jg_schema_step(jg_state *s, uint8_t c) {
+    const jg_schema *sc = s->schema;
+    if (s->what == W_CORE) {
+        jg_core before = s->c;
+        bool cut = s->int_only && (c == '.' || c == 'e' || c == 'E');
+        if (!cut && jg_core_step(&s->c, c)) return s->c.mode == M_DONE ? value_done(s) : true;
+        s->c = before;
+        if (before.depth || !jg_core_number_ends(&before)) return false;
+        value_done(s); /* the number ended before c: c is the frame's */
+    } else if (s->what == W_ENUM) {
+        uint64_t ended;
+        int r = match(s, sc->nodes[s->enode].first, c, &ended);
+        if (r) return r > 0;
+        value_done(s);
+    } else if (s->what == W_KEY) {
+        jg_frame *f = &s->f[s->depth - 1];
+        const js_node *n = &sc->nodes[f->node];
+        uint64_t ended = 0;
+        if (c != '"') return match(s, n->first, c, &ended) > 0;
+        for (uint64_t m = s->cand; m; m &= m - 1) /* the key that ends here */
+            if (sc->texts[n->first + __builtin_ctzll(m)].len == s->kpos)
+                ended |= 1ull << __builtin_ctzll(m);
+        if (!ended) return false;
+        f->prop = (uint8_t)__builtin_ctzll(ended);
+        f->seen |= 1ull << f->prop;
+        f->phase = O_COLON;
+        s->what = W_NONE;
+        s->ws = 0;
+        return true;
+    }
+    if (s->done) return false;
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') return ++s->ws <= JG_MAX_WS;
+    s->ws = 0;
+    if (!s->depth) return start_value(s, sc->root, c);
+    jg_frame *f = &s->f[s->depth - 1];
+    const js_node *n = &sc->nodes[f->node];
+    uint64_t all = n->count >= 64 ? ~0ull : (1ull << n->count) - 1, left = all & ~f->seen;
+    switch (f->phase) {
+    case O_FIRST:
+    case O_AFTER:
+        if (c == '}') {
+            if (n->required & ~f->seen) return false;
+            s->depth--;
+            return value_done(s);
+        }
+        if (f->phase == O_AFTER) return c == ',' && left && (f->phase = O_NEXT, true);
+        /* fall through */
+    case O_NEXT:
+        if (c != '"' || !left) return false;
+        s->cand = left, s->kpos = 0, s->what = W_KEY;
+        return true;
+    case O_COLON:
+        return c == ':' && (f->phase = O_VALUE, true);
+    case O_VALUE:
+        return start_value(s, sc->texts[n->first + f->prop].node, c);
+    case A_FIRST:
+        if (c == ']') {
+            s->depth--;
+            return value_done(s);
+        }
+        return start_value(s, n->items, c);
+    case A_VALUE:
+        return start_value(s, n->items, c);
+    case A_AFTER:
+        if (c == ',') return f->phase = A_VALUE, true;
+        if (c != ']') return false;
+        s->depth--;
+        return value_done(s);
+    }
+    return false;
+}
