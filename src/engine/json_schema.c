@@ -32,7 +32,7 @@ enum {
     K_ENUM,
     K_UNION
 };
-enum { O_FIRST, O_NEXT, O_KEY, O_COLON, O_VALUE, O_AFTER, A_FIRST, A_VALUE, A_AFTER };
+enum { O_FIRST, O_NEXT, O_COLON, O_VALUE, O_AFTER, A_FIRST, A_VALUE, A_AFTER };
 #define MAX_SET   64 /* properties of an object, values of an enum, branches of a union */
 #define MAX_NODES 4096
 
@@ -146,6 +146,7 @@ static int make_union(compiler *c, const int *b, int n) {
         }
     }
     int u = new_node(c, K_UNION);
+    if (!u) return 0;
     jg_schema *s = c->s;
     s->alts = di_realloc(s->alts, sizeof *s->alts * (size_t)(s->n_alts + n));
     s->nodes[u].first = s->n_alts;
@@ -162,6 +163,7 @@ static int compile_type(compiler *c, const json_t *j, const char *type, int dept
     if (!strcmp(type, "null")) return new_node(c, K_NULL);
     if (!strcmp(type, "array")) {
         int n = new_node(c, K_ARRAY);
+        if (!n) return 0; /* (the graph is full) */
         const json_t *items = json_object_get(j, "items");
         int it = json_is_object(items) ? compile(c, items, depth + 1) : 0;
         c->s->nodes[n].items = (uint16_t)it;
@@ -172,6 +174,7 @@ static int compile_type(compiler *c, const json_t *j, const char *type, int dept
     if (!json_is_object(props) || !json_object_size(props) || json_object_size(props) > MAX_SET)
         return new_node(c, K_ANYOBJ); /* no properties named: any object */
     int n = new_node(c, K_OBJECT);
+    if (!n) return 0;
     const char *name;
     const json_t *sub;
     int first = c->s->n_texts, count = 0;
@@ -223,6 +226,7 @@ static int compile(compiler *c, const json_t *j, int depth) {
          * reference finds it: a union of one branch, filled in after */
         int slot = c->n_refs++;
         int n = new_node(c, K_UNION);
+        if (!n) return 0;
         c->refs[slot] = r;
         c->ref_node[slot] = (uint16_t)n;
         int body = compile(c, target, depth + 1);
@@ -234,6 +238,7 @@ static int compile(compiler *c, const json_t *j, int depth) {
         size_t count = cn ? 1 : json_array_size(en);
         if (count == 0 || count > MAX_SET) return 0;
         int n = new_node(c, K_ENUM);
+        if (!n) return 0;
         c->s->nodes[n].first = c->s->n_texts;
         c->s->nodes[n].count = (int)count;
         for (size_t i = 0; i < count; i++) {
