@@ -68,8 +68,8 @@ $(BUILD)/fuzz/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CSTD) -Wall -Wextra -Wno-unused-parameter $(INC) $(FUZZFL) $(call ISA,$<) -c $< -o $@
 
-FUZZ_SRC  := $(filter src/base/% src/recipe/% src/server/%,$(LIB_SRC)) tests/fuzz/fuzz_request.c \
-             tests/fuzz/engine_stub.c
+FUZZ_SRC  := $(filter src/base/% src/recipe/% src/server/% src/engine/json_%,$(LIB_SRC)) \
+             tests/fuzz/fuzz_request.c tests/fuzz/engine_stub.c
 $(BUILD)/fuzz/fuzz_request: $(call obj,$(BUILD)/fuzz,$(FUZZ_SRC))
 	$(FUZZ_CC) $(FUZZFL) -fsanitize=fuzzer -pthread $^ -o $@ $(LIBS)
 
