@@ -133,8 +133,15 @@ static void first_bytes(const jg_schema *s, int n, bool *set, int depth) {
 }
 
 /* A union of the compiled branches b[0..n), or a free value where two
- * could start with the same byte. */
-static int make_union(compiler *c, const int *b, int n) {
+ * could start with the same byte (an integer beside a number is the
+ * number). */
+static int make_union(compiler *c, int *b, int n) {
+    bool number = false;
+    for (int i = 0; i < n; i++) number |= c->s->nodes[b[i]].kind == K_NUMBER;
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (!number || c->s->nodes[b[i]].kind != K_INTEGER) b[m++] = b[i];
+    n = m;
     if (n == 1) return b[0];
     bool seen[256] = {0};
     for (int i = 0; i < n; i++) {

@@ -331,6 +331,12 @@ TEST(json_schema_refs_recurse_and_unsupported_parts_are_free) {
                    "\"properties\":{\"b\":{\"type\":\"string\"}}}]}}}");
     CHECK(sc && schema_accepts(sc, "{\"u\":{\"c\":[1]}}"));
     jg_schema_free(sc);
+    /* number or integer: a number */
+    sc = schema_of("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":[\"integer\","
+                   "\"number\"]}}}");
+    CHECK(sc && schema_accepts(sc, "{\"x\":1.5}") && schema_accepts(sc, "{\"x\":2}"));
+    CHECK(!schema_accepts(sc, "{\"x\":\"2\"}"));
+    jg_schema_free(sc);
     /* {"type": "object"} alone: any object */
     sc = schema_of("{\"type\":\"object\"}");
     CHECK(sc && schema_accepts(sc, "{\"any\":[1,true]}") && !schema_accepts(sc, "[1]"));
