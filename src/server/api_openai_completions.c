@@ -3,7 +3,9 @@
  * `deepinfer generate` does it (BOS, then the prompt as untrusted text; no
  * chat template, no reasoning or tool parsing; stop strings still apply).
  * Bodies are `text_completion` objects; streams are `text_completion` chunks
- * ending with `data: [DONE]`. logprobs is the legacy integer form. */
+ * ending with `data: [DONE]`. logprobs is the legacy integer form. A
+ * response_format (json_object / json_schema, as vLLM takes it here too)
+ * holds the text to one JSON object. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,7 +44,9 @@ static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
         srv_get_int(body, "n", 1, lim->max_n, &r->n, f) ||
         srv_get_int(body, "max_tokens", 0, 1 << 30, &r->max_tokens, f) ||
         srv_get_int(body, "logprobs", 0, SAMP_MAX_TOP, &lp, f) ||
-        srv_get_bool(body, "echo", &r->echo, f))
+        srv_get_bool(body, "echo", &r->echo, f) ||
+        srv_parse_response_format(json_object_get(body, "response_format"), "response_format", r,
+                                  f))
         return -1;
     if (r->max_tokens == 0) r->max_tokens = -1; /* null-like: up to the context */
     if (lp >= 0) {

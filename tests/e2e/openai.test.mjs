@@ -152,6 +152,11 @@ test('response_format json_schema: replies follow the schema', async () => {
     text: { format: { type: 'json_schema', name: 'status', strict: true, schema } },
   });
   assert.ok(['happy', 'sad'].includes(JSON.parse(resp.output_text).mood));
+  const comp = await client.completions.create({
+    model: MODEL, prompt: 'Status:', max_tokens: 160, temperature: 1, seed: 3,
+    response_format: { type: 'json_schema', json_schema: { name: 'status', schema } },
+  });
+  assert.ok(['happy', 'sad'].includes(JSON.parse(comp.choices[0].text).mood), comp.choices[0].text);
   await assert.rejects(client.chat.completions.create({
     model: MODEL, messages: user('x'), response_format: { type: 'json_schema', json_schema: { name: 'a', schema: { type: 'array' } } },
   }), (e) => e.status === 400 && /json_schema/.test(e.message));
