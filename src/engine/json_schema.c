@@ -341,7 +341,9 @@ static bool core_value(jg_state *s, uint8_t c, int mode) {
     return true;
 }
 
-static bool start_value(jg_state *s, int node, uint8_t c) {
+/* A value of node starts with c. depth: unions passed through (a union can
+ * reach itself through a $ref: bounded). */
+static bool start_value(jg_state *s, int node, uint8_t c, int depth) {
     const jg_schema *sc = s->schema;
     const js_node *n = &sc->nodes[node];
     bool digit = c == '-' || (c >= '0' && c <= '9');
@@ -373,10 +375,10 @@ static bool start_value(jg_state *s, int node, uint8_t c) {
         return true;
     }
     case K_UNION:
-        for (int i = 0; i < n->count; i++) {
+        for (int i = 0; depth < 16 && i < n->count; i++) {
             bool set[256] = {0};
             first_bytes(sc, sc->alts[n->first + i], set, 0);
-            if (set[c]) return start_value(s, sc->alts[n->first + i], c);
+            if (set[c]) return start_value(s, sc->alts[n->first + i], c, depth + 1);
         }
         return false;
     default: /* K_ANY */
@@ -438,7 +440,7 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
     if (s->done) return false;
     if (c == ' ' || c == '\t' || c == '\n' || c == '\r') return ++s->ws <= JG_MAX_WS;
     s->ws = 0;
-    if (!s->depth) return start_value(s, sc->root, c);
+    if (!s->depth) return start_value(s, sc->root, c, 0);
     jg_frame *f = &s->f[s->depth - 1];
     const js_node *n = &sc->nodes[f->node];
     uint64_t all = n->count >= 64 ? ~0ull : (1ull << n->count) - 1, left = all & ~f->seen;
@@ -459,15 +461,15 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
     case O_COLON:
         return c == ':' && (f->phase = O_VALUE, true);
     case O_VALUE:
-        return start_value(s, sc->texts[n->first + f->prop].node, c);
+        return start_value(s, sc->texts[n->first + f->prop].node, c, 0);
     case A_FIRST:
         if (c == ']') {
             s->depth--;
             return value_done(s);
         }
-        return start_value(s, n->items, c);
+        return start_value(s, n->items, c, 0);
     case A_VALUE:
-        return start_value(s, n->items, c);
+        return start_value(s, n->items, c, 0);
     case A_AFTER:
         if (c == ',') return f->phase = A_VALUE, true;
         if (c != ']') return false;

@@ -331,6 +331,13 @@ TEST(json_schema_refs_recurse_and_unsupported_parts_are_free) {
                    "\"properties\":{\"b\":{\"type\":\"string\"}}}]}}}");
     CHECK(sc && schema_accepts(sc, "{\"u\":{\"c\":[1]}}"));
     jg_schema_free(sc);
+    /* a union that reaches itself through a $ref: bounded, not a loop */
+    sc = schema_of("{\"$defs\":{\"U\":{\"anyOf\":[{\"$ref\":\"#/$defs/U\"},{\"type\":"
+                   "\"string\"}]}},\"type\":\"object\",\"properties\":{\"u\":{\"$ref\":"
+                   "\"#/$defs/U\"}}}");
+    CHECK(sc);
+    schema_accepts(sc, "{\"u\":\"s\"}"); /* whatever it decides, it returns */
+    jg_schema_free(sc);
     /* number or integer: a number */
     sc = schema_of("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":[\"integer\","
                    "\"number\"]}}}");
