@@ -28,7 +28,7 @@ ISA = $(if $(findstring _avx512,$(1)),$(AVX512FL),$(if $(findstring _avx2,$(1)),
 
 DEPS_OK := $(BUILD)/.deps-ok
 
-.PHONY: all test bench run models clean format format-check asan train-default fuzz
+.PHONY: all test bench run models clean format format-check asan train-default fuzz fuzz-json
 all: $(BUILD)/deepinfer
 
 $(DEPS_OK): scripts/deps.sh
@@ -72,6 +72,16 @@ FUZZ_SRC  := $(filter src/base/% src/recipe/% src/server/% src/engine/json_%,$(L
              tests/fuzz/fuzz_request.c tests/fuzz/engine_stub.c
 $(BUILD)/fuzz/fuzz_request: $(call obj,$(BUILD)/fuzz,$(FUZZ_SRC))
 	$(FUZZ_CC) $(FUZZFL) -fsanitize=fuzzer -pthread $^ -o $@ $(LIBS)
+
+# JSON-constrained decoding: schemas and the bytes that follow them.
+$(BUILD)/fuzz/fuzz_json: $(call obj,$(BUILD)/fuzz,$(filter src/base/% src/engine/json_%,$(LIB_SRC)) \
+                          tests/fuzz/fuzz_json.c)
+	$(FUZZ_CC) $(FUZZFL) -fsanitize=fuzzer -pthread $^ -o $@ $(LIBS)
+
+fuzz-json: $(BUILD)/fuzz/fuzz_json
+	@mkdir -p $(BUILD)/fuzz/corpus-json
+	$(BUILD)/fuzz/fuzz_json -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
+		$(BUILD)/fuzz/corpus-json tests/fuzz/corpus-json
 
 # Long runs: new inputs go to build/fuzz/corpus; the seed corpus (replayed by
 # `make test` through the unit test server_fuzz_corpus_replays_cleanly) stays as is.
