@@ -11,9 +11,10 @@
 
 #include "engine/json_grammar.h"
 
-static const char *const VOCAB[] = {NULL, "{", "}", "[", "]", "\"", ":", ",", " ", "a", "1", "-",
-                                    ".", "e", "true", "null", "\"a\":", "\\", "u", "\xC3", "\xA9",
-                                    "\"}", "]}", "x", "0", "\"b\"", "false"};
+static const char *const VOCAB[] = {NULL,   "{",    "}",      "[",  "]",     "\"",   ":",
+                                    ",",    " ",    "a",      "1",  "-",     ".",    "e",
+                                    "true", "null", "\"a\":", "\\", "u",     "\xC3", "\xA9",
+                                    "\"}",  "]}",   "x",      "0",  "\"b\"", "false"};
 #define NV ((int)(sizeof VOCAB / sizeof *VOCAB))
 
 static char *vocab_bytes(void *ctx, int id, size_t *len) {
