@@ -656,31 +656,49 @@ TEST(engine_fake_sequence_filling_the_pool_ends_at_length) {
     fake_free(f);
 }
 
-/* JSON-constrained requests: every branch's text is a prefix of a JSON
- * object, and a branch that ends by EOS ends a whole one (jansson parses
- * it), sampled or greedy, alone or batched, n > 1 included. */
-TEST(engine_fake_json_output_is_one_object) {
-    static int p[4][20];
-    static result r[4];
+/* Runs n JSON-constrained requests like q on the fake with the JSON
+ * alphabet, request i from prompt seed + i with sampling seed i (and, with
+ * vary, whatever else vary(&q, i) sets), into r[0..n); the pool must be
+ * whole again after. */
+static void run_json(engine_request q, int n, int seed, void (*vary)(engine_request *, int),
+                     result *r) {
+    static int p[8][20];
     fake *f = fake_new(64, true);
     json_alpha = true;
     engine *e = fake_engine(f, 256, 8, false);
-    memset(r, 0, sizeof r);
-    for (int i = 0; i < 4; i++) {
-        make_prompt(p[i], 20, 3 + i);
-        /* the fake's logits lie 0..256 apart: 50 spreads the draws */
-        engine_request q = {.prompt = p[i],
-                            .n_prompt = 20,
-                            .sampling = {.temperature = i ? 50.0f : 0.0f, .seed = (uint64_t)i},
-                            .stop = {.max_tokens = 300},
-                            .n = i == 3 ? 3 : 1,
-                            .json = true,
-                            .on_event = collect,
-                            .user = &r[i]};
+    memset(r, 0, sizeof *r * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        make_prompt(p[i], 20, seed + i);
+        q.prompt = p[i], q.n_prompt = 20, q.json = true, q.on_event = collect, q.user = &r[i];
+        q.sampling.seed = (uint64_t)i;
+        if (vary) vary(&q, i);
         di_err err;
         CHECKF(engine_submit(e, &q, &err), "%s", err.msg);
     }
     engine_wait_idle(e);
+    engine_request bad = q; /* a schema the decoder cannot hold is refused */
+    bad.json_schema = "[1]";
+    di_err err;
+    CHECK(!engine_submit(e, &bad, &err) && strstr(err.msg, "json_schema"));
+    engine_free(e);
+    json_alpha = false;
+    CHECK(f->n_free == 64);
+    fake_free(f);
+}
+
+/* greedy first, then sampled (the fake's logits lie 0..256 apart: 50
+ * spreads the draws); the last with n = 3 */
+static void greedy_then_sampled(engine_request *q, int i) {
+    q->sampling.temperature = i ? 50.0f : 0.0f;
+    q->n = i == 3 ? 3 : 1;
+}
+
+/* JSON-constrained requests: every branch's text is a prefix of a JSON
+ * object, and a branch that ends by EOS ends a whole one (jansson parses
+ * it), sampled or greedy, alone or batched, n > 1 included. */
+TEST(engine_fake_json_output_is_one_object) {
+    static result r[4];
+    run_json((engine_request){.stop = {.max_tokens = 300}}, 4, 3, greedy_then_sampled, r);
     int whole = 0;
     for (int i = 0; i < 4; i++)
         for (int b = 0; b < (i == 3 ? 3 : 1); b++) {
@@ -697,36 +715,17 @@ TEST(engine_fake_json_output_is_one_object) {
             whole++;
         }
     CHECKF(whole >= 3, "%d of 6 branches ended a whole object", whole);
-    engine_free(e);
-    json_alpha = false;
-    CHECK(f->n_free == 64);
-    fake_free(f);
 }
 
 /* With a schema: each whole object follows it ("k", an array of integers). */
 TEST(engine_fake_json_follows_a_schema) {
-    static int p[6][20];
     static result r[6];
-    fake *f = fake_new(64, true);
-    json_alpha = true;
-    engine *e = fake_engine(f, 256, 8, false);
-    memset(r, 0, sizeof r);
-    const char *schema = "{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"array\","
-                         "\"items\":{\"type\":\"integer\"}}},\"required\":[\"k\"]}";
-    for (int i = 0; i < 6; i++) {
-        make_prompt(p[i], 20, 30 + i);
-        engine_request q = {.prompt = p[i],
-                            .n_prompt = 20,
-                            .sampling = {.temperature = 50.0f, .seed = (uint64_t)i},
-                            .stop = {.max_tokens = 200},
-                            .json = true,
-                            .json_schema = schema,
-                            .on_event = collect,
-                            .user = &r[i]};
-        di_err err;
-        CHECKF(engine_submit(e, &q, &err), "%s", err.msg);
-    }
-    engine_wait_idle(e);
+    run_json((engine_request){.sampling = {.temperature = 50.0f},
+                              .stop = {.max_tokens = 200},
+                              .json_schema = "{\"type\":\"object\",\"properties\":{\"k\":{\"type\":"
+                                             "\"array\",\"items\":{\"type\":\"integer\"}}},"
+                                             "\"required\":[\"k\"]}"},
+             6, 30, NULL, r);
     int whole = 0;
     for (int i = 0; i < 6; i++) {
         if (r[i].finish[0] != ENGINE_FINISH_STOP) continue;
@@ -741,40 +740,16 @@ TEST(engine_fake_json_follows_a_schema) {
         whole++;
     }
     CHECKF(whole >= 2, "%d of 6 ended a whole object", whole);
-    /* a schema the decoder cannot hold is refused */
-    di_err err;
-    engine_request bad = {.prompt = p[0], .n_prompt = 20, .json = true, .json_schema = "[1]"};
-    CHECK(!engine_submit(e, &bad, &err) && strstr(err.msg, "json_schema"));
-    engine_free(e);
-    json_alpha = false;
-    CHECK(f->n_free == 64);
-    fake_free(f);
 }
 
 /* json_wait: free output up to the json_wait_for token (the end of
  * reasoning), one JSON object after it. */
 TEST(engine_fake_json_after_a_token) {
-    static int p[8][20];
     static result r[8];
-    fake *f = fake_new(64, true);
-    json_alpha = true;
-    engine *e = fake_engine(f, 256, 8, false);
-    memset(r, 0, sizeof r);
     const int mark = N_JSON_ALPHA - 1; /* "x" */
-    for (int i = 0; i < 8; i++) {
-        make_prompt(p[i], 20, 4 + i);
-        engine_request q = {.prompt = p[i],
-                            .n_prompt = 20,
-                            .stop = {.max_tokens = 400},
-                            .json = true,
-                            .json_wait = true,
-                            .json_wait_for = mark,
-                            .on_event = collect,
-                            .user = &r[i]};
-        di_err err;
-        CHECKF(engine_submit(e, &q, &err), "%s", err.msg);
-    }
-    engine_wait_idle(e);
+    run_json(
+        (engine_request){.stop = {.max_tokens = 400}, .json_wait = true, .json_wait_for = mark}, 8,
+        4, NULL, r);
     int marked = 0, free_before = 0;
     for (int i = 0; i < 8; i++) {
         int k = 0;
@@ -799,10 +774,6 @@ TEST(engine_fake_json_after_a_token) {
         }
     }
     CHECKF(marked >= 2 && free_before > 0, "%d marked, %d free", marked, free_before);
-    engine_free(e);
-    json_alpha = false;
-    CHECK(f->n_free == 64);
-    fake_free(f);
 }
 
 TEST(engine_fake_stress_10k) {
