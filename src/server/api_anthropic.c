@@ -319,8 +319,13 @@ const srv_api srv_api_messages = {.path = "/v1/messages",
 
 /* POST /v1/messages/count_tokens: the prompt's tokens as the Messages
  * request would render them ({"input_tokens": N}); nothing runs. */
+static json_t *count_answer(const tok_ids *ids, const tokenizer *tok, int context) {
+    (void)tok, (void)context;
+    return json_pack("{s:I}", "input_tokens", (json_int_t)ids->n);
+}
+
 const srv_api srv_api_count_tokens = {.path = "/v1/messages/count_tokens",
                                       .name = "count_tokens",
                                       .proto = SRV_MESSAGES,
                                       .parse = count_parse,
-                                      .count_only = true};
+                                      .answer = count_answer};

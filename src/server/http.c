@@ -64,8 +64,9 @@ typedef struct job {
     size_t sent;
 } job;
 
-static const srv_api *const apis[] = {&srv_api_chat, &srv_api_completions, &srv_api_responses,
-                                      &srv_api_messages, &srv_api_count_tokens};
+static const srv_api *const apis[] = {&srv_api_chat,      &srv_api_completions,  &srv_api_responses,
+                                      &srv_api_messages,  &srv_api_count_tokens, &srv_api_tokenize,
+                                      &srv_api_detokenize};
 
 /* --- responses ----------------------------------------------------------- */
 static enum MHD_Result reply(struct MHD_Connection *c, int status, const char *ctype, char *body,
@@ -187,8 +188,8 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
     if (srv_prepare(k->api, body, k->body.n, &s->lim, s->o.format, s->tok, &j->req, &p, &f))
         goto fail;
     srv_req *r = &j->req;
-    if (k->api->count_only) {
-        json_t *o = json_pack("{s:I}", "input_tokens", (json_int_t)p.ids.n);
+    if (k->api->answer) {
+        json_t *o = k->api->answer(&p.ids, s->tok, s->o.context);
         tok_ids_free(&p.ids);
         job_free(j);
         return reply_json(c, 200, o);

@@ -148,7 +148,8 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
         int vocab = tok ? tok_vocab_size(tok) : 1 << 30;
         for (size_t i = 0; i < r->prompt_ids.n; i++) {
             if (r->prompt_ids.v[i] >= vocab) {
-                srv_failf(f, 400, "prompt", "prompt[%zu]: token id %d is outside the vocabulary", i,
+                const char *field = api == &srv_api_detokenize ? "tokens" : "prompt";
+                srv_failf(f, 400, field, "%s[%zu]: token id %d is outside the vocabulary", field, i,
                           r->prompt_ids.v[i]);
                 goto done;
             }

@@ -219,7 +219,9 @@ struct srv_api {
     void (*branch_end)(srv_gen *g, int branch);           /* stream: branch finished */
     void (*end)(srv_gen *g);                              /* stream: all branches finished */
     json_t *(*body)(srv_gen *g);                          /* non-stream body */
-    bool count_only; /* answers the prompt's token count; nothing is generated */
+    /* Set: the endpoint generates nothing, it answers this of the prompt's
+     * ids (count_tokens, tokenize, detokenize; prompt.c). */
+    json_t *(*answer)(const tok_ids *ids, const tokenizer *tok, int context);
 };
 
 /* Shared between the chat-like parsers (api_openai_chat.c). */
@@ -230,7 +232,7 @@ int srv_parse_response_format(const json_t *rf, const char *name, srv_req *r, sr
 int srv_parse_tools(const json_t *tools, conversation *c, srv_fail *f);
 
 extern const srv_api srv_api_chat, srv_api_completions, srv_api_responses, srv_api_messages,
-    srv_api_count_tokens;
+    srv_api_count_tokens, srv_api_tokenize, srv_api_detokenize;
 
 /* Shared JSON pieces. */
 json_t *srv_usage_openai(const srv_gen *g);

@@ -84,11 +84,13 @@ test('hostile bodies: seeded mutations of valid requests never crash the server'
     '/v1/responses': { model: MODEL, input: [{ role: 'user', content: 'hi' }, { type: 'function_call', call_id: 'c', name: 'f', arguments: '{}' }, { type: 'function_call_output', call_id: 'c', output: 'r' }], max_output_tokens: 2, tools: [{ type: 'function', name: 'f' }], include: ['message.output_text.logprobs'], top_logprobs: 2 },
     '/v1/messages': { model: MODEL, max_tokens: 2, system: 's', messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }, { role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'f', input: {} }] }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't', content: 'r' }] }], tools: [{ name: 'f', input_schema: { type: 'object' } }], stop_sequences: ['x'] },
     '/v1/messages/count_tokens': { model: MODEL, system: 's', messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }], tools: [{ name: 'f', input_schema: { type: 'object' } }] },
+    '/tokenize': { model: MODEL, messages: [{ role: 'user', content: 'hi' }], response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { a: { anyOf: [{ type: 'string' }, { $ref: '#/$defs/B' }] } }, $defs: { B: { type: 'array', items: { enum: [1, 'x'] } } } } } } },
+    '/detokenize': { model: MODEL, tokens: [1, 2, 3, 40] },
   };
   const junk = [null, true, -1, 1e308, 2 ** 63, '', 'x'.repeat(3000), [], {}, [[[]]], { type: 'text' }, '\u0000', '<｜User｜>'];
   const statuses = new Map();
-  for (let i = 0; i < 150; i++) {
-    const path = Object.keys(valid)[i % 5];
+  for (let i = 0; i < 210; i++) {
+    const path = Object.keys(valid)[i % 7];
     let body;
     const obj = structuredClone(valid[path]);
     const mode = rnd(4);

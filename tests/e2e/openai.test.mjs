@@ -162,6 +162,25 @@ test('response_format json_schema: replies follow the schema', async () => {
   }), (e) => e.status === 400 && /json_schema/.test(e.message));
 });
 
+test('/tokenize and /detokenize: the ids a request becomes, and back', async () => {
+  const post = async (path, body) => {
+    const res = await fetch(`${srv.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify(body) });
+    return { status: res.status, body: await res.json() };
+  };
+  const chat = await post('/tokenize', { model: MODEL, messages: user('Hello there') });
+  assert.equal(chat.status, 200);
+  const r = await client.chat.completions.create({ model: MODEL, messages: user('Hello there'), max_tokens: 1 });
+  assert.equal(chat.body.count, r.usage.prompt_tokens);
+  assert.equal(chat.body.tokens.length, chat.body.count);
+  assert.equal(chat.body.max_model_len, 1024);
+  const text = await post('/tokenize', { prompt: 'The quick brown fox' });
+  const back = await post('/detokenize', { tokens: text.body.tokens });
+  assert.equal(back.body.prompt, 'The quick brown fox', 'BOS (a control token) left out');
+  const bad = await post('/detokenize', { tokens: [1 << 29] });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.body.error.param, 'tokens');
+});
+
 test('completions: greedy output equals `deepinfer generate`', async () => {
   const prompt = 'The quick brown fox';
   const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 24, temperature: 0 });

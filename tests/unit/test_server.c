@@ -402,6 +402,8 @@ TEST(server_bad_requests_name_the_field_in_the_protocol_shape) {
     expect_fail(&srv_api_responses, "{\"input\":\"x\",\"include\":\"x\"}", 400, "include", oa,
                 &bad);
     expect_fail(&srv_api_count_tokens, "{\"model\":\"m\"}", 400, "messages", an, &bad);
+    expect_fail(&srv_api_detokenize, "{\"tokens\":[1,\"x\"]}", 400, "tokens[1]", oa, &bad);
+    expect_fail(&srv_api_tokenize, "{\"prompt\":{}}", 400, "prompt", oa, &bad);
     CHECKF(bad == 0, "%d bad-request cases misreported (see stderr)", bad);
 }
 
