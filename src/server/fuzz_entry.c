@@ -2,7 +2,9 @@
  * target in tests/fuzz/ and the corpus replay in the unit tests): a hostile
  * request body through srv_prepare for one protocol and prompt format, then,
  * when it parses, hostile "model output" through a generation (output parser
- * -> protocol stream events and body), without an engine or a tokenizer. */
+ * -> protocol stream events and body), without an engine or a tokenizer; or,
+ * for the endpoints that generate nothing (count_tokens, tokenize,
+ * detokenize: bit 5 of the first byte), their answer. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +14,9 @@ int srv_fuzz_one(const uint8_t *data, size_t len) {
     if (len < 2) return 0;
     static const srv_api *const apis[] = {&srv_api_chat, &srv_api_completions, &srv_api_responses,
                                           &srv_api_messages};
-    const srv_api *api = apis[data[0] & 3];
+    static const srv_api *const answers[] = {&srv_api_count_tokens, &srv_api_tokenize,
+                                             &srv_api_detokenize, &srv_api_count_tokens};
+    const srv_api *api = (data[0] & 0x20 ? answers : apis)[data[0] & 3];
     bool stream = data[0] & 4;
     render_format fmt = (render_format)(data[1] & 3);
     data += 2, len -= 2;
@@ -27,6 +31,14 @@ int srv_fuzz_one(const uint8_t *data, size_t len) {
     srv_fail f = {0};
     if (srv_prepare(api, (const char *)data, body_len, &lim, fmt, NULL, &r, &p, &f)) {
         free(srv_error_body(api->proto, &f));
+        srv_req_free(&r);
+        tok_ids_free(&p.ids);
+        return 0;
+    }
+    if (api->answer) {
+        json_t *a = api->answer(&p.ids, NULL, 1024);
+        free(json_dumps(a, JSON_COMPACT));
+        json_decref(a);
         srv_req_free(&r);
         tok_ids_free(&p.ids);
         return 0;

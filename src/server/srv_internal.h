@@ -263,9 +263,10 @@ int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *er
 void srv_json_constraint(const srv_req *r, bool think_opened, const tokenizer *tok,
                          engine_request *er);
 
-/* Fuzzing entry (fuzz_entry.c): data = 1 byte protocol/stream, 1 byte
- * format, a request body, a NUL, then model output text that is fed through
- * a generation as if the model had written it. Must never crash or leak. */
+/* Fuzzing entry (fuzz_entry.c): data = 1 byte protocol/stream (bit 5: an
+ * endpoint that generates nothing), 1 byte format, a request body, a NUL,
+ * then model output text that is fed through a generation as if the model
+ * had written it. Must never crash or leak. */
 int srv_fuzz_one(const uint8_t *data, size_t len);
 
 /* --- metrics ------------------------------------------------------------- */
