@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 static int log_level = DI_LOG_WARN;
 
@@ -168,4 +169,16 @@ char *di_read_file(const char *path, size_t *len, di_err *err) {
     buf[n] = 0;
     if (len) *len = n;
     return buf;
+}
+
+int di_write_all(int fd, const void *p, size_t n) {
+    const char *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
 }

@@ -79,5 +79,8 @@ double di_now(void);
 /* Reads a whole file; returns NULL with err set. *len gets the size; the
  * buffer is NUL-terminated for convenience. */
 char *di_read_file(const char *path, size_t *len, di_err *err);
+/* Writes all n bytes to fd (short writes and EINTR retried, at most 1 GiB
+ * a call); 0, or -1 with errno set. */
+int di_write_all(int fd, const void *p, size_t n);
 
 #endif

@@ -95,17 +95,6 @@ static uint64_t checksum(const unsigned char *file, size_t bytes) {
     return sum;
 }
 
-static int write_all(int fd, const unsigned char *p, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static int read_at(int fd, void *buf, size_t n, off_t off) {
     char *p = buf;
     while (n > 0) {
@@ -175,7 +164,7 @@ int kvs_file_write(const char *root, const kvs_layout *lay, uint64_t key, uint64
     const char *what = NULL;
     if (direct) /* whole pages straight from the staging buffer, then the exact size */
         memset((char *)file + kvs_file_bytes(lay), 0, kvs_file_cap(lay) - kvs_file_bytes(lay));
-    if (write_all(fd, file, direct ? kvs_file_cap(lay) : kvs_file_bytes(lay)) < 0)
+    if (di_write_all(fd, file, direct ? kvs_file_cap(lay) : kvs_file_bytes(lay)) < 0)
         what = "write";
     else if (direct && ftruncate(fd, (off_t)kvs_file_bytes(lay)) < 0)
         what = "truncate";

@@ -112,18 +112,6 @@ void pack_file_unmap(pack_map *map) {
     *map = (pack_map){0};
 }
 
-static int write_all(int fd, const void *p, size_t n) {
-    const uint8_t *b = p;
-    while (n) {
-        ssize_t w = write(fd, b, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Removes the temporary files of path that writers which are gone left
  * behind (killed while writing: each up to the whole copy). */
 static void remove_stale(const char *dir, const char *name) {
@@ -158,8 +146,8 @@ struct pack_writer {
 
 static void *write_body(void *arg) {
     pack_writer *w = arg;
-    int rc =
-        write_all(w->fd, w->header, sizeof w->header) || write_all(w->fd, w->payload, w->bytes);
+    int rc = di_write_all(w->fd, w->header, sizeof w->header) ||
+             di_write_all(w->fd, w->payload, w->bytes);
     int err = errno;
     if (close(w->fd) != 0 && !rc) rc = -1, err = errno;
     if (!rc && rename(w->tmp, w->path) != 0) rc = -1, err = errno;
