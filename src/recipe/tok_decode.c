@@ -308,8 +308,8 @@ void tok_stream_free(tok_stream *st) {
     free(st);
 }
 
-char *tok_decode(const tokenizer *t, const int *ids, size_t n, bool skip_control, size_t *len) {
-    tok_stream *st = tok_stream_new(t, skip_control);
+/* The whole text of ids through stream st (freed here). */
+static char *decode_all(tok_stream *st, const int *ids, size_t n, size_t *len) {
     di_buf all = {0};
     size_t l;
     for (size_t i = 0; i < n; i++) {
@@ -323,6 +323,10 @@ char *tok_decode(const tokenizer *t, const int *ids, size_t n, bool skip_control
     return all.p;
 }
 
+char *tok_decode(const tokenizer *t, const int *ids, size_t n, bool skip_control, size_t *len) {
+    return decode_all(tok_stream_new(t, skip_control), ids, n, len);
+}
+
 char *tok_token_bytes(const tokenizer *t, int id, size_t *len) {
     tok_stream *st = tok_stream_new(t, false);
     st->raw = true;
@@ -331,16 +335,7 @@ char *tok_token_bytes(const tokenizer *t, int id, size_t *len) {
         st->stripped[k] = t->decs[k].start;
         st->strip_over[k] = true;
     }
-    di_buf all = {0};
-    size_t l;
-    const char *s = tok_stream_push(st, id, &l);
-    di_buf_add(&all, s, l);
-    s = tok_stream_flush(st, &l);
-    di_buf_add(&all, s, l);
-    tok_stream_free(st);
-    if (!all.p) di_buf_add(&all, "", 0);
-    if (len) *len = all.n;
-    return all.p;
+    return decode_all(st, &id, 1, len);
 }
 
 char *tok_utf8_lossy(const char *s, size_t n, size_t *len) {
