@@ -192,6 +192,7 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
         json_t *o = k->api->answer(&p.ids, s->tok, s->o.context);
         tok_ids_free(&p.ids);
         job_free(j);
+        srv_metrics_request(s->metrics, k->endpoint, 200);
         return reply_json(c, 200, o);
     }
     int ctx = s->o.context;

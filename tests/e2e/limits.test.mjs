@@ -66,8 +66,10 @@ test('a full queue answers 429 in the protocol error shape', async () => {
 });
 
 test('/metrics exposes requests, tokens, TTFT/TBT histograms and engine gauges', async () => {
+  await fetch(`${srv.url}/tokenize`, { method: 'POST', body: JSON.stringify({ prompt: 'hi' }) });
   const { text } = await metrics(srv.url);
   for (const series of ['deepinfer_requests_total{endpoint="chat_completions",status="200"}', 'deepinfer_requests_total{endpoint="chat_completions",status="429"}',
+    'deepinfer_requests_total{endpoint="tokenize",status="200"}',
     'deepinfer_prompt_tokens_total', 'deepinfer_generation_tokens_total', 'deepinfer_cached_prompt_tokens_total',
     'deepinfer_time_to_first_token_seconds_bucket{le="+Inf"}', 'deepinfer_time_between_tokens_seconds_count',
     'deepinfer_requests_running', 'deepinfer_requests_waiting', 'deepinfer_kv_blocks_used', 'deepinfer_prefix_cache_hit_rate']) {
