@@ -189,13 +189,12 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "\n");
     /* a request can never hold more than the whole pool: that is its context */
     int context = max_len > 0 && max_len < info->max_context ? max_len : info->max_context;
-    long long pool_tokens = (long long)es.blocks_total * MODEL_KV_BLOCK;
-    if (pool_tokens < context) {
+    if (engine_max_seq_tokens(e) < context) {
         fprintf(stderr,
-                "deepinfer serve: the KV cache holds %lld tokens, less than the context of %d: "
-                "requests get %lld (raise --kv-memory for more)\n",
-                pool_tokens, context, pool_tokens);
-        context = (int)pool_tokens;
+                "deepinfer serve: the KV cache holds %d tokens, less than the context of %d: "
+                "requests get %d (raise --kv-memory for more)\n",
+                engine_max_seq_tokens(e), context, engine_max_seq_tokens(e));
+        context = engine_max_seq_tokens(e);
     }
     srv_opts so = {.host = host,
                    .port = port,

@@ -422,6 +422,10 @@ void engine_cancel(engine *e, uint64_t id) {
     pthread_mutex_unlock(&e->mu);
 }
 
+int engine_max_seq_tokens(const engine *e) {
+    return e->seq_cap;
+}
+
 engine_stats engine_get_stats(engine *e) {
     pthread_mutex_lock(&e->mu);
     engine_stats s = e->pub;

@@ -197,6 +197,9 @@ uint64_t engine_submit(engine *e, const engine_request *req, di_err *err);
 /* Cancels a request; a no-op when it already finished. */
 void engine_cancel(engine *e, uint64_t id);
 engine_stats engine_get_stats(engine *e);
+/* The most tokens one sequence can hold: the context, or the whole KV
+ * pool's where that is less (a sequence reaching it ends with length). */
+int engine_max_seq_tokens(const engine *e);
 /* While paused, submitted requests and cancellations queue up but no step
  * runs (a pass in flight completes). Lets a caller hand over a burst of
  * requests that the scheduler then sees all at once (tests, benchmarks).
