@@ -239,7 +239,7 @@ static void close_block(srv_gen *g, gen_branch *b) {
 
 static void msg_event(srv_gen *g, int bi, const gev *ev) {
     gen_branch *b = &g->b[bi];
-    if (bi != 0 || ev->kind == GEV_LOGPROB || ev->kind == GEV_TOOL_END) return;
+    if (bi != 0 || ev->kind == GEV_TOOL_END) return;
     int want = ev->kind == GEV_TOOL_ARGS ? GEV_TOOL_START + 1 : (int)ev->kind + 1;
     if (b->blk != want || ev->kind == GEV_TOOL_START) {
         close_block(g, b);

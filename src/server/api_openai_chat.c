@@ -344,11 +344,6 @@ static json_t *chunk(srv_gen *g, int bi, json_t *delta, const char *finish) {
 
 static void chat_event(srv_gen *g, int bi, const gev *ev) {
     gen_branch *b = &g->b[bi];
-    if (ev->kind == GEV_LOGPROB) {
-        if (!b->lp_pending) b->lp_pending = json_array();
-        json_array_append(b->lp_pending, ev->logprob);
-        return;
-    }
     if (ev->kind == GEV_TOOL_END) return;
     json_t *delta = json_object();
     if (!b->started) {

@@ -93,11 +93,6 @@ static json_t *wrap(srv_gen *g, json_t *choices) {
 
 static void comp_event(srv_gen *g, int bi, const gev *ev) {
     gen_branch *b = &g->b[bi];
-    if (ev->kind == GEV_LOGPROB) {
-        if (!b->lp_pending) b->lp_pending = json_array();
-        json_array_append(b->lp_pending, ev->logprob);
-        return;
-    }
     if (ev->kind != GEV_TEXT) return;
     json_t *c = choice(g, bi, ev->text, ev->len, b->lp_pending, NULL);
     json_decref(b->lp_pending);

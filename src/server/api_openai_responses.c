@@ -333,11 +333,6 @@ static void close_block(srv_gen *g, gen_branch *b) {
 static void resp_event(srv_gen *g, int bi, const gev *ev) {
     gen_branch *b = &g->b[bi];
     if (bi != 0 || ev->kind == GEV_TOOL_END) return;
-    if (ev->kind == GEV_LOGPROB) { /* sent with the next text delta */
-        if (!b->lp_pending) b->lp_pending = json_array();
-        json_array_append(b->lp_pending, ev->logprob);
-        return;
-    }
     int want = ev->kind == GEV_TOOL_ARGS ? GEV_TOOL_START + 1 : (int)ev->kind + 1;
     if (b->blk != want || ev->kind == GEV_TOOL_START) {
         close_block(g, b);

@@ -45,9 +45,12 @@ static void dispatch(srv_gen *g, int bi, const gev *ev) {
     case GEV_TOOL_END:
         if (ev->tool >= 0 && ev->tool < b->n_tools) b->tools[ev->tool].complete = ev->complete;
         break;
-    case GEV_LOGPROB:
+    case GEV_LOGPROB: /* streamed with the next text the protocol sends */
         json_array_append(b->logprobs, ev->logprob);
-        break;
+        if (!g->req->stream) return;
+        if (!b->lp_pending) b->lp_pending = json_array();
+        json_array_append(b->lp_pending, ev->logprob);
+        return;
     }
     if (g->req->stream && g->api->event) g->api->event(g, bi, ev);
 }

@@ -136,8 +136,9 @@ typedef struct gen_branch {
     di_buf reasoning, text;
     gen_tool *tools;
     int n_tools, cap_tools;
-    json_t *logprobs; /* array of token entries (every token) */
-    json_t *lp_pending;
+    json_t *logprobs;   /* array of token entries (every token) */
+    json_t *lp_pending; /* streams: entries not sent yet (a protocol sends and clears them
+                           with its next text; GEV_LOGPROB never reaches its event) */
     srv_finish finish;
     int stop_index; /* matched stop string or -1 */
     bool stopped;   /* a stop string matched: later tokens are ignored */
