@@ -193,10 +193,11 @@ static int resp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
 
 /* --- output items -------------------------------------------------------- */
 /* The output_text's logprobs: every generated token's entry (as chat
- * completions' content logprobs), when asked for. */
+ * completions' content logprobs), when asked for; a reference, each event
+ * being written out as it is made. */
 static json_t *text_logprobs(const srv_gen *g) {
-    const json_t *all = g->req->logprobs ? g->b[0].logprobs : NULL;
-    return all ? json_deep_copy(all) : json_array();
+    json_t *all = g->req->logprobs ? g->b[0].logprobs : NULL;
+    return all ? json_incref(all) : json_array();
 }
 
 static void item_id(const srv_gen *g, const char *pre, int index, char *out, size_t cap) {
