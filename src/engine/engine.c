@@ -13,6 +13,7 @@
  * delivers the events of the previous one (engine_step.c), so between two
  * passes the compute threads wait only for sampling and the next pass's
  * preparation. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -352,6 +353,9 @@ static int check_request(engine *e, const engine_request *q, di_err *err) {
     if ((unsigned)q->traffic >= ENGINE_N_TRAFFIC)
         return di_errf(err, "request: unknown traffic class %d", (int)q->traffic);
     if (samp_params_check(&q->sampling, e->run.vocab, err)) return -1;
+    if (q->prompt_logprobs && (q->prompt_top < 0 || q->prompt_top > SAMP_MAX_TOP))
+        return di_errf(err, "request: prompt_top %d out of range [0, %d]", q->prompt_top,
+                       SAMP_MAX_TOP);
     char msg[256];
     if (stop_params_check(&q->stop, msg, sizeof msg)) return di_errf(err, "request: %s", msg);
     if (q->stop.n_strs > 0 && !e->has_detok)
@@ -384,6 +388,10 @@ static ereq *copy_request(const engine_request *q) {
     }
     r->r.stop.strs = (const char *const *)r->stop_strs;
     r->r.json_schema = NULL; /* compiled into r->schema */
+    if (q->prompt_logprobs) {
+        r->plp = di_calloc((size_t)q->n_prompt, sizeof *r->plp);
+        r->plp[0] = (samp_out){.token = q->prompt[0], .logprob = NAN};
+    }
     return r;
 }
 

@@ -70,6 +70,11 @@ typedef struct engine_event {
     engine_finish finish;
     engine_usage usage; /* on the final event */
     const char *error;  /* ENGINE_FINISH_ERROR */
+    /* With the request's prompt_logprobs, on each branch's first event:
+     * entry i for prompt token i (its id in .token; entry 0, which nothing
+     * precedes, has logprob NAN and no alternatives). */
+    const samp_out *prompt_lp;
+    int n_prompt_lp;
 } engine_event;
 
 typedef void (*engine_event_fn)(const engine_event *ev, void *user);
@@ -95,7 +100,20 @@ typedef struct engine_request {
     /* With json: a JSON schema (its text, json_grammar.h) the object
      * follows; NULL: any object. One the decoder cannot hold is refused. */
     const char *json_schema;
+    /* Score the prompt: each prompt token's logprob given those before it,
+     * with prompt_top alternatives (0..SAMP_MAX_TOP), on each branch's first
+     * event. The prompt is then computed whole, without the prefix cache
+     * (a cached token has no logits), in chunks of at most
+     * ENGINE_SCORE_CHUNK tokens (their logits rows are held at once). */
+    bool prompt_logprobs;
+    int prompt_top;
+    /* Generate nothing: each branch ends with LENGTH, no token and no
+     * completion tokens, once its prompt has gone through the model (with
+     * prompt_logprobs: the prompt is only scored). */
+    bool prompt_only;
 } engine_request;
+
+#define ENGINE_SCORE_CHUNK 128
 
 typedef struct engine_opts {
     int kv_blocks;        /* KV pool size in blocks (0: from kv_memory) */

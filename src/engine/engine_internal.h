@@ -22,6 +22,7 @@ typedef struct ereq {
     int *stop_ids;
     char **stop_strs;
     jg_schema *schema; /* compiled r.json_schema */
+    samp_out *plp;     /* with prompt_logprobs: n_prompt entries (engine_event.prompt_lp) */
     seq *seqs[ENGINE_MAX_N];
     int n_seqs, n_live;
     bool forked;
@@ -62,6 +63,7 @@ typedef struct pending_ev {
 typedef struct pass_item {
     seq *q;        /* NULL: freed since */
     float *logits; /* its logits row, or NULL */
+    float *rows;   /* a prompt being scored: every token's row, n_tokens of them; or NULL */
     int end;       /* q's computed tokens once the pass is done */
     int n_tokens;
     bool committed;

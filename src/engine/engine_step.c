@@ -65,6 +65,9 @@ static void seq_setup(engine *e, ereq *r, seq *q, int branch) {
     q->detok = e->has_detok ? e->detok.open(e->detok.ctx) : NULL;
     q->json_on = r->r.json && !r->r.json_wait;
     q->json_wait = r->r.json && r->r.json_wait;
+    q->plp_sent = false;
+    q->no_prefix = r->r.prompt_logprobs;
+    q->max_chunk = r->r.prompt_logprobs ? ENGINE_SCORE_CHUNK : 0;
     if (r->r.json) {
         if (!e->jv) /* once per engine: every token's bytes, sorted */
             e->jv = jg_vocab_new(e->run.vocab, e->detok.token_bytes, e->detok.ctx, e->run.eos_ids,
@@ -106,6 +109,7 @@ void engine_free_req(ereq *r) {
     for (int i = 0; i < r->r.stop.n_strs; i++) free(r->stop_strs[i]);
     free(r->stop_strs);
     jg_schema_free(r->schema);
+    free(r->plp);
     free(r);
 }
 
@@ -132,8 +136,14 @@ static void emit(engine *e, ereq *r, seq *q, int token, const char *text, size_t
         ev.top = so->top;
         ev.n_top = so->n_top;
     }
+    if (r->plp && !q->plp_sent && fin != ENGINE_FINISH_ERROR && fin != ENGINE_FINISH_CANCELLED) {
+        q->plp_sent = true;
+        ev.prompt_lp = r->plp;
+        ev.n_prompt_lp = r->r.n_prompt;
+    }
     if (fin != ENGINE_FINISH_NONE)
-        ev.usage = (engine_usage){r->r.n_prompt, seq_generated(q), q->n_cached};
+        ev.usage = (engine_usage){r->r.n_prompt, r->r.prompt_only ? 0 : seq_generated(q),
+                                  q->n_cached};
     if (r->r.on_event) r->r.on_event(&ev, r->r.user);
 }
 
@@ -225,6 +235,11 @@ static void deliver(engine *e, const pending_ev *pe) {
     stop_reason why = pe->why;
     const char *t = NULL;
     size_t tl = 0, used = 0;
+    if (r->r.prompt_only) { /* no token: the branch ends here */
+        emit(e, r, q, -1, NULL, 0, NULL, ENGINE_FINISH_LENGTH, NULL);
+        end_seq(e, q);
+        return;
+    }
     if (why == STOP_NONE && q->detok) {
         size_t pl = 0;
         const char *piece = e->detok.push(q->detok, pe->so.token, &pl);
@@ -268,6 +283,14 @@ static bool on_token(engine *e, seq *q, const float *row, const samp_out *drawn,
         e->pend = di_realloc(e->pend, sizeof *e->pend * (size_t)e->cap_pend);
     }
     pending_ev *pe = &e->pend[e->n_pend++];
+    pe->q = q;
+    if (r->r.prompt_only) { /* nothing drawn; the placeholder is never run */
+        pe->so = (samp_out){.token = -1};
+        pe->why = STOP_NONE;
+        pe->length = true;
+        if (planned_ahead) sched_plan_drop(e->sched, q);
+        return true;
+    }
     if (drawn)
         pe->so = *drawn;
     else
@@ -388,7 +411,7 @@ static void commit_item(engine *e, pass_item *it) {
 static bool draws_plainly(const pass_item *it) {
     if (!it->logits || it->q->draining) return false;
     const ereq *r = it->q->owner;
-    return r->forked || r->r.n <= 1;
+    return (r->forked || r->r.n <= 1) && !r->r.prompt_only;
 }
 
 typedef struct draw_job {
@@ -448,6 +471,18 @@ static const samp_out *draw_rows(engine *e, bool ok) {
     return drawn;
 }
 
+/* A chunk of a prompt being scored: each row's logprob of the prompt token
+ * that follows it (entries up to the prompt's last token; later rows, of a
+ * sequence recomputed after a preemption, are not needed). */
+static void score_prompt(engine *e, const pass_item *it) {
+    seq *q = it->q;
+    ereq *r = q->owner;
+    int start = it->end - it->n_tokens;
+    for (int j = 0; j < it->n_tokens && start + j + 1 < r->r.n_prompt; j++)
+        samp_score(e->samp, it->rows + (size_t)j * (size_t)e->run.vocab, q->tokens[start + j + 1],
+                   r->r.prompt_top, &r->plp[start + j + 1]);
+}
+
 /* The pass has ended: its sequences are the step thread's again. Frees the
  * branches that ended meanwhile and samples every logits row (the only work
  * between two passes besides preparing the next). */
@@ -469,6 +504,7 @@ static void sample_pass(engine *e, bool ok, bool planned_ahead) {
             q->store_load = NULL;
             q->mseq.kv_wait = NULL;
         }
+        if (ok && it->rows) score_prompt(e, it);
         if (!ok || !it->logits) continue;
         ereq *r = q->owner;
         if (!r->forked && r->r.n > 1) {
@@ -555,6 +591,13 @@ static void swap_blocks(engine *e, const sched_plan *p) {
     }
 }
 
+/* Whether q's next chunk (from n_computed) scores prompt tokens: every row
+ * of its logits is kept. */
+static bool scores_prompt(const seq *q) {
+    const ereq *r = q->owner;
+    return r->plp && q->branch == 0 && q->n_computed < r->r.n_prompt - 1;
+}
+
 /* Executes plan p up to the launch of its pass: failures, preemptions,
  * block copies, the batch, sliding-window restores and replays. Returns the
  * number of batch entries (0: nothing to run). */
@@ -583,7 +626,8 @@ static int prepare(engine *e, const sched_plan *p, di_err *err) {
         e->cap_batch = n * 2;
         e->batch = di_realloc(e->batch, sizeof *e->batch * (size_t)e->cap_batch);
     }
-    for (int i = 0; i < n; i++) rows += p->items[i].logits;
+    for (int i = 0; i < n; i++)
+        rows += scores_prompt(p->items[i].s) ? p->items[i].n_tokens : p->items[i].logits;
     if (rows > e->cap_rows) {
         e->cap_rows = rows * 2;
         free(e->logits);
@@ -610,9 +654,12 @@ static int prepare(engine *e, const sched_plan *p, di_err *err) {
             swa_rebuild(e, q, &n_replay); /* a prefix hit: rings empty */
         else
             q->mseq.n_past = q->n_computed; /* differs only after a recomputing rewind */
-        float *lg = p->items[i].logits ? e->logits + (size_t)rows++ * (size_t)e->run.vocab : NULL;
+        bool all = scores_prompt(q);
+        float *lg = all || p->items[i].logits ? e->logits + (size_t)rows * (size_t)e->run.vocab
+                                              : NULL;
+        rows += all ? p->items[i].n_tokens : p->items[i].logits;
         e->batch[i] = (model_batch_seq){
-            &q->mseq, q->tokens + q->n_computed, p->items[i].n_tokens, lg, false, NULL};
+            &q->mseq, q->tokens + q->n_computed, p->items[i].n_tokens, lg, all, NULL};
     }
     if (n_replay) { /* on this thread: the compute thread is idle now */
         double t0 = di_now();
@@ -656,7 +703,10 @@ static void launch(engine *e, const sched_plan *p, int n) {
         q->n_computed = start + k;
         if (p->items[i].logits) seq_append_ahead(q);
         e->batch[i].tokens = q->tokens + start; /* the placeholder may have moved them */
-        f->v[i] = (pass_item){q, e->batch[i].logits, start + k, k, false};
+        float *lg = e->batch[i].logits, *rows = e->batch[i].all_logits ? lg : NULL;
+        if (rows) /* the row sampled from is the chunk's last */
+            lg = p->items[i].logits ? rows + (size_t)(k - 1) * (size_t)e->run.vocab : NULL;
+        f->v[i] = (pass_item){.q = q, .logits = lg, .rows = rows, .end = start + k, .n_tokens = k};
     }
     f->n = n;
     engine_exec_launch(&e->exec, e->batch, n);

@@ -119,6 +119,11 @@ static void logprobs(samp_ctx *c, const float *logits, int k, samp_out *out) {
     out->n_top = m;
 }
 
+void samp_score(samp_ctx *c, const float *logits, int token, int k, samp_out *out) {
+    out->token = token;
+    logprobs(c, logits, k, out);
+}
+
 void samp_next(samp_ctx *c, const samp_params *p, uint64_t *rng, const float *logits,
                const int *tokens, int n_prompt, int n_tokens, const jg_vocab *jv,
                const jg_state *js, samp_out *out) {

@@ -70,5 +70,8 @@ uint64_t samp_rng_init(uint64_t seed, int branch);
 void samp_next(samp_ctx *c, const samp_params *p, uint64_t *rng, const float *logits,
                const int *tokens, int n_prompt, int n_tokens, const jg_vocab *jv,
                const jg_state *js, samp_out *out);
+/* What samp_next reports for a token that is already known (a prompt's):
+ * its logprob under the raw logits and the top k (0..SAMP_MAX_TOP). */
+void samp_score(samp_ctx *c, const float *logits, int token, int k, samp_out *out);
 
 #endif

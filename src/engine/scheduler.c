@@ -112,7 +112,8 @@ static void drop_load(seq *q) {
 static bool attach_prefix(sched *s, seq *q) {
     kvs_load *ld = NULL;
     q->n_computed =
-        s->o.store ? kvs_admit(s->o.store, s->b, &q->table, q->tokens, q->n_tokens, q->n_tokens - 1,
+        q->no_prefix ? 0
+        : s->o.store ? kvs_admit(s->o.store, s->b, &q->table, q->tokens, q->n_tokens, q->n_tokens - 1,
                                &s->o.store_io, &ld)
                    : bm_attach_prefix(s->b, &q->table, q->tokens, q->n_tokens, q->n_tokens - 1);
     if (!q->admitted)
@@ -290,6 +291,7 @@ static void fail(sched *s, seq *q) {
 static int chunk_len(const sched *s, const seq *q, int budget) {
     int pending = seq_pending(q);
     int n = pending < budget ? pending : budget;
+    if (q->max_chunk > 0 && n > q->max_chunk) n = q->max_chunk;
     if (s->o.block_chunks && n > 1) {
         int end = q->n_computed + n, cut = end - end % BM_BLOCK;
         if (cut > q->n_computed && cut < end) n = cut - q->n_computed;
@@ -332,7 +334,8 @@ static int first_chunk_blocks(const sched *s, const seq *q) {
         int chunk = seq_pending(q) < s->o.token_budget ? seq_pending(q) : s->o.token_budget;
         return (q->n_computed + chunk + BM_BLOCK - 1) / BM_BLOCK;
     }
-    int hit = q->table.n ? q->n_computed : bm_lookup(s->b, q->tokens, q->n_tokens - 1);
+    int hit = q->table.n || q->no_prefix ? q->n_computed
+                                         : bm_lookup(s->b, q->tokens, q->n_tokens - 1);
     int chunk = seq_pending(q) - (hit - q->n_computed);
     if (chunk > s->o.token_budget) chunk = s->o.token_budget;
     return (hit + chunk + BM_BLOCK - 1) / BM_BLOCK - hit / BM_BLOCK;
@@ -445,7 +448,7 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
     while (!short_of_blocks && budget > 0 && w < s->waiting.n && s->running.n < s->o.max_running) {
         seq *q = s->waiting.v[w];
         bool fresh = q->table.n == 0 && !q->swapped; /* no blocks, no swapped KV */
-        if (fresh && shares_pending_prefix(s, q)) {
+        if (fresh && !q->no_prefix && shares_pending_prefix(s, q)) {
             w++;
             continue;
         }

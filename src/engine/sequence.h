@@ -47,6 +47,12 @@ typedef struct seq {
     int swap_first, swap_blocks, swap_skip;
     void *swap_buf;
 
+    /* Admitted without the prefix cache (every token computed), prefill
+     * chunks at most max_chunk tokens (> 0): a request scoring its prompt
+     * needs the logits of every prompt token. */
+    bool no_prefix;
+    int max_chunk;
+
     bm_table table;
     model_seq mseq; /* the model's view: blocks point into table */
     /* KV store hit in progress (kvs_engine.h), or NULL: from admission until
@@ -61,6 +67,7 @@ typedef struct seq {
     void *detok;    /* incremental detokenizer stream, or NULL */
     bool json_on;   /* output held to one JSON object, parsed so far in json */
     bool json_wait; /* ... from the request's json_wait_for token on */
+    bool plp_sent;  /* the request's prompt logprobs went with an event of this branch */
     jg_state json;
     bool in_flight; /* in the forward pass running now: its memory is the model's */
     bool draining;  /* final event sent while in flight: freed when the pass ends */

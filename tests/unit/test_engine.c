@@ -7,6 +7,7 @@
  * output, so comparing with a direct computation over the token list checks
  * the whole paging machinery. */
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -103,12 +104,14 @@ static int fake_forward(void *c, model_batch_seq *b, int n, di_err *err) {
             f->kv[(size_t)s->blocks[pos / 128] * 128 + pos % 128] = entry(b[i].tokens[j], pos);
         }
         int last = s->n_past + b[i].n_tokens;
-        if (b[i].logits) {
+        if (b[i].logits) { /* the last token's row, or every token's */
+            int first = b[i].all_logits ? s->n_past : last - 1;
             uint64_t st = 0;
-            for (int p = 0; p < last; p++)
+            for (int p = 0; p < last; p++) {
                 st =
                     XXH3_64bits_withSeed(&f->kv[(size_t)s->blocks[p / 128] * 128 + p % 128], 8, st);
-            logits_from(st, b[i].logits);
+                if (p >= first) logits_from(st, b[i].logits + (size_t)(p - first) * FV);
+            }
         }
         s->n_past = last;
     }
@@ -205,6 +208,8 @@ typedef struct result {
     engine_finish finish[ENGINE_MAX_N];
     engine_usage usage[ENGINE_MAX_N];
     int n_finished, n_events;
+    samp_out plp[ENGINE_MAX_N][MAXOUT]; /* prompt logprobs as each branch got them */
+    int n_plp[ENGINE_MAX_N], plp_events[ENGINE_MAX_N];
     float logprob_sum;
     int top_seen;
     bool bad;
@@ -218,6 +223,12 @@ static void collect(const engine_event *ev, void *user) {
     if (r->text_len[b] + ev->text_len <= MAXOUT) {
         memcpy(r->text[b] + r->text_len[b], ev->text, ev->text_len);
         r->text_len[b] += ev->text_len;
+    }
+    if (ev->prompt_lp) {
+        if (r->n[b] != (ev->token >= 0)) r->bad = true; /* not the branch's first event */
+        r->plp_events[b]++;
+        r->n_plp[b] = ev->n_prompt_lp < MAXOUT ? ev->n_prompt_lp : MAXOUT;
+        memcpy(r->plp[b], ev->prompt_lp, sizeof(samp_out) * (size_t)r->n_plp[b]);
     }
     if (ev->has_logprobs) {
         r->logprob_sum += ev->logprob;
@@ -653,6 +664,81 @@ TEST(engine_fake_sequence_filling_the_pool_ends_at_length) {
     }
     engine_free(e);
     CHECK(f->n_free == 3);
+    fake_free(f);
+}
+
+/* Checks prompt logprobs against the reference: entry i is token i's
+ * log-softmax under the logits of tokens [0, i), with the top k. */
+static bool plp_matches_ref(const int *prompt, int np, const samp_out *plp, int n, int k) {
+    if (n != np || plp[0].token != prompt[0] || !isnan(plp[0].logprob) || plp[0].n_top) return false;
+    uint64_t st = 0;
+    for (int i = 1; i < np; i++) {
+        st = XXH3_64bits_withSeed(&(uint64_t){entry(prompt[i - 1], i - 1)}, 8, st);
+        float lg[FV];
+        logits_from(st, lg);
+        double sum = 0, mx = lg[0];
+        for (int v = 1; v < FV; v++) mx = lg[v] > mx ? lg[v] : mx;
+        for (int v = 0; v < FV; v++) sum += exp(lg[v] - mx);
+        double lse = mx + log(sum);
+        const samp_out *o = &plp[i];
+        if (o->token != prompt[i] || fabs(o->logprob - (lg[prompt[i]] - lse)) > 1e-4) return false;
+        if (o->n_top != k) return false;
+        for (int j = 0; j < k; j++) {
+            int above = 0; /* the j-th best: exactly j logits above it */
+            for (int v = 0; v < FV; v++) above += lg[v] > lg[o->top[j].id];
+            if (above != j || fabs(o->top[j].logprob - (lg[o->top[j].id] - lse)) > 1e-4)
+                return false;
+        }
+    }
+    return true;
+}
+
+/* Prompt logprobs: every prompt token scored (across chunks cut by the
+ * budget and the scoring cap, beside other requests, with the prompt in the
+ * prefix cache already, which must not be used), on each branch's first
+ * event once; the continuation is unchanged; prompt_only generates nothing. */
+TEST(engine_fake_prompt_logprobs) {
+    static int p[3][300];
+    static result warm, r[3];
+    fake *f = fake_new(64, true);
+    engine *e = fake_engine(f, 100, 8, false);
+    for (int i = 0; i < 3; i++) make_prompt(p[i], 300, 40 + i);
+    memset(&warm, 0, sizeof warm);
+    CHECK(submit(e, p[0], 300, 4, 1, &warm));
+    engine_wait_idle(e); /* p[0] is in the prefix cache now */
+    memset(r, 0, sizeof r);
+    atomic_store(&f->hold, 1);
+    for (int i = 0; i < 3; i++) {
+        engine_request q = {.prompt = p[i],
+                            .n_prompt = 300,
+                            .stop = {.max_tokens = 6, .ignore_eos = true},
+                            .n = i == 0 ? 2 : 1,
+                            .prompt_logprobs = i != 2,
+                            .prompt_top = 3,
+                            .prompt_only = i == 1,
+                            .on_event = collect,
+                            .user = &r[i]};
+        di_err err;
+        CHECKF(engine_submit(e, &q, &err), "%s", err.msg);
+    }
+    atomic_store(&f->hold, 0);
+    engine_wait_idle(e);
+    for (int b = 0; b < 2; b++) { /* scored, and the continuation as without */
+        CHECK(!r[0].bad && r[0].plp_events[b] == 1);
+        CHECK(plp_matches_ref(p[0], 300, r[0].plp[b], r[0].n_plp[b], 3));
+        CHECK(r[0].finish[b] == ENGINE_FINISH_LENGTH && r[0].n[b] == 6);
+        CHECK(!memcmp(r[0].tokens[b], warm.tokens[0], sizeof(int) * 4));
+        CHECK(r[0].usage[b].cached_tokens == 0 && r[0].usage[b].completion_tokens == 6);
+    }
+    CHECK(r[1].plp_events[0] == 1 && plp_matches_ref(p[1], 300, r[1].plp[0], r[1].n_plp[0], 3));
+    CHECK(r[1].finish[0] == ENGINE_FINISH_LENGTH && r[1].n[0] == 0 && r[1].text_len[0] == 0);
+    CHECK(r[1].usage[0].completion_tokens == 0 && r[1].usage[0].prompt_tokens == 300);
+    CHECK(r[2].plp_events[0] == 0 && matches_ref(p[2], 300, r[2].tokens[0], r[2].n[0]));
+    engine_request bad = {.prompt = p[0], .n_prompt = 10, .prompt_logprobs = true, .prompt_top = 21};
+    di_err err;
+    CHECK(!engine_submit(e, &bad, &err) && strstr(err.msg, "prompt_top"));
+    engine_free(e);
+    CHECK(f->n_free == 64);
     fake_free(f);
 }
 

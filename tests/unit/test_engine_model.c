@@ -3,6 +3,7 @@
  * misses and report cached tokens, preempted-and-resumed sequences give the
  * same outputs, n > 1 branches share prompt blocks and are each correct, and
  * the streamed text equals the decoded tokens. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -274,4 +275,93 @@ TEST(engine_model_pool_draws_equal_serial) {
     }
     model_free(m2);
     unload(&f);
+}
+
+/* Prompt logprobs on a real model: the engine's (chunked, beside another
+ * request, the prompt in the prefix cache already) against one pass over the
+ * whole prompt with every position's logits and a plain log-softmax. */
+typedef struct plp_out {
+    samp_out *lp;
+    int n, events;
+} plp_out;
+
+static void on_plp(const engine_event *ev, void *user) {
+    plp_out *o = user;
+    if (!ev->prompt_lp) return;
+    o->events++;
+    free(o->lp);
+    o->n = ev->n_prompt_lp;
+    o->lp = malloc(sizeof(samp_out) * (size_t)o->n);
+    memcpy(o->lp, ev->prompt_lp, sizeof(samp_out) * (size_t)o->n);
+}
+
+static void run_prompt_logprobs(const char *preset) {
+    static fixture f;
+    memset(&f, 0, sizeof f);
+    if (!load(&f, preset)) {
+        CHECKF(0, "cannot load tiny model %s (run make models)", preset);
+        return;
+    }
+    const int *p = f.prompts[5], np = f.lens[5], V = f.vocab;
+    di_err err;
+    model_kv_pool *kv = model_kv_pool_create(f.m, 4, &err);
+    model_seq s;
+    model_seq_init(f.m, &s);
+    float *lg = malloc(sizeof(float) * (size_t)np * (size_t)V);
+    CHECK(model_seq_reserve(kv, &s, np, &err) == 0);
+    model_batch_seq b = {.seq = &s, .tokens = p, .n_tokens = np, .logits = lg, .all_logits = true};
+    CHECKF(model_forward(f.m, kv, &b, 1, &err) == 0, "%.300s", err.msg);
+    model_seq_free(f.m, kv, &s);
+    model_kv_pool_free(kv);
+
+    engine *e = engine_create(
+        f.m, f.t, &(engine_opts){.kv_blocks = 24, .step_tokens = 96, .max_running = 8}, &err);
+    CHECKF(e, "%.300s", err.msg);
+    static out warm, other;
+    go(e, f.prompts[4], f.lens[4], 1, &warm); /* prompt 5's first 240 tokens, cached */
+    engine_wait_idle(e);
+    plp_out o = {0};
+    engine_pause(e, true);
+    engine_request q = {.prompt = p,
+                        .n_prompt = np,
+                        .stop = {.max_tokens = 1},
+                        .prompt_logprobs = true,
+                        .prompt_top = 2,
+                        .prompt_only = true,
+                        .on_event = on_plp,
+                        .user = &o};
+    CHECKF(engine_submit(e, &q, &err), "%.300s", err.msg);
+    go(e, f.prompts[2], f.lens[2], 1, &other);
+    engine_pause(e, false);
+    engine_wait_idle(e);
+    CHECK(o.events == 1 && o.n == np && o.lp && o.lp[0].token == p[0]);
+    double worst = 0;
+    for (int i = 1; i < np && o.lp; i++) {
+        const float *row = lg + (size_t)(i - 1) * V;
+        double mx = row[0], sum = 0;
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (row[v] > mx) mx = row[v], best = v;
+        for (int v = 0; v < V; v++) sum += exp(row[v] - mx);
+        double want = row[p[i]] - mx - log(sum), d = fabs(o.lp[i].logprob - want);
+        if (d > worst) worst = d;
+        CHECKF(o.lp[i].token == p[i] && o.lp[i].n_top == 2 && o.lp[i].top[0].id == best,
+               "%s: position %d", preset, i);
+    }
+    CHECKF(worst < 1e-3, "%s: prompt logprobs off by %g", preset, worst);
+    static out alone; /* the request beside it is unchanged */
+    go(e, f.prompts[2], f.lens[2], 1, &alone);
+    engine_wait_idle(e);
+    CHECK(other.n[0] == GEN && !memcmp(other.tok[0], alone.tok[0], sizeof(int) * GEN));
+    engine_free(e);
+    free(o.lp);
+    free(lg);
+    unload(&f);
+}
+
+TEST(engine_model_prompt_logprobs_llama3_tiny) {
+    run_prompt_logprobs("llama3-tiny");
+}
+TEST(engine_model_prompt_logprobs_hybrid_tiny) {
+    run_prompt_logprobs("hybrid-tiny");
 }
