@@ -5,7 +5,14 @@
  * Bodies are `text_completion` objects; streams are `text_completion` chunks
  * ending with `data: [DONE]`. logprobs is the legacy integer form. A
  * response_format (json_object / json_schema, as vLLM takes it here too)
- * holds the text to one JSON object. */
+ * holds the text to one JSON object.
+ *
+ * echo with logprobs scores the prompt: the logprobs list the prompt's
+ * tokens first (the first one's logprob and top_logprobs null), then the
+ * generated ones; max_tokens 0 generates nothing. That is how evaluation
+ * harnesses (lm-evaluation-harness's loglikelihood) use this endpoint. A
+ * stream sends the echo, with the prompt's logprobs, once they are
+ * computed. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +55,7 @@ static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
         srv_parse_response_format(json_object_get(body, "response_format"), "response_format", r,
                                   f))
         return -1;
-    if (r->max_tokens == 0) r->max_tokens = -1; /* null-like: up to the context */
+    if (r->max_tokens == 0) r->prompt_only = true;
     if (lp >= 0) {
         r->logprobs = true;
         r->top_logprobs = lp;
@@ -70,9 +77,14 @@ static json_t *choice(srv_gen *g, int bi, const char *text, size_t len, json_t *
         json_array_foreach(lps, i, e) {
             json_array_append(tokens, json_object_get(e, "token"));
             json_array_append(tlp, json_object_get(e, "logprob"));
+            const json_t *tops = json_object_get(e, "top_logprobs");
+            if (json_is_null(tops)) { /* a scored prompt's first token */
+                json_array_append_new(top, json_null());
+                continue;
+            }
             json_t *m = json_object(), *t;
             size_t k;
-            json_array_foreach(json_object_get(e, "top_logprobs"), k, t) {
+            json_array_foreach(tops, k, t) {
                 json_object_set(m, json_string_value(json_object_get(t, "token")),
                                 json_object_get(t, "logprob"));
             }
@@ -100,11 +112,22 @@ static void comp_event(srv_gen *g, int bi, const gev *ev) {
     sse_json(g, NULL, wrap(g, json_pack("[o]", c)));
 }
 
+/* Whether the prompt is scored (its logprobs come with the engine's first
+ * event, the echo with them). */
+static bool scoring(const srv_gen *g) {
+    return g->req->echo && g->req->logprobs;
+}
+
 static void comp_begin(srv_gen *g) {
-    if (!g->req->echo || !g->echo_text) return;
+    if (!g->req->echo || !g->echo_text || scoring(g)) return;
     for (int i = 0; i < g->n; i++)
         sse_json(g, NULL,
                  wrap(g, json_pack("[o]", choice(g, i, g->echo_text, g->echo_len, NULL, NULL))));
+}
+
+static void comp_scored(srv_gen *g, int bi) {
+    const char *t = g->echo_text ? g->echo_text : "";
+    sse_json(g, NULL, wrap(g, json_pack("[o]", choice(g, bi, t, g->echo_len, g->prompt_lp, NULL))));
 }
 
 static void comp_branch_end(srv_gen *g, int bi) {
@@ -131,8 +154,14 @@ static json_t *comp_body(srv_gen *g) {
         di_buf t = {0};
         if (g->req->echo && g->echo_text) di_buf_add(&t, g->echo_text, g->echo_len);
         di_buf_add(&t, b->text.p ? b->text.p : "", b->text.n);
-        json_array_append_new(choices, choice(g, i, t.p, t.n, g->req->logprobs ? b->logprobs : NULL,
-                                              srv_finish_openai(b->finish)));
+        json_t *lps = NULL;
+        if (scoring(g)) { /* the prompt's tokens, then the generated ones */
+            lps = json_copy(g->prompt_lp ? g->prompt_lp : json_array());
+            json_array_extend(lps, b->logprobs);
+        } else if (g->req->logprobs)
+            lps = json_incref(b->logprobs);
+        json_array_append_new(choices, choice(g, i, t.p, t.n, lps, srv_finish_openai(b->finish)));
+        json_decref(lps);
         di_buf_free(&t);
     }
     json_t *w = wrap(g, choices);
@@ -147,5 +176,6 @@ const srv_api srv_api_completions = {.path = "/v1/completions",
                                      .begin = comp_begin,
                                      .event = comp_event,
                                      .branch_end = comp_branch_end,
+                                     .scored = comp_scored,
                                      .end = comp_end,
                                      .body = comp_body};

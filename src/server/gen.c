@@ -180,6 +180,7 @@ void gen_free(srv_gen *g) {
     free(g->b);
     di_buf_free(&g->out);
     free(g->echo_text);
+    json_decref(g->prompt_lp);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
     free(g);
@@ -202,6 +203,24 @@ static json_t *lp_entry(const tokenizer *tok, int id, float lp) {
     free(raw);
     free(text);
     return o;
+}
+
+/* The engine's prompt logprobs as entries like a generated token's. */
+static json_t *prompt_entries(const srv_gen *g, const samp_out *lp, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *e = lp_entry(g->env.tok, lp[i].token, lp[i].logprob);
+        json_t *tops = json_array();
+        for (int k = 0; k < lp[i].n_top; k++)
+            json_array_append_new(tops, lp_entry(g->env.tok, lp[i].top[k].id, lp[i].top[k].logprob));
+        json_object_set_new(e, "top_logprobs", tops);
+        if (i == 0) { /* nothing precedes the first token */
+            json_object_set_new(e, "logprob", json_null());
+            json_object_set_new(e, "top_logprobs", json_null());
+        }
+        json_array_append_new(a, e);
+    }
+    return a;
 }
 
 void gen_on_logprob(srv_gen *g, int bi, int token, float lp, const samp_logprob *top, int n_top) {
@@ -320,6 +339,10 @@ void gen_on_engine_event(const engine_event *ev, void *user) {
     if (bi < 0 || bi >= g->n) return;
     pthread_mutex_lock(&g->mu);
     gen_branch *b = &g->b[bi];
+    if (ev->prompt_lp && !b->done) { /* each branch's first event */
+        if (!g->prompt_lp) g->prompt_lp = prompt_entries(g, ev->prompt_lp, ev->n_prompt_lp);
+        if (g->req->stream && g->api->scored) g->api->scored(g, bi);
+    }
     double now = di_now();
     if (ev->token >= 0 && !b->done) {
         b->n_tokens++;

@@ -226,7 +226,8 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
     if (r->echo && r->prompt) {
         g->echo_text = di_strdup(r->prompt);
         g->echo_len = r->prompt_len;
-    }
+    } else if (r->echo && s->tok) /* a token-id prompt: its text */
+        g->echo_text = tok_decode(s->tok, p.ids.v, p.ids.n, false, &g->echo_len);
     samp_params sp = r->samp;
     sp.logprobs = r->logprobs;
     sp.top_logprobs = r->top_logprobs;
@@ -235,6 +236,9 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
                          .sampling = sp,
                          .stop = {.max_tokens = max_tokens, .ignore_eos = r->ignore_eos},
                          .n = g->n,
+                         .prompt_logprobs = r->echo && r->logprobs,
+                         .prompt_top = r->top_logprobs,
+                         .prompt_only = r->prompt_only,
                          .traffic = k->api->proto == SRV_COMPLETIONS ? ENGINE_TRAFFIC_AGENT
                                                                      : ENGINE_TRAFFIC_CHAT,
                          .on_event = gen_on_engine_event,

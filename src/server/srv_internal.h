@@ -72,6 +72,9 @@ typedef struct srv_req {
     bool tool_forced;
     bool parallel_tool_calls;
     bool echo;                /* completions */
+    /* completions: max_tokens 0, nothing generated (with echo and logprobs:
+     * the prompt scored, what evaluation harnesses ask for) */
+    bool prompt_only;
     bool ignore_eos;          /* vLLM extension: keep going past EOS */
     int completions_logprobs; /* completions: logprobs as an int, -1 unset */
 } srv_req;
@@ -185,6 +188,10 @@ typedef struct srv_gen {
     double t_start, t_first;
     char *echo_text; /* completions echo */
     size_t echo_len;
+    /* A scored prompt (echo with logprobs): one logprob entry per prompt
+     * token, the first one's logprob and top_logprobs null; from the
+     * engine's first event. */
+    json_t *prompt_lp;
 } srv_gen;
 
 /* A generation for a parsed request (which it borrows). think_opened: the
@@ -218,6 +225,7 @@ struct srv_api {
     void (*begin)(srv_gen *g);                            /* stream start */
     void (*event)(srv_gen *g, int branch, const gev *ev); /* stream event */
     void (*branch_end)(srv_gen *g, int branch);           /* stream: branch finished */
+    void (*scored)(srv_gen *g, int branch); /* stream: g->prompt_lp is in, before any text */
     void (*end)(srv_gen *g);                              /* stream: all branches finished */
     json_t *(*body)(srv_gen *g);                          /* non-stream body */
     /* Set: the endpoint generates nothing, it answers this of the prompt's

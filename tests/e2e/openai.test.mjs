@@ -1,6 +1,7 @@
 // openai.test.mjs — `deepinfer serve` driven by the official `openai` SDK:
 // chat completions (streamed and not, n > 1, logprobs and their bytes, usage with cached
-// tokens), completions (greedy output equals `deepinfer generate`), responses
+// tokens), completions (greedy output equals `deepinfer generate`; echo + logprobs
+// scoring the prompt), responses
 // (streamed and not, logprobs), JSON-constrained replies, a tool-result
 // round trip, forced tool_choice, and errors (401, 404, 400 naming the
 // field, context overflow) in OpenAI's error shape.
@@ -190,6 +191,51 @@ test('completions: greedy output equals `deepinfer generate`', async () => {
   let text = '';
   for await (const c of s) for (const ch of c.choices) text += ch.text;
   assert.equal(text, r.choices[0].text);
+});
+
+test('completions: echo + logprobs scores the prompt (max_tokens 0 generates nothing), as evaluation harnesses ask', async () => {
+  const tok = await fetch(`${srv.url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ prompt: 'The quick brown fox jumps over the lazy dog' }) });
+  const ids = (await tok.json()).tokens;
+  const req = { model: MODEL, prompt: ids, echo: true, logprobs: 3, max_tokens: 0 };
+  const r = await client.completions.create(req);
+  const c = r.choices[0], lp = c.logprobs;
+  assert.equal(r.usage.completion_tokens, 0);
+  assert.equal(r.usage.prompt_tokens, ids.length);
+  assert.equal(c.finish_reason, 'length');
+  assert.equal(lp.tokens.length, ids.length, 'one entry per prompt token');
+  assert.equal(lp.tokens.join(''), c.text, 'the echo is the prompt\'s tokens');
+  assert.equal(lp.token_logprobs[0], null, 'nothing precedes the first token');
+  assert.equal(lp.top_logprobs[0], null);
+  for (let i = 1; i < ids.length; i++) {
+    assert.ok(lp.token_logprobs[i] <= 0, `position ${i}`);
+    const top = Object.values(lp.top_logprobs[i]);
+    assert.equal(top.length, 3);
+    assert.ok(Math.max(...top) >= lp.token_logprobs[i] - 1e-6, 'no token above the best');
+  }
+  // Entry k is what the model says when it generates at position k.
+  for (let k = ids.length - 3; k < ids.length; k++) {
+    const g = await client.completions.create({ model: MODEL, prompt: ids.slice(0, k), max_tokens: 1, temperature: 0, logprobs: 3 });
+    const want = g.choices[0].logprobs.top_logprobs[0], got = lp.top_logprobs[k];
+    const best = Object.entries(want).sort((a, b) => b[1] - a[1])[0][0];
+    assert.ok(best in got, `position ${k}: the generated token is among the scored top 3`);
+    for (const [t, v] of Object.entries(want)) if (t in got) assert.ok(Math.abs(got[t] - v) < 0.02, `position ${k} token ${JSON.stringify(t)}: ${got[t]} vs ${v}`);
+  }
+  // With a continuation: the prompt's entries, then the generated tokens'; streamed alike.
+  const both = await client.completions.create({ ...req, max_tokens: 3, temperature: 0 });
+  const b = both.choices[0];
+  assert.equal(b.logprobs.tokens.length, ids.length + 3);
+  assert.deepEqual(b.logprobs.token_logprobs.slice(0, ids.length), lp.token_logprobs);
+  assert.equal(b.text, b.logprobs.tokens.join(''));
+  const s = await client.completions.create({ ...req, max_tokens: 3, temperature: 0, stream: true });
+  let text = '';
+  const lps = [];
+  for await (const ch of s) for (const x of ch.choices) { text += x.text; if (x.logprobs) lps.push(...x.logprobs.token_logprobs); }
+  assert.equal(text, b.text);
+  assert.deepEqual(lps, b.logprobs.token_logprobs);
+  // A string prompt: its text echoed, its BOS scored first.
+  const str = await client.completions.create({ model: MODEL, prompt: 'Hello world', echo: true, logprobs: 1, max_tokens: 0 });
+  assert.equal(str.choices[0].text, 'Hello world');
+  assert.equal(str.choices[0].logprobs.tokens.length, str.usage.prompt_tokens);
 });
 
 test('responses: body and stream events', async () => {
