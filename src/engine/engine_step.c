@@ -142,8 +142,8 @@ static void emit(engine *e, ereq *r, seq *q, int token, const char *text, size_t
         ev.n_prompt_lp = r->r.n_prompt;
     }
     if (fin != ENGINE_FINISH_NONE)
-        ev.usage = (engine_usage){r->r.n_prompt, r->r.prompt_only ? 0 : seq_generated(q),
-                                  q->n_cached};
+        ev.usage =
+            (engine_usage){r->r.n_prompt, r->r.prompt_only ? 0 : seq_generated(q), q->n_cached};
     if (r->r.on_event) r->r.on_event(&ev, r->r.user);
 }
 
@@ -414,6 +414,13 @@ static bool draws_plainly(const pass_item *it) {
     return (r->forked || r->r.n <= 1) && !r->r.prompt_only;
 }
 
+/* Scratch for `tasks` sampling tasks on the backend's pool. */
+static void reserve_tasks(engine *e, int tasks) {
+    if (e->n_samp_task >= tasks) return;
+    e->samp_task = di_realloc(e->samp_task, sizeof(samp_ctx *) * (size_t)tasks);
+    while (e->n_samp_task < tasks) e->samp_task[e->n_samp_task++] = samp_ctx_new(e->run.vocab);
+}
+
 typedef struct draw_job {
     engine *e;
     const int *items; /* indices into e->done */
@@ -457,11 +464,7 @@ static const samp_out *draw_rows(engine *e, bool ok) {
             e->drawn = di_malloc(sizeof(samp_out) * (size_t)e->cap_drawn);
         }
         int tasks = n < threads ? n : threads;
-        if (e->n_samp_task < tasks) {
-            e->samp_task = di_realloc(e->samp_task, sizeof(samp_ctx *) * (size_t)tasks);
-            while (e->n_samp_task < tasks)
-                e->samp_task[e->n_samp_task++] = samp_ctx_new(e->run.vocab);
-        }
+        reserve_tasks(e, tasks);
         for (int i = 0; i < d->n; i++) e->drawn[i].token = -1; /* not drawn here */
         draw_job j = {e, items, n};
         pool_run(p, draw_task, &j, tasks);
@@ -471,16 +474,41 @@ static const samp_out *draw_rows(engine *e, bool ok) {
     return drawn;
 }
 
+typedef struct score_job {
+    engine *e;
+    const pass_item *it;
+    int n; /* rows with a prompt token after them */
+} score_job;
+
+static void score_task(void *ctx, int task, int n_tasks) {
+    const score_job *j = ctx;
+    const pass_item *it = j->it;
+    ereq *r = it->q->owner;
+    int start = it->end - it->n_tokens, V = j->e->run.vocab;
+    samp_ctx *c = n_tasks > 1 ? j->e->samp_task[task] : j->e->samp;
+    for (int k = (int)((long)j->n * task / n_tasks); k < (int)((long)j->n * (task + 1) / n_tasks);
+         k++)
+        samp_score(c, it->rows + (size_t)k * (size_t)V, it->q->tokens[start + k + 1],
+                   r->r.prompt_top, &r->plp[start + k + 1]);
+}
+
 /* A chunk of a prompt being scored: each row's logprob of the prompt token
  * that follows it (entries up to the prompt's last token; later rows, of a
- * sequence recomputed after a preemption, are not needed). */
+ * sequence recomputed after a preemption, are not needed), on the backend's
+ * pool (idle between passes): a row is a pass over the vocabulary. */
 static void score_prompt(engine *e, const pass_item *it) {
-    seq *q = it->q;
-    ereq *r = q->owner;
-    int start = it->end - it->n_tokens;
-    for (int j = 0; j < it->n_tokens && start + j + 1 < r->r.n_prompt; j++)
-        samp_score(e->samp, it->rows + (size_t)j * (size_t)e->run.vocab, q->tokens[start + j + 1],
-                   r->r.prompt_top, &r->plp[start + j + 1]);
+    const ereq *r = it->q->owner;
+    int left = r->r.n_prompt - 1 - (it->end - it->n_tokens);
+    score_job j = {e, it, it->n_tokens < left ? it->n_tokens : left};
+    pool *p = e->run.pool;
+    int tasks = p ? pool_threads(p) : 1;
+    if (tasks > j.n) tasks = j.n;
+    if (tasks < 2) {
+        score_task(&j, 0, 1);
+        return;
+    }
+    reserve_tasks(e, tasks);
+    pool_run(p, score_task, &j, tasks);
 }
 
 /* The pass has ended: its sequences are the step thread's again. Frees the
@@ -655,8 +683,8 @@ static int prepare(engine *e, const sched_plan *p, di_err *err) {
         else
             q->mseq.n_past = q->n_computed; /* differs only after a recomputing rewind */
         bool all = scores_prompt(q);
-        float *lg = all || p->items[i].logits ? e->logits + (size_t)rows * (size_t)e->run.vocab
-                                              : NULL;
+        float *lg =
+            all || p->items[i].logits ? e->logits + (size_t)rows * (size_t)e->run.vocab : NULL;
         rows += all ? p->items[i].n_tokens : p->items[i].logits;
         e->batch[i] = (model_batch_seq){
             &q->mseq, q->tokens + q->n_computed, p->items[i].n_tokens, lg, all, NULL};

@@ -111,11 +111,13 @@ static void drop_load(seq *q) {
  * Returns false when q went aside to fetch its store blocks. */
 static bool attach_prefix(sched *s, seq *q) {
     kvs_load *ld = NULL;
-    q->n_computed =
-        q->no_prefix ? 0
-        : s->o.store ? kvs_admit(s->o.store, s->b, &q->table, q->tokens, q->n_tokens, q->n_tokens - 1,
-                               &s->o.store_io, &ld)
-                   : bm_attach_prefix(s->b, &q->table, q->tokens, q->n_tokens, q->n_tokens - 1);
+    if (q->no_prefix) /* every token computed */
+        q->n_computed = 0;
+    else if (s->o.store)
+        q->n_computed = kvs_admit(s->o.store, s->b, &q->table, q->tokens, q->n_tokens,
+                                  q->n_tokens - 1, &s->o.store_io, &ld);
+    else
+        q->n_computed = bm_attach_prefix(s->b, &q->table, q->tokens, q->n_tokens, q->n_tokens - 1);
     if (!q->admitted)
         q->n_cached = q->n_cached_mem = q->n_computed < q->n_prompt ? q->n_computed : q->n_prompt;
     if (!ld) return true;
@@ -334,8 +336,8 @@ static int first_chunk_blocks(const sched *s, const seq *q) {
         int chunk = seq_pending(q) < s->o.token_budget ? seq_pending(q) : s->o.token_budget;
         return (q->n_computed + chunk + BM_BLOCK - 1) / BM_BLOCK;
     }
-    int hit = q->table.n || q->no_prefix ? q->n_computed
-                                         : bm_lookup(s->b, q->tokens, q->n_tokens - 1);
+    int hit =
+        q->table.n || q->no_prefix ? q->n_computed : bm_lookup(s->b, q->tokens, q->n_tokens - 1);
     int chunk = seq_pending(q) - (hit - q->n_computed);
     if (chunk > s->o.token_budget) chunk = s->o.token_budget;
     return (hit + chunk + BM_BLOCK - 1) / BM_BLOCK - hit / BM_BLOCK;

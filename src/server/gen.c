@@ -212,7 +212,8 @@ static json_t *prompt_entries(const srv_gen *g, const samp_out *lp, int n) {
         json_t *e = lp_entry(g->env.tok, lp[i].token, lp[i].logprob);
         json_t *tops = json_array();
         for (int k = 0; k < lp[i].n_top; k++)
-            json_array_append_new(tops, lp_entry(g->env.tok, lp[i].top[k].id, lp[i].top[k].logprob));
+            json_array_append_new(tops,
+                                  lp_entry(g->env.tok, lp[i].top[k].id, lp[i].top[k].logprob));
         json_object_set_new(e, "top_logprobs", tops);
         if (i == 0) { /* nothing precedes the first token */
             json_object_set_new(e, "logprob", json_null());

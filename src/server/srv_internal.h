@@ -71,7 +71,7 @@ typedef struct srv_req {
      * the output parser starts inside it (routes.c has the details). */
     bool tool_forced;
     bool parallel_tool_calls;
-    bool echo;                /* completions */
+    bool echo; /* completions */
     /* completions: max_tokens 0, nothing generated (with echo and logprobs:
      * the prompt scored, what evaluation harnesses ask for) */
     bool prompt_only;
@@ -226,8 +226,8 @@ struct srv_api {
     void (*event)(srv_gen *g, int branch, const gev *ev); /* stream event */
     void (*branch_end)(srv_gen *g, int branch);           /* stream: branch finished */
     void (*scored)(srv_gen *g, int branch); /* stream: g->prompt_lp is in, before any text */
-    void (*end)(srv_gen *g);                              /* stream: all branches finished */
-    json_t *(*body)(srv_gen *g);                          /* non-stream body */
+    void (*end)(srv_gen *g);                /* stream: all branches finished */
+    json_t *(*body)(srv_gen *g);            /* non-stream body */
     /* Set: the endpoint generates nothing, it answers this of the prompt's
      * ids (count_tokens, tokenize, detokenize; prompt.c). */
     json_t *(*answer)(const tok_ids *ids, const tokenizer *tok, int context);

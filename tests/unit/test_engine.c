@@ -670,7 +670,8 @@ TEST(engine_fake_sequence_filling_the_pool_ends_at_length) {
 /* Checks prompt logprobs against the reference: entry i is token i's
  * log-softmax under the logits of tokens [0, i), with the top k. */
 static bool plp_matches_ref(const int *prompt, int np, const samp_out *plp, int n, int k) {
-    if (n != np || plp[0].token != prompt[0] || !isnan(plp[0].logprob) || plp[0].n_top) return false;
+    if (n != np || plp[0].token != prompt[0] || !isnan(plp[0].logprob) || plp[0].n_top)
+        return false;
     uint64_t st = 0;
     for (int i = 1; i < np; i++) {
         st = XXH3_64bits_withSeed(&(uint64_t){entry(prompt[i - 1], i - 1)}, 8, st);
@@ -734,7 +735,8 @@ TEST(engine_fake_prompt_logprobs) {
     CHECK(r[1].finish[0] == ENGINE_FINISH_LENGTH && r[1].n[0] == 0 && r[1].text_len[0] == 0);
     CHECK(r[1].usage[0].completion_tokens == 0 && r[1].usage[0].prompt_tokens == 300);
     CHECK(r[2].plp_events[0] == 0 && matches_ref(p[2], 300, r[2].tokens[0], r[2].n[0]));
-    engine_request bad = {.prompt = p[0], .n_prompt = 10, .prompt_logprobs = true, .prompt_top = 21};
+    engine_request bad = {
+        .prompt = p[0], .n_prompt = 10, .prompt_logprobs = true, .prompt_top = 21};
     di_err err;
     CHECK(!engine_submit(e, &bad, &err) && strstr(err.msg, "prompt_top"));
     engine_free(e);

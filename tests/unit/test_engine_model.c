@@ -278,8 +278,9 @@ TEST(engine_model_pool_draws_equal_serial) {
 }
 
 /* Prompt logprobs on a real model: the engine's (chunked, beside another
- * request, the prompt in the prefix cache already) against one pass over the
- * whole prompt with every position's logits and a plain log-softmax. */
+ * request, the prompt in the prefix cache already, scored on a 2-thread
+ * pool) against one pass over the whole prompt with every position's logits
+ * and a plain log-softmax. */
 typedef struct plp_out {
     samp_out *lp;
     int n, events;
@@ -314,8 +315,12 @@ static void run_prompt_logprobs(const char *preset) {
     model_seq_free(f.m, kv, &s);
     model_kv_pool_free(kv);
 
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", harness_model_dir(), preset);
+    model *m2 = model_load(path, &(model_opts){.dtype = MODEL_DTYPE_F32, .threads = 2}, &err);
+    CHECKF(m2, "%.300s", err.msg);
     engine *e = engine_create(
-        f.m, f.t, &(engine_opts){.kv_blocks = 24, .step_tokens = 96, .max_running = 8}, &err);
+        m2, f.t, &(engine_opts){.kv_blocks = 24, .step_tokens = 96, .max_running = 8}, &err);
     CHECKF(e, "%.300s", err.msg);
     static out warm, other;
     go(e, f.prompts[4], f.lens[4], 1, &warm); /* prompt 5's first 240 tokens, cached */
@@ -354,6 +359,7 @@ static void run_prompt_logprobs(const char *preset) {
     engine_wait_idle(e);
     CHECK(other.n[0] == GEN && !memcmp(other.tok[0], alone.tok[0], sizeof(int) * GEN));
     engine_free(e);
+    model_free(m2);
     free(o.lp);
     free(lg);
     unload(&f);
