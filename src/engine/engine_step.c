@@ -620,10 +620,12 @@ static void swap_blocks(engine *e, const sched_plan *p) {
 }
 
 /* Whether q's next chunk (from n_computed) scores prompt tokens: every row
- * of its logits is kept. */
+ * of its logits is kept. Any branch that computes the prompt scores it (the
+ * same values): the root before it forks, or each of n independent ones,
+ * whose first events need not come in branch order. */
 static bool scores_prompt(const seq *q) {
     const ereq *r = q->owner;
-    return r->plp && q->branch == 0 && q->n_computed < r->r.n_prompt - 1;
+    return r->plp && q->n_computed < r->r.n_prompt - 1;
 }
 
 /* Executes plan p up to the launch of its pass: failures, preemptions,

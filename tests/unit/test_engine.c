@@ -741,6 +741,23 @@ TEST(engine_fake_prompt_logprobs) {
     CHECK(!engine_submit(e, &bad, &err) && strstr(err.msg, "prompt_top"));
     engine_free(e);
     CHECK(f->n_free == 64);
+    /* Sliding-window runner without ring snapshots: n independent branches,
+     * each scoring the prompt before its first event. */
+    e = fake_engine(f, 64, 8, true);
+    memset(r, 0, sizeof r);
+    engine_request q = {.prompt = p[2],
+                        .n_prompt = 300,
+                        .stop = {.max_tokens = 3, .ignore_eos = true},
+                        .n = 3,
+                        .prompt_logprobs = true,
+                        .on_event = collect,
+                        .user = &r[0]};
+    CHECKF(engine_submit(e, &q, &err), "%s", err.msg);
+    engine_wait_idle(e);
+    for (int b = 0; b < 3; b++)
+        CHECK(r[0].plp_events[b] == 1 && plp_matches_ref(p[2], 300, r[0].plp[b], r[0].n_plp[b], 0));
+    engine_free(e);
+    CHECK(f->n_free == 64);
     fake_free(f);
 }
 
