@@ -257,6 +257,7 @@ struct jg_vocab {
      * as far as it goes) is allowed as a whole inside a string outside a
      * character: the walk there covers the other tokens only. */
     int n_plain, *plain;
+    uint16_t *plain_chars; /* characters each plain token starts */
     jg_walk other;
     int eos[JG_MAX_EOS], n_eos;
 };
@@ -311,12 +312,17 @@ jg_vocab *jg_vocab_new(int vocab, jg_token_bytes_fn bytes, void *ctx, const int 
     v->all.id = di_malloc(sizeof(int) * cap);
     v->other.id = di_malloc(sizeof(int) * cap);
     v->plain = di_malloc(sizeof(int) * cap);
+    v->plain_chars = di_malloc(sizeof(uint16_t) * cap);
     for (int id = 0, k = 0; id < vocab; id++) {
         if (!v->len[id]) continue;
         v->all.id[k++] = id;
-        if (plain_text((const uint8_t *)v->blob + v->off[id], v->len[id]))
+        const uint8_t *b = (const uint8_t *)v->blob + v->off[id];
+        if (plain_text(b, v->len[id])) {
+            int chars = 0;
+            for (int i = 0; i < v->len[id]; i++) chars += (b[i] & 0xC0) != 0x80;
+            v->plain_chars[v->n_plain] = (uint16_t)chars;
             v->plain[v->n_plain++] = id;
-        else
+        } else
             v->other.id[v->other.n++] = id;
     }
     walk_sort(v, &v->all);
@@ -334,6 +340,7 @@ void jg_vocab_free(jg_vocab *v) {
     free(v->other.id);
     free(v->other.lcp);
     free(v->plain);
+    free(v->plain_chars);
     free(v);
 }
 
@@ -367,7 +374,8 @@ static void walk(const jg_vocab *v, const jg_walk *w, const jg_state *s, unsigne
 int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
     unsigned char *ok = di_calloc((size_t)(v->vocab ? v->vocab : 1), 1);
     if ((!s->schema || s->what == W_CORE) && s->c.mode == M_STRING && !s->c.utf8) {
-        for (int k = 0; k < v->n_plain; k++) ok[v->plain[k]] = 1;
+        uint32_t room = jg_string_room(s); /* a schema's maxLength */
+        for (int k = 0; k < v->n_plain; k++) ok[v->plain[k]] = v->plain_chars[k] <= room;
         walk(v, &v->other, s, ok);
     } else
         walk(v, &v->all, s, ok);

@@ -45,7 +45,7 @@ typedef struct jg_core {
 typedef struct jg_schema jg_schema;
 #define JG_SCHEMA_DEPTH 12
 typedef struct jg_frame {
-    uint64_t seen; /* object: properties written */
+    uint64_t seen; /* object: properties written; array: items started */
     uint16_t node;
     uint8_t phase, prop;
 } jg_frame;
@@ -57,10 +57,13 @@ typedef struct jg_state {
     uint8_t what;            /* what is being read below the frames (json_internal.h) */
     uint8_t ws;              /* whitespace bytes in a row between values */
     bool int_only;           /* the number in c is an integer */
-    bool done;               /* the value is complete */
-    uint16_t kpos;           /* bytes of the key or enum value matched */
-    uint16_t enode;          /* the enum's node */
-    uint64_t cand;           /* properties or enum values still matching */
+    bool str_limited;        /* the string in c has a length range (node snode) */
+    uint16_t snode;
+    uint32_t slen;  /* its characters so far */
+    bool done;      /* the value is complete */
+    uint16_t kpos;  /* bytes of the key or enum value matched */
+    uint16_t enode; /* the enum's node */
+    uint64_t cand;  /* properties or enum values still matching */
     jg_frame f[JG_SCHEMA_DEPTH];
 } jg_state;
 
@@ -71,9 +74,11 @@ void jg_init_schema(jg_state *s, const jg_schema *schema);
  * required ones before the object closes, no others), arrays of items,
  * strings, numbers, integers, booleans, null, enum / const values, anyOf /
  * oneOf / type lists whose branches start differently, and $ref into $defs
- * or definitions. Keywords that narrow further (pattern, minimum, lengths,
- * formats) are not enforced; a part it cannot hold is any JSON value there
- * (a whole schema that is not an object: NULL, with why). */
+ * or definitions; strings' minLength / maxLength (characters), arrays'
+ * minItems / maxItems, and a minimum or exclusiveMinimum of 0 or more (no
+ * sign). Keywords that narrow further (pattern, formats, other bounds) are
+ * not enforced; a part it cannot hold is any JSON value there (a whole
+ * schema that is not an object: NULL, with why). */
 jg_schema *jg_schema_compile(const char *text, size_t len, char *why, size_t cap);
 void jg_schema_free(jg_schema *schema);
 /* Feeds bytes; false (s then undefined) where they cannot continue a value. */

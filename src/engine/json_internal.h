@@ -33,5 +33,7 @@ bool jg_core_step(jg_core *s, uint8_t c);
 bool jg_core_number_ends(const jg_core *s);
 /* One byte with a schema (json_schema.c). */
 bool jg_schema_step(jg_state *s, uint8_t c);
+/* Characters the string being read may still take (UINT32_MAX: any). */
+uint32_t jg_string_room(const jg_state *s);
 
 #endif

@@ -10,8 +10,12 @@
  * part the compiler cannot hold: any JSON there). A $ref is a node shared
  * (recursion included). The step keeps one frame per container open;
  * object keys and enum values are matched against all the candidates at
- * once (a bit each), so properties come in any order, each once. */
+ * once (a bit each), so properties come in any order, each once. A string
+ * node's length range counts characters (an escape is one, a surrogate
+ * pair's two escapes one) as the core reads them; an array frame counts
+ * its items. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +42,9 @@ enum { O_FIRST, O_NEXT, O_COLON, O_VALUE, O_AFTER, A_FIRST, A_VALUE, A_AFTER };
 
 typedef struct js_node {
     uint8_t kind;
+    bool nonneg;       /* number, integer: no sign (a minimum of 0 or more) */
     uint16_t items;    /* array: the items' node */
+    uint32_t lo, hi;   /* string: characters; array: items (hi UINT32_MAX: no bound) */
     int first, count;  /* object: props; enum: lits; union: alts */
     uint64_t required; /* object: a bit per property */
 } js_node;
@@ -76,7 +82,7 @@ static int new_node(compiler *c, int kind) {
         return 0; /* node 0 is a free value */
     }
     s->nodes = di_realloc(s->nodes, sizeof *s->nodes * (size_t)(s->n_nodes + 1));
-    s->nodes[s->n_nodes] = (js_node){.kind = (uint8_t)kind};
+    s->nodes[s->n_nodes] = (js_node){.kind = (uint8_t)kind, .hi = UINT32_MAX};
     return s->n_nodes++;
 }
 
@@ -112,7 +118,7 @@ static void first_bytes(const jg_schema *s, int n, bool *set, int depth) {
         break;
     case K_NUMBER:
     case K_INTEGER:
-        starts = "-0123456789";
+        starts = k->nonneg ? "0123456789" : "-0123456789";
         break;
     case K_BOOL:
         starts = "tf";
@@ -162,15 +168,44 @@ static int make_union(compiler *c, int *b, int n) {
     return u;
 }
 
+/* A count keyword (minLength, maxItems, ...): a non-negative integer, or
+ * dflt where it is absent or not one. */
+static uint32_t count_kw(const json_t *j, const char *key, uint32_t dflt) {
+    const json_t *v = json_object_get(j, key);
+    double x = json_is_number(v) ? json_number_value(v) : -1;
+    if (x < 0 || x != floor(x)) return dflt;
+    return x < (double)UINT32_MAX ? (uint32_t)x : UINT32_MAX;
+}
+
+/* A node with a count range from keywords lo_kw / hi_kw; a range nothing
+ * can meet is a free value. */
+static int ranged(compiler *c, const json_t *j, int kind, const char *lo_kw, const char *hi_kw) {
+    uint32_t lo = count_kw(j, lo_kw, 0), hi = count_kw(j, hi_kw, UINT32_MAX);
+    if (lo > hi) return 0;
+    int n = new_node(c, kind);
+    c->s->nodes[n].lo = lo, c->s->nodes[n].hi = hi;
+    return n;
+}
+
+/* A number or integer node; a minimum (or exclusiveMinimum) of 0 or more
+ * rules the sign out. */
+static int number(compiler *c, const json_t *j, int kind) {
+    int n = new_node(c, kind);
+    const json_t *mn = json_object_get(j, "minimum"), *xm = json_object_get(j, "exclusiveMinimum");
+    c->s->nodes[n].nonneg = (json_is_number(mn) && json_number_value(mn) >= 0) ||
+                            (json_is_number(xm) && json_number_value(xm) >= 0);
+    return n;
+}
+
 static int compile_type(compiler *c, const json_t *j, const char *type, int depth) {
-    if (!strcmp(type, "string")) return new_node(c, K_STRING);
-    if (!strcmp(type, "number")) return new_node(c, K_NUMBER);
-    if (!strcmp(type, "integer")) return new_node(c, K_INTEGER);
+    if (!strcmp(type, "string")) return ranged(c, j, K_STRING, "minLength", "maxLength");
+    if (!strcmp(type, "number")) return number(c, j, K_NUMBER);
+    if (!strcmp(type, "integer")) return number(c, j, K_INTEGER);
     if (!strcmp(type, "boolean")) return new_node(c, K_BOOL);
     if (!strcmp(type, "null")) return new_node(c, K_NULL);
     if (!strcmp(type, "array")) {
-        int n = new_node(c, K_ARRAY);
-        if (!n) return 0; /* (the graph is full) */
+        int n = ranged(c, j, K_ARRAY, "minItems", "maxItems");
+        if (!n) return 0; /* (the graph is full, or no length fits) */
         const json_t *items = json_object_get(j, "items");
         int it = json_is_object(items) ? compile(c, items, depth + 1) : 0;
         c->s->nodes[n].items = (uint16_t)it;
@@ -346,8 +381,9 @@ static bool core_value(jg_state *s, uint8_t c, int mode) {
 static bool start_value(jg_state *s, int node, uint8_t c, int depth) {
     const jg_schema *sc = s->schema;
     const js_node *n = &sc->nodes[node];
-    bool digit = c == '-' || (c >= '0' && c <= '9');
+    bool digit = (c == '-' && !n->nonneg) || (c >= '0' && c <= '9');
     s->int_only = false;
+    s->str_limited = false;
     switch (n->kind) {
     case K_OBJECT:
         return c == '{' && push(s, node, O_FIRST);
@@ -356,7 +392,11 @@ static bool start_value(jg_state *s, int node, uint8_t c, int depth) {
     case K_ANYOBJ:
         return c == '{' && core_value(s, c, M_VALUE);
     case K_STRING:
-        return c == '"' && core_value(s, c, M_VALUE);
+        if (c != '"' || !core_value(s, c, M_VALUE)) return false;
+        s->str_limited = n->lo > 0 || n->hi != UINT32_MAX;
+        s->snode = (uint16_t)node;
+        s->slen = 0;
+        return true;
     case K_INTEGER:
         s->int_only = true;
         /* fall through */
@@ -412,7 +452,16 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
     if (s->what == W_CORE) {
         jg_core before = s->c;
         bool cut = s->int_only && (c == '.' || c == 'e' || c == 'E');
-        if (!cut && jg_core_step(&s->c, c)) return s->c.mode == M_DONE ? value_done(s) : true;
+        bool counted = false; /* a character of a string with a length range starts at c */
+        if (s->str_limited && before.mode == M_STRING && (c & 0xC0) != 0x80) {
+            const js_node *n = &sc->nodes[s->snode];
+            if (c == '"' ? s->slen < n->lo : s->slen >= n->hi) return false;
+            counted = c != '"';
+        }
+        if (!cut && jg_core_step(&s->c, c)) {
+            s->slen += counted;
+            return s->c.mode == M_DONE ? value_done(s) : true;
+        }
         s->c = before;
         if (before.depth || !jg_core_number_ends(&before)) return false;
         value_done(s); /* the number ended before c: c is the frame's */
@@ -464,17 +513,25 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
         return start_value(s, sc->texts[n->first + f->prop].node, c, 0);
     case A_FIRST:
         if (c == ']') {
+            if (n->lo > 0) return false;
             s->depth--;
             return value_done(s);
         }
-        return start_value(s, n->items, c, 0);
+        /* fall through */
     case A_VALUE:
-        return start_value(s, n->items, c, 0);
+        if (f->seen >= n->hi || !start_value(s, n->items, c, 0)) return false;
+        f->seen++;
+        return true;
     case A_AFTER:
-        if (c == ',') return f->phase = A_VALUE, true;
-        if (c != ']') return false;
+        if (c == ',') return f->seen < n->hi && (f->phase = A_VALUE, true);
+        if (c != ']' || f->seen < n->lo) return false;
         s->depth--;
         return value_done(s);
     }
     return false;
+}
+
+uint32_t jg_string_room(const jg_state *s) {
+    if (!s->schema || s->what != W_CORE || !s->str_limited) return UINT32_MAX;
+    return s->schema->nodes[s->snode].hi - s->slen;
 }

@@ -382,3 +382,73 @@ TEST(json_schema_mask_equals_feeding_each_token) {
     jg_vocab_free(v);
     jg_schema_free(sc);
 }
+
+/* Lengths in characters (a UTF-8 character, an escape, a surrogate pair's
+ * two escapes: one each), item counts, and a minimum of 0 ruling out a sign. */
+static const char RANGES[] =
+    "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"minLength\":2,"
+    "\"maxLength\":3},\"a\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":0},"
+    "\"minItems\":1,\"maxItems\":2},\"x\":{\"type\":\"number\",\"exclusiveMinimum\":0},"
+    "\"e\":{\"type\":\"array\",\"maxItems\":0},\"w\":{\"type\":\"string\",\"minLength\":3,"
+    "\"maxLength\":2}},\"required\":[\"s\",\"a\"]}";
+
+TEST(json_schema_holds_lengths_counts_and_signs) {
+    jg_schema *sc = schema_of(RANGES);
+    CHECK(sc);
+    const char *ok[] = {
+        "{\"s\":\"ab\",\"a\":[1]}",
+        "{\"s\":\"a\\u00e9c\",\"a\":[0,2]}",
+        "{\"s\":\"\xC3\xA9\\n\",\"a\":[3]}",
+        "{\"s\":\"\\ud83d\\ude00x\",\"a\":[1]}",
+        "{\"s\":\"\xF0\x9F\x98\x80\xC3\xA9\xE4\xB8\xAD\",\"a\":[10],\"x\":0.5,\"e\":[]}",
+        "{\"a\":[ 1 , 2 ],\"s\":\"abc\",\"w\":[1,\"q\"]}", /* no length fits: any value */
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+        CHECKF(schema_accepts(sc, ok[i]), "rejected %s", ok[i]);
+    const char *bad[] = {
+        "{\"s\":\"a\",\"a\":[1]}",                                /* one character */
+        "{\"s\":\"abcd\",\"a\":[1]}",                             /* four */
+        "{\"s\":\"\xC3\xA9\xC3\xA9\xC3\xA9\xC3\xA9\",\"a\":[1]}", /* four, in eight bytes */
+        "{\"s\":\"\\u00e9\",\"a\":[1]}",                          /* one, in six */
+        "{\"s\":\"ab\",\"a\":[]}",                                /* no item */
+        "{\"s\":\"ab\",\"a\":[1,2,3]}",                           /* three */
+        "{\"s\":\"ab\",\"a\":[-1]}",                              /* a sign */
+        "{\"s\":\"ab\",\"a\":[1],\"x\":-2}",                      /* ... */
+        "{\"s\":\"ab\",\"a\":[1],\"e\":[1]}",                     /* no item allowed */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECKF(!schema_accepts(sc, bad[i]), "accepted %s", bad[i]);
+    jg_schema_free(sc);
+}
+
+/* The mask where a string's length is bounded: plain tokens are allowed as
+ * a set only as far as they fit. */
+TEST(json_schema_mask_equals_feeding_each_token_with_lengths) {
+    jg_schema *sc = schema_of(
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":2},"
+        "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":1,"
+        "\"maxLength\":3},\"maxItems\":2}},\"required\":[\"a\",\"b\"]}");
+    CHECK(sc);
+    int eos = 0, pick[NV], n = 0, dead_ends = 0;
+    jg_vocab *v = jg_vocab_new(NV, vocab_bytes, NULL, &eos, 1);
+    jg_state s;
+    jg_init_schema(&s, sc);
+    uint64_t x = 23;
+    int steps = 0, completed = 0;
+    for (; steps < 4000 && completed < 8; steps++) {
+        check_mask(v, &s, eos, pick, &n, &dead_ends, "length walk");
+        if (!n) break;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int id = pick[x % (uint64_t)n];
+        if (id == eos) {
+            completed += jg_done(&s);
+            jg_init_schema(&s, sc);
+            continue;
+        }
+        CHECK(jg_feed_token(v, &s, id));
+    }
+    CHECKF(completed == 8, "%d objects completed in %d steps (%d dead ends)", completed, steps,
+           dead_ends);
+    jg_vocab_free(v);
+    jg_schema_free(sc);
+}
