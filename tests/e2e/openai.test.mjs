@@ -158,6 +158,20 @@ test('response_format json_schema: replies follow the schema', async () => {
     response_format: { type: 'json_schema', json_schema: { name: 'status', schema } },
   });
   assert.ok(['happy', 'sad'].includes(JSON.parse(comp.choices[0].text).mood), comp.choices[0].text);
+  const sized = {
+    type: 'object', required: ['code', 'n'],
+    properties: { code: { type: 'string', minLength: 3, maxLength: 3 }, n: { type: 'array', items: { type: 'integer', minimum: 0 }, minItems: 2, maxItems: 2 } },
+  };
+  for (const seed of [1, 2, 3]) {
+    const r = await client.chat.completions.create({
+      model: MODEL, messages: user('Code?'), max_tokens: 160, temperature: 1, seed,
+      response_format: { type: 'json_schema', json_schema: { name: 'sized', schema: sized } },
+    });
+    const o = JSON.parse(r.choices[0].message.content);
+    assert.equal([...o.code].length, 3, r.choices[0].message.content);
+    assert.equal(o.n.length, 2);
+    assert.ok(o.n.every((x) => Number.isInteger(x) && x >= 0), r.choices[0].message.content);
+  }
   await assert.rejects(client.chat.completions.create({
     model: MODEL, messages: user('x'), response_format: { type: 'json_schema', json_schema: { name: 'a', schema: { type: 'array' } } },
   }), (e) => e.status === 400 && /json_schema/.test(e.message));
