@@ -18,32 +18,53 @@
 
 #include "server/srv_internal.h"
 
-static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
-    const json_t *p = json_object_get(body, "prompt");
-    if (json_is_array(p) && json_array_size(p) == 1 &&
-        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        p = json_array_get(p, 0); /* a batch of one */
-    else if (json_is_array(p) && json_array_size(p) > 1 &&
-             (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        return srv_failf(f, 400, "prompt",
-                         "prompt: a batch of %zu prompts is not supported; send one request per "
-                         "prompt (n asks for several completions of one)",
-                         json_array_size(p));
+/* One prompt: a string or an array of token ids (name: how errors call it). */
+static int parse_prompt(const json_t *p, const char *name, srv_prompt *out, srv_fail *f) {
     if (json_is_string(p)) {
-        r->prompt = di_strdup(json_string_value(p));
-        r->prompt_len = json_string_length(p);
-    } else if (json_is_array(p) && json_array_size(p) > 0) {
-        size_t i;
-        const json_t *id;
-        json_array_foreach(p, i, id) {
-            if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-                json_integer_value(id) > 1 << 30)
-                return srv_failf(f, 400, "prompt", "prompt[%zu]: expected a token id", i);
-            tok_ids_push(&r->prompt_ids, (int)json_integer_value(id));
-        }
-    } else
+        out->text = di_strdup(json_string_value(p));
+        out->len = json_string_length(p);
+        return 0;
+    }
+    if (!json_is_array(p) || json_array_size(p) == 0)
         return srv_failf(f, 400, "prompt",
-                         "prompt: expected a string, an array of token ids, or a batch of one");
+                         "%s: expected a string, an array of token ids, or a batch of those", name);
+    size_t i;
+    const json_t *id;
+    json_array_foreach(p, i, id) {
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > 1 << 30)
+            return srv_failf(f, 400, "prompt", "%s[%zu]: expected a token id", name, i);
+        tok_ids_push(&out->ids, (int)json_integer_value(id));
+    }
+    return 0;
+}
+
+/* prompt: one, or a batch (an array of strings or of token-id arrays), each
+ * completed n times; choice i * n + k is prompt i's k-th. */
+static int parse_prompts(const json_t *p, srv_req *r, const srv_limits *lim, srv_fail *f) {
+    const json_t *first = json_array_get(p, 0);
+    bool batch = json_is_array(p) && (json_is_string(first) || json_is_array(first));
+    size_t n = batch ? json_array_size(p) : 1;
+    int cap = lim->max_batch > 0 ? lim->max_batch : 1;
+    if (n > (size_t)cap)
+        return srv_failf(f, 400, "prompt", "prompt: a batch of %zu prompts (at most %d)", n, cap);
+    srv_prompt one = {0};
+    char name[32] = "prompt";
+    if (parse_prompt(batch ? first : p, batch ? "prompt[0]" : "prompt", &one, f)) {
+        tok_ids_free(&one.ids);
+        return -1;
+    }
+    r->prompt = one.text, r->prompt_len = one.len, r->prompt_ids = one.ids;
+    if (n > 1) r->more = di_calloc(n - 1, sizeof *r->more);
+    for (size_t i = 1; i < n; i++) {
+        snprintf(name, sizeof name, "prompt[%zu]", i);
+        r->n_more++;
+        if (parse_prompt(json_array_get(p, i), name, &r->more[i - 1], f)) return -1;
+    }
+    return 0;
+}
+
+static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
+    if (parse_prompts(json_object_get(body, "prompt"), r, lim, f)) return -1;
     r->max_tokens = 16; /* the OpenAI default for this endpoint */
     int lp = -1;
     if (srv_get_sampling(body, r, 2.0f, f) || srv_get_stops(body, "stop", r, lim, f) ||
@@ -119,15 +140,19 @@ static bool scoring(const srv_gen *g) {
 }
 
 static void comp_begin(srv_gen *g) {
-    if (!g->req->echo || !g->echo_text || scoring(g)) return;
-    for (int i = 0; i < g->n; i++)
-        sse_json(g, NULL,
-                 wrap(g, json_pack("[o]", choice(g, i, g->echo_text, g->echo_len, NULL, NULL))));
+    if (!g->req->echo || scoring(g)) return;
+    for (int i = 0; i < g->n; i++) {
+        const gen_prompt *gp = &g->prompts[i / g->per];
+        if (gp->echo)
+            sse_json(g, NULL,
+                     wrap(g, json_pack("[o]", choice(g, i, gp->echo, gp->echo_len, NULL, NULL))));
+    }
 }
 
 static void comp_scored(srv_gen *g, int bi) {
-    const char *t = g->echo_text ? g->echo_text : "";
-    sse_json(g, NULL, wrap(g, json_pack("[o]", choice(g, bi, t, g->echo_len, g->prompt_lp, NULL))));
+    const gen_prompt *gp = &g->prompts[bi / g->per];
+    const char *t = gp->echo ? gp->echo : "";
+    sse_json(g, NULL, wrap(g, json_pack("[o]", choice(g, bi, t, gp->echo_len, gp->lp, NULL))));
 }
 
 static void comp_branch_end(srv_gen *g, int bi) {
@@ -152,11 +177,12 @@ static json_t *comp_body(srv_gen *g) {
     for (int i = 0; i < g->n; i++) {
         gen_branch *b = &g->b[i];
         di_buf t = {0};
-        if (g->req->echo && g->echo_text) di_buf_add(&t, g->echo_text, g->echo_len);
+        const gen_prompt *gp = &g->prompts[i / g->per];
+        if (g->req->echo && gp->echo) di_buf_add(&t, gp->echo, gp->echo_len);
         di_buf_add(&t, b->text.p ? b->text.p : "", b->text.n);
         json_t *lps = NULL;
         if (scoring(g)) { /* the prompt's tokens, then the generated ones */
-            lps = json_copy(g->prompt_lp ? g->prompt_lp : json_array());
+            lps = gp->lp ? json_copy(gp->lp) : json_array();
             json_array_extend(lps, b->logprobs);
         } else if (g->req->logprobs)
             lps = json_incref(b->logprobs);

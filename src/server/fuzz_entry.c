@@ -25,14 +25,14 @@ int srv_fuzz_one(const uint8_t *data, size_t len) {
     const char *output = sep ? (const char *)sep + 1 : "";
     size_t out_len = sep ? len - body_len - 1 : 0;
 
-    srv_limits lim = {.max_n = 4, .max_stops = 8, .max_json_depth = 32};
+    srv_limits lim = {.max_n = 4, .max_stops = 8, .max_json_depth = 32, .max_batch = 3};
     srv_req r;
     srv_prepared p;
     srv_fail f = {0};
     if (srv_prepare(api, (const char *)data, body_len, &lim, fmt, NULL, &r, &p, &f)) {
         free(srv_error_body(api->proto, &f));
         srv_req_free(&r);
-        tok_ids_free(&p.ids);
+        srv_prepared_free(&p);
         return 0;
     }
     if (api->answer) {
@@ -40,7 +40,7 @@ int srv_fuzz_one(const uint8_t *data, size_t len) {
         free(json_dumps(a, JSON_COMPACT));
         json_decref(a);
         srv_req_free(&r);
-        tok_ids_free(&p.ids);
+        srv_prepared_free(&p);
         return 0;
     }
     r.stream = stream;
@@ -68,6 +68,6 @@ int srv_fuzz_one(const uint8_t *data, size_t len) {
         gen_free(g);
     }
     srv_req_free(&r);
-    tok_ids_free(&p.ids);
+    srv_prepared_free(&p);
     return 0;
 }

@@ -105,7 +105,10 @@ srv_gen *gen_new(const gen_env *env, const srv_api *api, srv_req *req, int promp
     g->env = *env;
     g->api = api;
     g->req = req;
-    g->n = req->n > 0 ? req->n : 1;
+    g->per = req->n > 0 ? req->n : 1;
+    g->n_prompts = 1 + req->n_more;
+    g->n = g->per * g->n_prompts;
+    g->prompts = di_calloc((size_t)g->n_prompts, sizeof *g->prompts);
     g->prompt_tokens = prompt_tokens;
     g->think_opened = think_opened;
     g->t_start = di_now();
@@ -179,8 +182,11 @@ void gen_free(srv_gen *g) {
     }
     free(g->b);
     di_buf_free(&g->out);
-    free(g->echo_text);
-    json_decref(g->prompt_lp);
+    for (int p = 0; p < g->n_prompts; p++) {
+        free(g->prompts[p].echo);
+        json_decref(g->prompts[p].lp);
+    }
+    free(g->prompts);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
     free(g);
@@ -334,14 +340,22 @@ void gen_begin(srv_gen *g) {
     pthread_mutex_unlock(&g->mu);
 }
 
+/* The prompt whose engine request is id (a batch has one per prompt). */
+static int prompt_of(const srv_gen *g, uint64_t id) {
+    for (int p = 1; p < g->n_prompts; p++)
+        if (g->prompts[p].engine_id == id) return p;
+    return 0;
+}
+
 void gen_on_engine_event(const engine_event *ev, void *user) {
     srv_gen *g = user;
-    int bi = ev->index;
-    if (bi < 0 || bi >= g->n) return;
-    pthread_mutex_lock(&g->mu);
+    if (ev->index < 0 || ev->index >= g->per) return;
+    pthread_mutex_lock(&g->mu); /* the ids are all in: submitted under the lock */
+    int p = prompt_of(g, ev->req_id), bi = p * g->per + ev->index;
     gen_branch *b = &g->b[bi];
     if (ev->prompt_lp && !b->done) { /* each branch's first event */
-        if (!g->prompt_lp) g->prompt_lp = prompt_entries(g, ev->prompt_lp, ev->n_prompt_lp);
+        gen_prompt *gp = &g->prompts[p];
+        if (!gp->lp) gp->lp = prompt_entries(g, ev->prompt_lp, ev->n_prompt_lp);
         if (g->req->stream && g->api->scored) g->api->scored(g, bi);
     }
     double now = di_now();
@@ -368,27 +382,35 @@ void gen_on_engine_event(const engine_event *ev, void *user) {
         } else
             feed_locked(g, bi, ev->text, ev->text_len);
     }
-    bool cancel_all = false;
+    bool cancel = false; /* every branch of the prompt has stopped: its request */
     if (ev->finish != ENGINE_FINISH_NONE)
         final_locked(g, bi, ev->finish, ev->usage, ev->error);
     else if (b->stopped) {
-        cancel_all = true;
-        for (int i = 0; i < g->n; i++) cancel_all &= g->b[i].stopped || g->b[i].done;
+        cancel = true;
+        for (int i = p * g->per; i < (p + 1) * g->per; i++)
+            cancel &= g->b[i].stopped || g->b[i].done;
     }
     pthread_cond_broadcast(&g->cv);
-    uint64_t id = g->engine_id;
+    uint64_t id = g->prompts[p].engine_id;
     engine *e = g->engine;
     pthread_mutex_unlock(&g->mu);
-    if (cancel_all && e && id) engine_cancel(e, id);
+    if (cancel && e && id) engine_cancel(e, id);
 }
 
+/* Each prompt's tokens counted once (its n branches share them), added
+ * over a batch's prompts; every branch's completion tokens. */
 engine_usage gen_usage(const srv_gen *g) {
     engine_usage t = {0};
-    for (int i = 0; i < g->n; i++) {
-        const engine_usage *u = &g->b[i].usage;
-        if (u->prompt_tokens > t.prompt_tokens) t.prompt_tokens = u->prompt_tokens;
-        if (u->cached_tokens > t.cached_tokens) t.cached_tokens = u->cached_tokens;
-        t.completion_tokens += u->completion_tokens;
+    for (int p = 0; p < g->n_prompts; p++) {
+        engine_usage one = {0};
+        for (int i = p * g->per; i < (p + 1) * g->per; i++) {
+            const engine_usage *u = &g->b[i].usage;
+            if (u->prompt_tokens > one.prompt_tokens) one.prompt_tokens = u->prompt_tokens;
+            if (u->cached_tokens > one.cached_tokens) one.cached_tokens = u->cached_tokens;
+            t.completion_tokens += u->completion_tokens;
+        }
+        t.prompt_tokens += one.prompt_tokens;
+        t.cached_tokens += one.cached_tokens;
     }
     if (!t.prompt_tokens) t.prompt_tokens = g->prompt_tokens;
     return t;

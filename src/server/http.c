@@ -113,7 +113,7 @@ static void cancel_locked(job *j) {
     if (!g->all_done) {
         g->cancelled = true;
         pthread_mutex_unlock(&g->mu);
-        engine_cancel(j->s->e, g->engine_id);
+        for (int p = 0; p < g->n_prompts; p++) engine_cancel(j->s->e, g->prompts[p].engine_id);
         pthread_mutex_lock(&g->mu);
         while (!g->all_done) pthread_cond_wait(&g->cv, &g->mu);
     }
@@ -190,52 +190,60 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
     srv_req *r = &j->req;
     if (k->api->answer) {
         json_t *o = k->api->answer(&p.ids, s->tok, s->o.context);
-        tok_ids_free(&p.ids);
+        srv_prepared_free(&p);
         job_free(j);
         srv_metrics_request(s->metrics, k->endpoint, 200);
         return reply_json(c, 200, o);
     }
-    int ctx = s->o.context;
-    if ((int)p.ids.n >= ctx) {
-        srv_failf(&f, 400, k->api->proto == SRV_COMPLETIONS ? "prompt" : "messages",
-                  "This model's maximum context length is %d tokens; the prompt is %zu tokens", ctx,
-                  p.ids.n);
-        goto fail;
+    int ctx = s->o.context, n_prompts = 1 + r->n_more, all_tokens = 0;
+    for (int q = 0; q < n_prompts; q++) { /* a completions batch: every prompt fits */
+        const tok_ids *ids = q ? &p.more[q - 1] : &p.ids;
+        char which[32] = "the prompt";
+        if (n_prompts > 1) snprintf(which, sizeof which, "prompt %d", q);
+        if ((int)ids->n >= ctx) {
+            srv_failf(&f, 400, k->api->proto == SRV_COMPLETIONS ? "prompt" : "messages",
+                      "This model's maximum context length is %d tokens; %s is %zu tokens", ctx,
+                      which, ids->n);
+            goto fail;
+        }
+        if (r->max_tokens > 0 && (int)ids->n + r->max_tokens > ctx) {
+            srv_failf(&f, 400, "max_tokens",
+                      "This model's maximum context length is %d tokens; %s (%zu tokens) "
+                      "plus max_tokens (%d) exceeds it",
+                      ctx, which, ids->n, r->max_tokens);
+            goto fail;
+        }
+        all_tokens += (int)ids->n;
     }
-    if (r->max_tokens > 0 && (int)p.ids.n + r->max_tokens > ctx) {
-        srv_failf(&f, 400, "max_tokens",
-                  "This model's maximum context length is %d tokens; the prompt (%zu tokens) "
-                  "plus max_tokens (%d) exceeds it",
-                  ctx, p.ids.n, r->max_tokens);
-        goto fail;
-    }
-    int max_tokens = r->max_tokens > 0 ? r->max_tokens : s->o.default_max_tokens;
-    if ((int)p.ids.n + max_tokens > ctx) max_tokens = ctx - (int)p.ids.n;
     if (atomic_fetch_add(&s->pending, 1) >= s->o.max_pending) {
         atomic_fetch_sub(&s->pending, 1);
         srv_failf(&f, 429, NULL, "too many requests in flight (%d); retry later", s->o.max_pending);
         goto fail;
     }
     gen_env env = {.tok = s->tok, .model_name = s->o.model_name, .metrics = s->metrics};
-    j->g = gen_new(&env, k->api, r, (int)p.ids.n, p.think_opened, &f);
+    j->g = gen_new(&env, k->api, r, all_tokens, p.think_opened, &f);
     if (!j->g) {
         atomic_fetch_sub(&s->pending, 1);
         goto fail;
     }
     srv_gen *g = j->g;
-    if (r->echo && r->prompt) {
-        g->echo_text = di_strdup(r->prompt);
-        g->echo_len = r->prompt_len;
-    } else if (r->echo && s->tok) /* a token-id prompt: its text */
-        g->echo_text = tok_decode(s->tok, p.ids.v, p.ids.n, false, &g->echo_len);
+    for (int q = 0; r->echo && q < n_prompts; q++) {
+        const srv_prompt *sp =
+            q ? &r->more[q - 1] : &(srv_prompt){.text = r->prompt, .len = r->prompt_len};
+        const tok_ids *ids = q ? &p.more[q - 1] : &p.ids;
+        gen_prompt *gp = &g->prompts[q];
+        if (sp->text) {
+            gp->echo = di_strdup(sp->text);
+            gp->echo_len = sp->len;
+        } else if (s->tok) /* a token-id prompt: its text */
+            gp->echo = tok_decode(s->tok, ids->v, ids->n, false, &gp->echo_len);
+    }
     samp_params sp = r->samp;
     sp.logprobs = r->logprobs;
     sp.top_logprobs = r->top_logprobs;
-    engine_request er = {.prompt = p.ids.v,
-                         .n_prompt = (int)p.ids.n,
-                         .sampling = sp,
-                         .stop = {.max_tokens = max_tokens, .ignore_eos = r->ignore_eos},
-                         .n = g->n,
+    engine_request er = {.sampling = sp,
+                         .stop = {.ignore_eos = r->ignore_eos},
+                         .n = g->per,
                          .prompt_logprobs = r->echo && r->logprobs,
                          .prompt_top = r->top_logprobs,
                          .prompt_only = r->prompt_only,
@@ -246,18 +254,33 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
     srv_json_constraint(r, p.think_opened, s->tok, &er);
     gen_begin(g);
     di_err err = {{0}};
-    pthread_mutex_lock(&g->mu); /* events must not run before engine_id is known */
+    pthread_mutex_lock(&g->mu); /* events must not run before every engine id is known */
     g->engine = s->e;
-    uint64_t id = engine_submit(s->e, &er, &err);
-    g->engine_id = id;
+    int submitted = 0;
+    for (; submitted < n_prompts; submitted++) {
+        const tok_ids *ids = submitted ? &p.more[submitted - 1] : &p.ids;
+        er.prompt = ids->v;
+        er.n_prompt = (int)ids->n;
+        er.stop.max_tokens = r->max_tokens > 0 ? r->max_tokens : s->o.default_max_tokens;
+        if ((int)ids->n + er.stop.max_tokens > ctx) er.stop.max_tokens = ctx - (int)ids->n;
+        uint64_t id = engine_submit(s->e, &er, &err);
+        if (!id) break;
+        g->prompts[submitted].engine_id = id;
+    }
     pthread_mutex_unlock(&g->mu);
-    tok_ids_free(&p.ids);
-    if (!id) {
+    srv_prepared_free(&p);
+    if (submitted == 0) {
         gen_free(g);
         j->g = NULL;
         atomic_fetch_sub(&s->pending, 1);
         srv_failf(&f, 400, NULL, "%s", err.msg);
         goto fail;
+    }
+    if (submitted < n_prompts) { /* the rest never run: their branches end here */
+        for (int b = submitted * g->per; b < g->n; b++)
+            gen_on_final(g, b, ENGINE_FINISH_CANCELLED, (engine_usage){0}, NULL);
+        srv_failf(&f, 400, "prompt", "prompt %d: %s", submitted, err.msg);
+        goto fail; /* job_free cancels the others and waits for them */
     }
     srv_metrics_request(s->metrics, k->endpoint, 200);
     if (r->stream) {
@@ -295,7 +318,7 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
     job_free(j);
     return reply_json(c, status, out);
 fail:
-    tok_ids_free(&p.ids);
+    srv_prepared_free(&p);
     job_free(j);
     return reply_fail(k, c, &f);
 }
@@ -417,8 +440,10 @@ srv *srv_start(engine *e, tokenizer *tok, const srv_opts *opts, di_err *err) {
     if (o->max_n <= 0) o->max_n = 16;
     if (o->max_n > ENGINE_MAX_N) o->max_n = ENGINE_MAX_N;
     if (o->max_stops <= 0) o->max_stops = 16;
+    if (o->max_batch <= 0) o->max_batch = 32;
     if (o->request_timeout_s <= 0) o->request_timeout_s = 600;
     s->lim = (srv_limits){.max_n = o->max_n,
+                          .max_batch = o->max_batch,
                           .max_stops = o->max_stops,
                           .max_json_depth = o->max_json_depth,
                           .model_name = o->model_name};

@@ -189,6 +189,11 @@ void srv_req_free(srv_req *r) {
     if (r->conv) conv_free(r->conv);
     free(r->prompt);
     tok_ids_free(&r->prompt_ids);
+    for (int i = 0; i < r->n_more; i++) {
+        free(r->more[i].text);
+        tok_ids_free(&r->more[i].ids);
+    }
+    free(r->more);
     free(r->bias);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->tool_name);

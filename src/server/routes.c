@@ -83,6 +83,38 @@ void srv_json_constraint(const srv_req *r, bool think_opened, const tokenizer *t
     er->json = er->json_wait;
 }
 
+/* A completions prompt's ids: BOS and the text as untrusted text, or the
+ * ids as given (in the vocabulary). Errors name param, and the prompt as
+ * name. */
+static int prompt_ids(const tokenizer *tok, const srv_prompt *p, const char *param,
+                      const char *name, tok_ids *out, srv_fail *f) {
+    if (p->text) {
+        di_err err = {{0}};
+        int bos = tok ? tok_bos_id(tok) : -1;
+        if (bos >= 0) tok_ids_push(out, bos);
+        if (tok && tok_encode_text(tok, p->text, p->len, out, &err))
+            return srv_failf(f, 400, param, "%s: %s", name, err.msg);
+    } else {
+        int vocab = tok ? tok_vocab_size(tok) : 1 << 30;
+        for (size_t i = 0; i < p->ids.n; i++) {
+            if (p->ids.v[i] >= vocab)
+                return srv_failf(f, 400, param, "%s[%zu]: token id %d is outside the vocabulary",
+                                 name, i, p->ids.v[i]);
+            tok_ids_push(out, p->ids.v[i]);
+        }
+    }
+    if (tok && out->n == 0) return srv_failf(f, 400, param, "%s: the prompt is empty", name);
+    return 0;
+}
+
+void srv_prepared_free(srv_prepared *p) {
+    tok_ids_free(&p->ids);
+    for (int i = 0; i < p->n_more; i++) tok_ids_free(&p->more[i]);
+    free(p->more);
+    p->more = NULL;
+    p->n_more = 0;
+}
+
 int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limits *lim,
                 render_format fmt, const tokenizer *tok, srv_req *r, srv_prepared *out,
                 srv_fail *f) {
@@ -137,28 +169,17 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
             srv_failf(f, 400, "messages", "%s", err.msg);
             goto done;
         }
-    } else if (r->prompt) {
-        int bos = tok ? tok_bos_id(tok) : -1;
-        if (bos >= 0) tok_ids_push(&out->ids, bos);
-        if (tok && tok_encode_text(tok, r->prompt, r->prompt_len, &out->ids, &err)) {
-            srv_failf(f, 400, "prompt", "prompt: %s", err.msg);
-            goto done;
-        }
     } else {
-        int vocab = tok ? tok_vocab_size(tok) : 1 << 30;
-        for (size_t i = 0; i < r->prompt_ids.n; i++) {
-            if (r->prompt_ids.v[i] >= vocab) {
-                const char *field = api == &srv_api_detokenize ? "tokens" : "prompt";
-                srv_failf(f, 400, field, "%s[%zu]: token id %d is outside the vocabulary", field, i,
-                          r->prompt_ids.v[i]);
-                goto done;
-            }
-            tok_ids_push(&out->ids, r->prompt_ids.v[i]);
+        const char *field = api == &srv_api_detokenize ? "tokens" : "prompt";
+        srv_prompt first = {r->prompt, r->prompt_len, r->prompt_ids};
+        if (prompt_ids(tok, &first, field, field, &out->ids, f)) goto done;
+        if (r->n_more) out->more = di_calloc((size_t)r->n_more, sizeof *out->more);
+        out->n_more = r->n_more;
+        for (int i = 0; i < r->n_more; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "prompt[%d]", i + 1);
+            if (prompt_ids(tok, &r->more[i], field, name, &out->more[i], f)) goto done;
         }
-    }
-    if (tok && out->ids.n == 0) {
-        srv_failf(f, 400, "prompt", "the prompt is empty");
-        goto done;
     }
     rc = 0;
 done:

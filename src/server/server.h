@@ -34,6 +34,7 @@ typedef struct srv_opts {
     int max_connections;      /* concurrent connections (0: 512) */
     int default_max_tokens;   /* when the request sets none (0: 4096) */
     int max_n;                /* cap on n (0: 16) */
+    int max_batch;            /* prompts in one completions request (0: 32) */
     int max_stops;            /* cap on stop strings (0: 16) */
     double request_timeout_s; /* idle connection timeout (0: 600) */
 } srv_opts;

@@ -46,6 +46,13 @@ typedef enum { SRV_TC_AUTO = 0, SRV_TC_NONE, SRV_TC_REQUIRED, SRV_TC_NAMED } srv
 
 #define SRV_MAX_STOPS 64
 
+/* A completions prompt: text, or token ids when text is NULL. */
+typedef struct srv_prompt {
+    char *text;
+    size_t len;
+    tok_ids ids;
+} srv_prompt;
+
 typedef struct srv_req {
     srv_proto proto;
     char *model;
@@ -53,6 +60,8 @@ typedef struct srv_req {
     char *prompt;       /* completions: text prompt (NULL if ids) */
     size_t prompt_len;
     tok_ids prompt_ids; /* completions: token-id prompt */
+    srv_prompt *more;   /* completions: a batch's prompts after the first */
+    int n_more;
     bool stream, include_usage;
     int n;
     int max_tokens; /* -1: unset */
@@ -82,6 +91,7 @@ typedef struct srv_req {
 /* Limits the parsers enforce (from srv_opts). */
 typedef struct srv_limits {
     int max_n, max_stops, max_json_depth;
+    int max_batch;          /* prompts in one completions request (0: 1) */
     const char *model_name; /* requests naming another model get 404 (NULL: any) */
 } srv_limits;
 
@@ -167,6 +177,17 @@ typedef struct gen_env {
     srv_metrics *metrics; /* may be NULL */
 } gen_env;
 
+/* What a response keeps per prompt: one, or each of a completions batch. */
+typedef struct gen_prompt {
+    uint64_t engine_id; /* its engine request (0: not submitted) */
+    char *echo;         /* completions echo */
+    size_t echo_len;
+    /* A scored prompt (echo with logprobs): one logprob entry per prompt
+     * token, the first one's logprob and top_logprobs null; from the
+     * engine's first event. */
+    json_t *lp;
+} gen_prompt;
+
 typedef struct srv_gen {
     gen_env env;
     const srv_api *api;
@@ -179,19 +200,16 @@ typedef struct srv_gen {
     int n_done;
     bool all_done, cancelled;
     engine *engine; /* set once submitted (NULL in tests) */
-    uint64_t engine_id;
+    /* Prompt p's branches are [p * per, (p + 1) * per); one prompt except
+     * in a completions batch. */
+    gen_prompt *prompts;
+    int n_prompts, per;
     char id[48];
     long long created;
     int seq_no;
     int prompt_tokens, cached_tokens;
     bool think_opened, reasoning;
     double t_start, t_first;
-    char *echo_text; /* completions echo */
-    size_t echo_len;
-    /* A scored prompt (echo with logprobs): one logprob entry per prompt
-     * token, the first one's logprob and top_logprobs null; from the
-     * engine's first event. */
-    json_t *prompt_lp;
 } srv_gen;
 
 /* A generation for a parsed request (which it borrows). think_opened: the
@@ -225,7 +243,7 @@ struct srv_api {
     void (*begin)(srv_gen *g);                            /* stream start */
     void (*event)(srv_gen *g, int branch, const gev *ev); /* stream event */
     void (*branch_end)(srv_gen *g, int branch);           /* stream: branch finished */
-    void (*scored)(srv_gen *g, int branch); /* stream: g->prompt_lp is in, before any text */
+    void (*scored)(srv_gen *g, int branch); /* stream: its prompt's lp is in, before any text */
     void (*end)(srv_gen *g);                /* stream: all branches finished */
     json_t *(*body)(srv_gen *g);            /* non-stream body */
     /* Set: the endpoint generates nothing, it answers this of the prompt's
@@ -251,8 +269,11 @@ json_t *srv_tool_args_json(const gen_tool *t); /* parsed arguments (object) */
 /* --- request preparation (routes.c) -------------------------------------- */
 typedef struct srv_prepared {
     tok_ids ids;
+    tok_ids *more; /* a completions batch: the ids of r->more[i] */
+    int n_more;
     bool think_opened;
 } srv_prepared;
+void srv_prepared_free(srv_prepared *p);
 
 /* Parses a body for api into r (validation, limits), renders and tokenizes
  * the prompt. tok may be NULL (fuzzing: stop after rendering). */

@@ -1,7 +1,7 @@
 // openai.test.mjs — `deepinfer serve` driven by the official `openai` SDK:
 // chat completions (streamed and not, n > 1, logprobs and their bytes, usage with cached
 // tokens), completions (greedy output equals `deepinfer generate`; echo + logprobs
-// scoring the prompt), responses
+// scoring the prompt; a batch of prompts), responses
 // (streamed and not, logprobs), JSON-constrained replies, a tool-result
 // round trip, forced tool_choice, and errors (401, 404, 400 naming the
 // field, context overflow) in OpenAI's error shape.
@@ -250,6 +250,37 @@ test('completions: echo + logprobs scores the prompt (max_tokens 0 generates not
   const str = await client.completions.create({ model: MODEL, prompt: 'Hello world', echo: true, logprobs: 1, max_tokens: 0 });
   assert.equal(str.choices[0].text, 'Hello world');
   assert.equal(str.choices[0].logprobs.tokens.length, str.usage.prompt_tokens);
+});
+
+test('completions: a batch of prompts, n each, equals the prompts one by one', async () => {
+  const tok = await fetch(`${srv.url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ prompt: 'Once upon a time' }) });
+  const ids = (await tok.json()).tokens;
+  const prompts = ['The quick brown fox', 'Hello world', ids];
+  const req = { model: MODEL, max_tokens: 6, temperature: 0, n: 2 };
+  const one = [];
+  for (const prompt of prompts) one.push(await client.completions.create({ ...req, prompt, n: 1 }));
+  const r = await client.completions.create({ ...req, prompt: prompts });
+  assert.equal(r.choices.length, 6);
+  r.choices.forEach((c, i) => {
+    assert.equal(c.index, i);
+    assert.equal(c.text, one[Math.floor(i / 2)].choices[0].text, `choice ${i}: prompt ${Math.floor(i / 2)}`);
+  });
+  assert.equal(r.usage.prompt_tokens, one.reduce((a, o) => a + o.usage.prompt_tokens, 0), 'each prompt counted once');
+  assert.equal(r.usage.completion_tokens, 2 * one.reduce((a, o) => a + o.usage.completion_tokens, 0));
+  const s = await client.completions.create({ ...req, prompt: prompts, stream: true });
+  const texts = Array(6).fill('');
+  for await (const ch of s) for (const c of ch.choices) texts[c.index] += c.text;
+  assert.deepEqual(texts, r.choices.map((c) => c.text));
+  // Scored in a batch, as a harness sends its requests.
+  const scored = await client.completions.create({ model: MODEL, prompt: [ids, ids.slice(0, 3)], echo: true, logprobs: 1, max_tokens: 0 });
+  assert.deepEqual(scored.choices.map((c) => c.logprobs.tokens.length), [ids.length, 3]);
+  const [a, b] = scored.choices.map((c) => c.logprobs.token_logprobs);
+  assert.equal(b[0], null);
+  for (let i = 1; i < 3; i++) assert.ok(Math.abs(a[i] - b[i]) < 1e-3, `position ${i}: ${a[i]} vs ${b[i]}`);
+  await assert.rejects(client.completions.create({ model: MODEL, prompt: Array(33).fill('x'), max_tokens: 1 }),
+    (e) => e.status === 400 && /batch of 33 prompts \(at most 32\)/.test(e.message));
+  await assert.rejects(client.completions.create({ model: MODEL, prompt: ['ok', [1 << 29]], max_tokens: 1 }),
+    (e) => e.status === 400 && e.param === 'prompt' && /prompt\[1\]\[0\]/.test(e.message));
 });
 
 test('responses: body and stream events', async () => {

@@ -21,7 +21,8 @@ static const char *CALL_OUTPUT =
     "<｜DSML｜parameter name=\"days\" string=\"false\">3</｜DSML｜parameter>\n"
     "</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
 
-static const srv_limits LIM = {.max_n = 8, .max_stops = 8, .max_json_depth = 16, .model_name = "m"};
+static const srv_limits LIM = {
+    .max_n = 8, .max_stops = 8, .max_json_depth = 16, .max_batch = 4, .model_name = "m"};
 
 typedef struct synth {
     srv_req r;
@@ -81,7 +82,7 @@ static int run_synth(synth *s, const srv_api *api, const char *body, bool stream
 static void synth_free(synth *s) {
     gen_free(s->g);
     srv_req_free(&s->r);
-    tok_ids_free(&s->p.ids);
+    srv_prepared_free(&s->p);
     json_decref(s->events);
     json_decref(s->names);
     json_decref(s->body);
@@ -288,7 +289,7 @@ static conversation *prepare_ok(const srv_api *api, const char *body, srv_req *r
         fprintf(stderr, "prepare: %s\n", f.msg);
         return NULL;
     }
-    tok_ids_free(&p.ids);
+    srv_prepared_free(&p);
     return r->conv;
 }
 
@@ -358,7 +359,7 @@ static void expect_fail(const srv_api *api, const char *body, int status, const 
     }
     free(e);
     srv_req_free(&r);
-    tok_ids_free(&p.ids);
+    srv_prepared_free(&p);
 }
 
 TEST(server_bad_requests_name_the_field_in_the_protocol_shape) {
@@ -396,7 +397,12 @@ TEST(server_bad_requests_name_the_field_in_the_protocol_shape) {
                 "previous_response_id", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":{}}", 400, "prompt", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"stop\":[1]}", 400, "stop[0]", oa, &bad);
-    expect_fail(&srv_api_completions, "{\"prompt\":[\"a\",\"b\"]}", 400, "batch of 2", oa, &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400,
+                "batch of 5 prompts (at most 4)", oa, &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":[\"a\",[1,\"x\"]]}", 400,
+                "prompt[1][1]: expected a token id", oa, &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":[[1],{}]}", 400, "prompt[1]: expected", oa,
+                &bad);
     expect_fail(&srv_api_responses, "{\"input\":\"x\",\"include\":[\"nope\"]}", 400,
                 "include[0]: unknown value 'nope'", oa, &bad);
     expect_fail(&srv_api_responses, "{\"input\":\"x\",\"include\":\"x\"}", 400, "include", oa,

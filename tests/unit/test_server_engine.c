@@ -117,12 +117,12 @@ static json_t *run(engine *e, const srv_api *api, const char *body, script *s, i
     di_err err;
     pthread_mutex_lock(&g->mu);
     g->engine = e;
-    g->engine_id = engine_submit(e, &er, &err);
-    while (g->engine_id && !g->all_done) pthread_cond_wait(&g->cv, &g->mu);
+    g->prompts[0].engine_id = engine_submit(e, &er, &err);
+    while (g->prompts[0].engine_id && !g->all_done) pthread_cond_wait(&g->cv, &g->mu);
     pthread_mutex_unlock(&g->mu);
-    tok_ids_free(&p.ids);
+    srv_prepared_free(&p);
     *out_g = g;
-    return g->engine_id ? api->body(g) : NULL;
+    return g->prompts[0].engine_id ? api->body(g) : NULL;
 }
 
 static const char *jstr(json_t *j, const char *a, int i, const char *b, const char *c) {

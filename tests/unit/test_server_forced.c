@@ -173,7 +173,7 @@ static int run(const srv_api *api, choice c, bool stream, const char *output, si
     rc = 0;
 out:
     srv_req_free(&r);
-    tok_ids_free(&p.ids);
+    srv_prepared_free(&p);
     return rc;
 }
 
@@ -230,7 +230,7 @@ TEST(server_forced_tool_choice_only_for_dsml_with_a_generation_prompt) {
           0);
     CHECK(!r.tool_forced);
     srv_req_free(&r);
-    tok_ids_free(&p.ids);
+    srv_prepared_free(&p);
     const char *auto_body =
         "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"}],\"tools\":[{\"type\":\"function\","
         "\"function\":{\"name\":\"x\",\"parameters\":{}}}]}";
@@ -238,7 +238,7 @@ TEST(server_forced_tool_choice_only_for_dsml_with_a_generation_prompt) {
                       &r, &p, &f) == 0);
     CHECK(!r.tool_forced);
     srv_req_free(&r);
-    tok_ids_free(&p.ids);
+    srv_prepared_free(&p);
 }
 
 /* The prompt ends as the V4 renderer spells a non-thinking turn that opens a
@@ -270,6 +270,6 @@ TEST(server_forced_prompt_ends_inside_the_block) {
         free(s);
         render_segs_free(&segs);
         srv_req_free(&r);
-        tok_ids_free(&p.ids);
+        srv_prepared_free(&p);
     }
 }
