@@ -33,7 +33,7 @@ int cmd_serve(int argc, char **argv) {
     int port = 8000, threads = 0, kv_mib = 0, kv_blocks = 0, max_running = 0, max_len = 0;
     int swap_mib = 0;
     int no_prefix = 0, max_body_kib = 8192, depth = 64, pending = 256, conns = 512;
-    int def_max = 4096, max_n = 16, max_batch = 32, timeout = 600, verbose = 0;
+    int def_max = 4096, max_n = 16, max_batch = 32, store_mib = 64, timeout = 600, verbose = 0;
     float step_ms = 0;
     const cli_opt opts[] = {
         {"--model", OPT_STR, &dir, "checkpoint directory (Hugging Face layout)"},
@@ -73,6 +73,8 @@ int cmd_serve(int argc, char **argv) {
         {"--max-n", OPT_INT, &max_n, "largest n accepted (default 16)"},
         {"--max-batch", OPT_INT, &max_batch,
          "most prompts in one /v1/completions request (default 32)"},
+        {"--response-store-mib", OPT_INT, &store_mib,
+         "memory for stored Responses API responses (previous_response_id; default 64, 0: none)"},
         {"--timeout", OPT_INT, &timeout, "idle connection timeout in s (default 600)"},
         {"--verbose", OPT_FLAG, &verbose, "log debug lines"},
     };
@@ -88,7 +90,8 @@ int cmd_serve(int argc, char **argv) {
     }
     if (port < 0 || port > 65535 || kv_mib < 0 || kv_blocks < 0 || swap_mib < 0 ||
         max_running < 0 || max_len < 0 || max_body_kib <= 0 || depth <= 0 || pending <= 0 ||
-        conns <= 0 || def_max <= 0 || max_n <= 0 || max_batch <= 0 || timeout <= 0) {
+        conns <= 0 || def_max <= 0 || max_n <= 0 || max_batch <= 0 || store_mib < 0 ||
+        timeout <= 0) {
         fprintf(stderr, "deepinfer serve: a numeric option is out of range\n");
         return 2;
     }
@@ -211,6 +214,7 @@ int cmd_serve(int argc, char **argv) {
                    .default_max_tokens = def_max,
                    .max_n = max_n,
                    .max_batch = max_batch,
+                   .response_store_mib = store_mib ? store_mib : -1,
                    .request_timeout_s = timeout};
     srv *s = srv_start(e, tok, &so, &err);
     if (!s) {

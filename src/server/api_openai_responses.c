@@ -5,8 +5,11 @@
  * streamed as response.created, response.in_progress, output_item.added,
  * content_part.added, output_text.delta, function_call_arguments.delta, the
  * matching .done events and response.completed (or response.incomplete when
- * max_output_tokens cut it). Every event carries a sequence_number. Stateless:
- * previous_response_id is refused (nothing is stored). */
+ * max_output_tokens cut it). Every event carries a sequence_number.
+ * Responses are kept (resp_store.h; unless the request says store: false)
+ * and previous_response_id continues one: its conversation's items come
+ * before this request's input (instructions are not carried over, as
+ * OpenAI does). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,24 +144,47 @@ static int parse_include(const json_t *inc, srv_req *r, srv_fail *f) {
     return 0;
 }
 
-static int resp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
-    const json_t *prev = json_object_get(body, "previous_response_id");
-    if (prev && !json_is_null(prev))
+/* previous_response_id: the stored conversation's items, into the
+ * conversation before this request's input. */
+static int continue_from(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
+    const char *prev = NULL;
+    if (srv_get_str(body, "previous_response_id", &prev, f)) return -1;
+    if (!prev) return 0;
+    json_t *items = lim->responses ? resp_store_history(lim->responses, prev) : NULL;
+    if (!items)
         return srv_failf(f, 400, "previous_response_id",
-                         "previous_response_id: this server stores no responses; send the whole "
-                         "conversation in input");
+                         "previous_response_id: no stored response '%.100s' (never made, made "
+                         "with store: false, deleted, or evicted)",
+                         prev);
+    r->resp_prev = di_strdup(prev);
+    size_t i;
+    const json_t *it;
+    int rc = 0;
+    json_array_foreach(items, i, it) if (!rc) rc = parse_item(it, r->conv, i, f);
+    json_decref(items);
+    return rc;
+}
+
+static int resp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
     r->conv = conv_new();
+    r->resp_store = true;
     const char *instr = NULL;
-    if (srv_get_str(body, "instructions", &instr, f)) return -1;
+    if (srv_get_str(body, "instructions", &instr, f) ||
+        srv_get_bool(body, "store", &r->resp_store, f))
+        return -1;
     if (instr) conv_message_add_text(conv_add_message(r->conv, CONV_SYSTEM), instr, strlen(instr));
+    if (continue_from(body, r, lim, f)) return -1;
     const json_t *in = json_object_get(body, "input");
-    if (json_is_string(in))
+    if (json_is_string(in)) {
         conv_message_add_text(conv_add_message(r->conv, CONV_USER), json_string_value(in),
                               json_string_length(in));
-    else if (json_is_array(in)) {
+        r->resp_input =
+            json_pack("[{s:s, s:s, s:O}]", "type", "message", "role", "user", "content", in);
+    } else if (json_is_array(in)) {
         size_t i;
         const json_t *it;
         json_array_foreach(in, i, it) if (parse_item(it, r->conv, i, f)) return -1;
+        r->resp_input = json_deep_copy(in);
     } else
         return srv_failf(f, 400, "input", "input: expected a string or an array of items");
     if (!r->conv->n_msgs) return srv_failf(f, 400, "input", "input: must not be empty");
@@ -186,7 +212,6 @@ static int resp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
         srv_get_bool(body, "parallel_tool_calls", &r->parallel_tool_calls, f) ||
         parse_include(json_object_get(body, "include"), r, f))
         return -1;
-    (void)lim;
     if (r->top_logprobs) r->logprobs = true;
     return 0;
 }
@@ -264,6 +289,9 @@ static json_t *response_obj(srv_gen *g, const char *status, bool final) {
     json_object_set_new(o, "top_p", json_real(g->req->samp.top_p > 0 ? g->req->samp.top_p : 1.0));
     json_object_set_new(o, "max_output_tokens",
                         g->req->max_tokens > 0 ? json_integer(g->req->max_tokens) : json_null());
+    json_object_set_new(o, "previous_response_id",
+                        g->req->resp_prev ? json_string(g->req->resp_prev) : json_null());
+    json_object_set_new(o, "store", json_boolean(g->req->resp_store && g->env.responses));
     if (final) {
         engine_usage u = gen_usage(g);
         json_object_set_new(o, "usage",
@@ -395,18 +423,26 @@ static const char *status_of(srv_finish f) {
     return f == FIN_LENGTH ? "incomplete" : f == FIN_ERROR ? "failed" : "completed";
 }
 
+/* The finished response, kept for previous_response_id and GET unless the
+ * request said store: false (a failed one is not). */
+static json_t *final_response(srv_gen *g) {
+    json_t *o = response_obj(g, status_of(g->b[0].finish), true);
+    if (g->env.responses && g->req->resp_store && g->b[0].finish != FIN_ERROR && g->req->resp_input)
+        resp_store_put(g->env.responses, g->id, g->req->resp_prev, g->req->resp_input, o);
+    return o;
+}
+
 static void resp_end(srv_gen *g) {
     gen_branch *b = &g->b[0];
     close_block(g, b);
-    const char *st = status_of(b->finish);
     const char *type = b->finish == FIN_LENGTH  ? "response.incomplete"
                        : b->finish == FIN_ERROR ? "response.failed"
                                                 : "response.completed";
-    emit(g, type, json_pack("{s:o}", "response", response_obj(g, st, true)));
+    emit(g, type, json_pack("{s:o}", "response", final_response(g)));
 }
 
 static json_t *resp_body(srv_gen *g) {
-    return response_obj(g, status_of(g->b[0].finish), true);
+    return final_response(g);
 }
 
 const srv_api srv_api_responses = {.path = "/v1/responses",

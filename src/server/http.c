@@ -39,6 +39,7 @@ struct srv {
     srv_opts o;
     srv_limits lim;
     srv_metrics *metrics;
+    resp_store *responses; /* NULL: none kept */
     atomic_int pending;
     atomic_bool stopping;
     int port;
@@ -220,7 +221,10 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
         srv_failf(&f, 429, NULL, "too many requests in flight (%d); retry later", s->o.max_pending);
         goto fail;
     }
-    gen_env env = {.tok = s->tok, .model_name = s->o.model_name, .metrics = s->metrics};
+    gen_env env = {.tok = s->tok,
+                   .model_name = s->o.model_name,
+                   .metrics = s->metrics,
+                   .responses = s->responses};
     j->g = gen_new(&env, k->api, r, all_tokens, p.think_opened, &f);
     if (!j->g) {
         atomic_fetch_sub(&s->pending, 1);
@@ -344,6 +348,26 @@ static enum MHD_Result models(srv *s, struct MHD_Connection *c) {
 /* GET /v1/models/ID: ID names the served model, or 404 */
 #define MODEL_PATH "/v1/models/"
 
+/* GET or DELETE /v1/responses/ID: a stored response */
+#define RESPONSE_PATH "/v1/responses/"
+
+static enum MHD_Result stored_response(conn *k, struct MHD_Connection *c, const char *id,
+                                       bool del) {
+    srv *s = k->s;
+    json_t *o = NULL;
+    if (del && s->responses && resp_store_delete(s->responses, id))
+        o = json_pack("{s:s, s:s, s:b}", "id", id, "object", "response.deleted", "deleted", 1);
+    else if (!del && s->responses)
+        o = resp_store_get(s->responses, id);
+    if (o) {
+        srv_metrics_request(s->metrics, k->endpoint, 200);
+        return reply_json(c, 200, o);
+    }
+    srv_fail f = {0};
+    srv_failf(&f, 404, NULL, "No response found with id '%.100s'", id);
+    return reply_fail(k, c, &f);
+}
+
 static enum MHD_Result metrics(srv *s, struct MHD_Connection *c) {
     engine_stats st = engine_get_stats(s->e);
     char *t = srv_metrics_render(s->metrics, &st, atomic_load(&s->pending));
@@ -374,15 +398,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!strcmp(url, "/v1/models")) k->endpoint = "models";
         if (!strncmp(url, MODEL_PATH, strlen(MODEL_PATH)) && url[strlen(MODEL_PATH)])
             k->endpoint = "model";
+        if (!strncmp(url, RESPONSE_PATH, strlen(RESPONSE_PATH)) && url[strlen(RESPONSE_PATH)])
+            k->endpoint = "response";
         if (!strcmp(url, "/health")) k->endpoint = "health";
         if (!strcmp(url, "/metrics")) k->endpoint = "metrics";
         bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-        bool is_post = !strcmp(method, "POST");
+        bool is_post = !strcmp(method, "POST"), is_del = !strcmp(method, "DELETE");
+        bool response = !strcmp(k->endpoint, "response");
         if (!strcmp(k->endpoint, "other"))
             srv_failf(&k->fail, 404, NULL, "no route for %s %s", method, url);
-        else if (k->api ? !is_post : !is_get)
+        else if (k->api ? !is_post : !(is_get || (response && is_del)))
             srv_failf(&k->fail, 405, NULL, "%s does not accept %s", url, method);
-        else if ((k->api || !strncmp(k->endpoint, "model", 5)) && !authorized(s, c))
+        else if ((k->api || response || !strncmp(k->endpoint, "model", 5)) && !authorized(s, c))
             srv_failf(&k->fail, 401, NULL,
                       "missing or wrong API key (send Authorization: Bearer KEY or x-api-key)");
         else if (!strcmp(k->endpoint, "model") && strcmp(url + strlen(MODEL_PATH), s->o.model_name))
@@ -405,6 +432,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return reply_fail(k, c, &k->fail);
     }
     if (k->api) return generate(k, c);
+    if (!strcmp(k->endpoint, "response"))
+        return stored_response(k, c, url + strlen(RESPONSE_PATH), !strcmp(method, "DELETE"));
     srv_metrics_request(s->metrics, k->endpoint, 200);
     if (!strcmp(k->endpoint, "models")) return models(s, c);
     if (!strcmp(k->endpoint, "model")) return reply_json(c, 200, model_obj(s));
@@ -441,9 +470,13 @@ srv *srv_start(engine *e, tokenizer *tok, const srv_opts *opts, di_err *err) {
     if (o->max_n > ENGINE_MAX_N) o->max_n = ENGINE_MAX_N;
     if (o->max_stops <= 0) o->max_stops = 16;
     if (o->max_batch <= 0) o->max_batch = 32;
+    if (o->response_store_mib >= 0)
+        s->responses =
+            resp_store_new((size_t)(o->response_store_mib ? o->response_store_mib : 64) << 20);
     if (o->request_timeout_s <= 0) o->request_timeout_s = 600;
     s->lim = (srv_limits){.max_n = o->max_n,
                           .max_batch = o->max_batch,
+                          .responses = s->responses,
                           .max_stops = o->max_stops,
                           .max_json_depth = o->max_json_depth,
                           .model_name = o->model_name};
@@ -479,5 +512,6 @@ void srv_stop(srv *s) {
     atomic_store(&s->stopping, true);
     MHD_stop_daemon(s->d);
     srv_metrics_free(s->metrics);
+    resp_store_free(s->responses);
     free(s);
 }

@@ -35,6 +35,7 @@ typedef struct srv_opts {
     int default_max_tokens;   /* when the request sets none (0: 4096) */
     int max_n;                /* cap on n (0: 16) */
     int max_batch;            /* prompts in one completions request (0: 32) */
+    int response_store_mib;   /* Responses kept, MiB (0: 64; < 0: none) */
     int max_stops;            /* cap on stop strings (0: 16) */
     double request_timeout_s; /* idle connection timeout (0: 600) */
 } srv_opts;

@@ -22,6 +22,7 @@
 #include "recipe/output_parser.h"
 #include "recipe/render.h"
 #include "recipe/tokenizer.h"
+#include "server/resp_store.h"
 #include "server/server.h"
 
 /* --- failures ------------------------------------------------------------ */
@@ -62,6 +63,11 @@ typedef struct srv_req {
     tok_ids prompt_ids; /* completions: token-id prompt */
     srv_prompt *more;   /* completions: a batch's prompts after the first */
     int n_more;
+    /* Responses: this request's own input items (an array), the response it
+     * continues, and whether its response is kept (store, default true). */
+    json_t *resp_input;
+    char *resp_prev;
+    bool resp_store;
     bool stream, include_usage;
     int n;
     int max_tokens; /* -1: unset */
@@ -92,6 +98,7 @@ typedef struct srv_req {
 typedef struct srv_limits {
     int max_n, max_stops, max_json_depth;
     int max_batch;          /* prompts in one completions request (0: 1) */
+    resp_store *responses;  /* Responses: what previous_response_id continues (NULL: none) */
     const char *model_name; /* requests naming another model get 404 (NULL: any) */
 } srv_limits;
 
@@ -174,7 +181,8 @@ typedef struct srv_metrics srv_metrics;
 typedef struct gen_env {
     const tokenizer *tok;
     const char *model_name;
-    srv_metrics *metrics; /* may be NULL */
+    srv_metrics *metrics;  /* may be NULL */
+    resp_store *responses; /* Responses kept here (NULL: none) */
 } gen_env;
 
 /* What a response keeps per prompt: one, or each of a completions batch. */

@@ -2,7 +2,7 @@
 // chat completions (streamed and not, n > 1, logprobs and their bytes, usage with cached
 // tokens), completions (greedy output equals `deepinfer generate`; echo + logprobs
 // scoring the prompt; a batch of prompts), responses
-// (streamed and not, logprobs), JSON-constrained replies, a tool-result
+// (streamed and not, logprobs, previous_response_id), JSON-constrained replies, a tool-result
 // round trip, forced tool_choice, and errors (401, 404, 400 naming the
 // field, context overflow) in OpenAI's error shape.
 import { test, before, after } from 'node:test';
@@ -310,6 +310,42 @@ test('responses: body and stream events', async () => {
   assert.equal(textOf(final), r.output_text);
   const withReasoning = await client.responses.stream({ model: MODEL, input: 'Hello', max_output_tokens: 8, temperature: 0, reasoning: { effort: 'low' } }).finalResponse();
   assert.equal(withReasoning.output[0].type, 'reasoning');
+});
+
+test('responses: previous_response_id continues a stored conversation; retrieve, delete, store: false', async () => {
+  const req = { model: MODEL, max_output_tokens: 4, temperature: 0 };
+  const first = await client.responses.create({ ...req, input: 'My name is Ada.' });
+  assert.equal(first.store, true);
+  assert.equal(first.previous_response_id, null);
+  const next = await client.responses.create({ ...req, previous_response_id: first.id, input: 'What is my name?' });
+  assert.equal(next.previous_response_id, first.id);
+  // The same as sending the whole conversation (which is then not stored).
+  const whole = await client.responses.create({
+    ...req, store: false,
+    input: [{ role: 'user', content: 'My name is Ada.' }, ...first.output, { role: 'user', content: 'What is my name?' }],
+  });
+  assert.equal(whole.store, false);
+  assert.equal(next.output_text, whole.output_text);
+  assert.equal(next.usage.input_tokens, whole.usage.input_tokens);
+  assert.ok(next.usage.input_tokens > first.usage.input_tokens);
+  const got = await client.responses.retrieve(first.id);
+  assert.equal(got.id, first.id);
+  assert.deepEqual(got.output, first.output);
+  // A streamed response is kept too, and continues the chain.
+  const stream = await client.responses.create({ ...req, previous_response_id: next.id, input: 'Again?', stream: true });
+  let done;
+  for await (const ev of stream) if (ev.type === 'response.completed' || ev.type === 'response.incomplete') done = ev.response;
+  assert.equal(done.previous_response_id, next.id);
+  assert.equal((await client.responses.retrieve(done.id)).id, done.id);
+  assert.ok(done.usage.input_tokens > next.usage.input_tokens);
+  // Not stored: neither retrieved nor continued; deleting the chain's start ends the chain.
+  await assert.rejects(client.responses.retrieve(whole.id), (e) => e.status === 404);
+  await assert.rejects(client.responses.create({ ...req, previous_response_id: whole.id, input: 'x' }),
+    (e) => e.status === 400 && e.param === 'previous_response_id');
+  await client.responses.del(first.id);
+  await assert.rejects(client.responses.retrieve(first.id), (e) => e.status === 404);
+  await assert.rejects(client.responses.create({ ...req, previous_response_id: done.id, input: 'x' }),
+    (e) => e.status === 400 && /no stored response/.test(e.message));
 });
 
 test('responses: output text logprobs, in the body and in the stream', async () => {

@@ -462,3 +462,44 @@ TEST(server_parallel_tool_calls_false_keeps_the_first_call) {
     CHECK(!strcmp(jpath_s(s.body, "choices.0.message.tool_calls.1.function.name"), "get_weather"));
     synth_free(&s);
 }
+
+/* Stored responses: a chain rebuilt oldest first (each turn's input, then
+ * its output), least recently used out first, a chain missing a link
+ * refused, deletion. */
+TEST(server_response_store_chains_and_evicts) {
+    json_t *in = json_pack("[s]", "a"), *out = json_pack("{s:[s]}", "output", "A");
+    json_t *in2 = json_pack("[s]", "b"), *out2 = json_pack("{s:[s]}", "output", "B");
+    size_t one = 2 * (sizeof "r1" + 8 + 20) + 200; /* about two entries' worth, and some */
+    resp_store *s = resp_store_new(4 * one);
+    resp_store_put(s, "r1", NULL, in, out);
+    resp_store_put(s, "r2", "r1", in2, out2);
+    json_t *h = resp_store_history(s, "r2");
+    char *t = json_dumps(h, JSON_COMPACT);
+    CHECKF(t && !strcmp(t, "[\"a\",\"A\",\"b\",\"B\"]"), "%s", t ? t : "-");
+    free(t);
+    json_decref(h);
+    json_t *r = resp_store_get(s, "r1");
+    CHECK(r && json_is_array(json_object_get(r, "output")));
+    json_decref(r);
+    CHECK(!resp_store_history(s, "nope") && !resp_store_get(s, "nope"));
+    /* Filling the store evicts the least recently used first: the first two go. */
+    char id[16];
+    for (int i = 3; i < 40; i++) {
+        snprintf(id, sizeof id, "r%d", i);
+        resp_store_put(s, id, NULL, in, out);
+    }
+    CHECK(!resp_store_get(s, "r1") && !resp_store_history(s, "r2"));
+    r = resp_store_get(s, "r39");
+    CHECK(r);
+    json_decref(r);
+    CHECK(resp_store_delete(s, "r39") && !resp_store_get(s, "r39") && !resp_store_delete(s, "r39"));
+    /* a chain whose start is gone is refused, not shortened */
+    resp_store_put(s, "x1", NULL, in, out);
+    resp_store_put(s, "x2", "x1", in2, out2);
+    CHECK(resp_store_delete(s, "x1") && !resp_store_history(s, "x2"));
+    resp_store_free(s);
+    json_decref(in);
+    json_decref(out);
+    json_decref(in2);
+    json_decref(out2);
+}
