@@ -353,20 +353,21 @@ TEST(json_schema_refs_recurse_and_unsupported_parts_are_free) {
     CHECK(!jg_schema_compile("[1]", 3, why, sizeof why));
 }
 
-TEST(json_schema_mask_equals_feeding_each_token) {
-    jg_schema *sc =
-        schema_of("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\","
-                  "\"items\":{\"type\":\"number\"}},\"b\":{\"enum\":[true,null,\"e\"]}},"
-                  "\"required\":[\"a\"]}");
+/* A random walk through the tokens schema allows, the mask checked at
+ * every step against feeding each token, until `objects` objects are
+ * complete. */
+static void schema_walk(const char *schema, uint64_t seed, int objects, const char *where) {
+    jg_schema *sc = schema_of(schema);
     CHECK(sc);
+    if (!sc) return;
     int eos = 0, pick[NV], n = 0, dead_ends = 0;
     jg_vocab *v = jg_vocab_new(NV, vocab_bytes, NULL, &eos, 1);
     jg_state s;
     jg_init_schema(&s, sc);
-    uint64_t x = 11;
+    uint64_t x = seed;
     int steps = 0, completed = 0;
-    for (; steps < 4000 && completed < 5; steps++) {
-        check_mask(v, &s, eos, pick, &n, &dead_ends, "schema walk");
+    for (; steps < 4000 && completed < objects; steps++) {
+        check_mask(v, &s, eos, pick, &n, &dead_ends, where);
         if (!n) break;
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         int id = pick[x % (uint64_t)n];
@@ -377,10 +378,17 @@ TEST(json_schema_mask_equals_feeding_each_token) {
         }
         CHECK(jg_feed_token(v, &s, id));
     }
-    CHECKF(completed == 5, "%d objects completed in %d steps (%d dead ends)", completed, steps,
-           dead_ends);
+    CHECKF(completed == objects, "%s: %d objects completed in %d steps (%d dead ends)", where,
+           completed, steps, dead_ends);
     jg_vocab_free(v);
     jg_schema_free(sc);
+}
+
+TEST(json_schema_mask_equals_feeding_each_token) {
+    schema_walk("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\","
+                "\"items\":{\"type\":\"number\"}},\"b\":{\"enum\":[true,null,\"e\"]}},"
+                "\"required\":[\"a\"]}",
+                11, 5, "schema walk");
 }
 
 /* Lengths in characters (a UTF-8 character, an escape, a surrogate pair's
@@ -424,31 +432,8 @@ TEST(json_schema_holds_lengths_counts_and_signs) {
 /* The mask where a string's length is bounded: plain tokens are allowed as
  * a set only as far as they fit. */
 TEST(json_schema_mask_equals_feeding_each_token_with_lengths) {
-    jg_schema *sc = schema_of(
-        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":2},"
-        "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":1,"
-        "\"maxLength\":3},\"maxItems\":2}},\"required\":[\"a\",\"b\"]}");
-    CHECK(sc);
-    int eos = 0, pick[NV], n = 0, dead_ends = 0;
-    jg_vocab *v = jg_vocab_new(NV, vocab_bytes, NULL, &eos, 1);
-    jg_state s;
-    jg_init_schema(&s, sc);
-    uint64_t x = 23;
-    int steps = 0, completed = 0;
-    for (; steps < 4000 && completed < 8; steps++) {
-        check_mask(v, &s, eos, pick, &n, &dead_ends, "length walk");
-        if (!n) break;
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        int id = pick[x % (uint64_t)n];
-        if (id == eos) {
-            completed += jg_done(&s);
-            jg_init_schema(&s, sc);
-            continue;
-        }
-        CHECK(jg_feed_token(v, &s, id));
-    }
-    CHECKF(completed == 8, "%d objects completed in %d steps (%d dead ends)", completed, steps,
-           dead_ends);
-    jg_vocab_free(v);
-    jg_schema_free(sc);
+    schema_walk("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":2},"
+                "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":1,"
+                "\"maxLength\":3},\"maxItems\":2}},\"required\":[\"a\",\"b\"]}",
+                23, 8, "length walk");
 }
