@@ -424,10 +424,12 @@ static const char *status_of(srv_finish f) {
 }
 
 /* The finished response, kept for previous_response_id and GET unless the
- * request said store: false (a failed one is not). */
+ * request said store: false (not one that failed, or whose client left). */
 static json_t *final_response(srv_gen *g) {
-    json_t *o = response_obj(g, status_of(g->b[0].finish), true);
-    if (g->env.responses && g->req->resp_store && g->b[0].finish != FIN_ERROR && g->req->resp_input)
+    srv_finish fin = g->b[0].finish;
+    json_t *o = response_obj(g, status_of(fin), true);
+    if (g->env.responses && g->req->resp_store && fin != FIN_ERROR && fin != FIN_CANCELLED &&
+        g->req->resp_input)
         resp_store_put(g->env.responses, g->id, g->req->resp_prev, g->req->resp_input, o);
     return o;
 }
