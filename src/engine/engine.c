@@ -261,7 +261,8 @@ engine *engine_create_runner(const engine_runner *r, const engine_detok *detok,
                                                  .block_chunks = e->swa,
                                                  .store = e->store,
                                                  .store_io = e->store_io,
-                                                 .swap_blocks = swap_blocks});
+                                                 .swap_blocks = swap_blocks,
+                                                 .score_rows = ENGINE_SCORE_CHUNK});
     e->next_req_id = 1;
     if (engine_exec_start(&e->exec, &e->run)) {
         di_errf(err, "engine: cannot start the compute thread");

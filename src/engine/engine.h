@@ -103,8 +103,9 @@ typedef struct engine_request {
     /* Score the prompt: each prompt token's logprob given those before it,
      * with prompt_top alternatives (0..SAMP_MAX_TOP), on each branch's first
      * event. The prompt is then computed whole, without the prefix cache
-     * (a cached token has no logits), in chunks of at most
-     * ENGINE_SCORE_CHUNK tokens (their logits rows are held at once). */
+     * (a cached token has no logits), scored prompts taking at most
+     * ENGINE_SCORE_CHUNK tokens per step together (their logits rows are
+     * held at once). */
     bool prompt_logprobs;
     int prompt_top;
     /* Generate nothing: each branch ends with LENGTH, no token and no

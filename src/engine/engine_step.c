@@ -66,8 +66,7 @@ static void seq_setup(engine *e, ereq *r, seq *q, int branch) {
     q->json_on = r->r.json && !r->r.json_wait;
     q->json_wait = r->r.json && r->r.json_wait;
     q->plp_sent = false;
-    q->no_prefix = r->r.prompt_logprobs;
-    q->max_chunk = r->r.prompt_logprobs ? ENGINE_SCORE_CHUNK : 0;
+    q->scored = r->r.prompt_logprobs;
     if (r->r.json) {
         if (!e->jv) /* once per engine: every token's bytes, sorted */
             e->jv = jg_vocab_new(e->run.vocab, e->detok.token_bytes, e->detok.ctx, e->run.eos_ids,

@@ -3,6 +3,7 @@
  * so sorted insertion by memmove is cheaper than any tree. */
 #include "engine/scheduler.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,7 +112,7 @@ static void drop_load(seq *q) {
  * Returns false when q went aside to fetch its store blocks. */
 static bool attach_prefix(sched *s, seq *q) {
     kvs_load *ld = NULL;
-    if (q->no_prefix) /* every token computed */
+    if (q->scored) /* every token computed */
         q->n_computed = 0;
     else if (s->o.store)
         q->n_computed = kvs_admit(s->o.store, s->b, &q->table, q->tokens, q->n_tokens,
@@ -288,12 +289,18 @@ static void fail(sched *s, seq *q) {
     s->plan.failed[s->plan.n_failed++] = q;
 }
 
-/* Tokens of a prefill chunk: what is pending, at most the budget, cut back
- * to the last block boundary it crosses under block_chunks. */
-static int chunk_len(const sched *s, const seq *q, int budget) {
+/* Rows of logits the scored prompts' chunks may hold in one step. */
+static int score_rows(const sched *s) {
+    return s->o.score_rows > 0 ? s->o.score_rows : INT_MAX;
+}
+
+/* Tokens of a prefill chunk: what is pending, at most the budget (and, for
+ * a scored prompt, the rows of logits left to the step: score_room), cut
+ * back to the last block boundary it crosses under block_chunks. */
+static int chunk_len(const sched *s, const seq *q, int budget, int score_room) {
     int pending = seq_pending(q);
     int n = pending < budget ? pending : budget;
-    if (q->max_chunk > 0 && n > q->max_chunk) n = q->max_chunk;
+    if (q->scored && n > score_room) n = score_room;
     if (s->o.block_chunks && n > 1) {
         int end = q->n_computed + n, cut = end - end % BM_BLOCK;
         if (cut > q->n_computed && cut < end) n = cut - q->n_computed;
@@ -336,8 +343,7 @@ static int first_chunk_blocks(const sched *s, const seq *q) {
         int chunk = seq_pending(q) < s->o.token_budget ? seq_pending(q) : s->o.token_budget;
         return (q->n_computed + chunk + BM_BLOCK - 1) / BM_BLOCK;
     }
-    int hit =
-        q->table.n || q->no_prefix ? q->n_computed : bm_lookup(s->b, q->tokens, q->n_tokens - 1);
+    int hit = q->table.n || q->scored ? q->n_computed : bm_lookup(s->b, q->tokens, q->n_tokens - 1);
     int chunk = seq_pending(q) - (hit - q->n_computed);
     if (chunk > s->o.token_budget) chunk = s->o.token_budget;
     return (hit + chunk + BM_BLOCK - 1) / BM_BLOCK - hit / BM_BLOCK;
@@ -366,15 +372,16 @@ static bool ahead_fits(const sched *s) {
         s->running.v[s->running.n - 1]->priority > s->waiting.v[0]->priority &&
         priority_preempts(s, first_chunk_blocks(s, s->waiting.v[0])))
         return false;
-    int budget = s->o.token_budget, need = 0;
+    int budget = s->o.token_budget, need = 0, room = score_rows(s);
     for (int i = 0; i < s->running.n; i++) {
         const seq *q = s->running.v[i];
         if (q->draining) continue;
         int pending = seq_pending(q);
-        int n = pending == 1 ? 1 : chunk_len(s, q, budget);
+        int n = pending == 1 ? 1 : chunk_len(s, q, budget, room);
         if (n <= 0) continue;
         need += bm_reserve_need(s->b, &q->table, q->n_computed, q->n_computed + n);
         budget -= n;
+        if (q->scored && pending > 1) room -= n;
     }
     return need <= bm_n_available(s->b);
 }
@@ -405,7 +412,7 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
     plan_reserve(s);
     poll_fetching(s);
     if (!ahead) preempt_for_priority(s);
-    int budget = s->o.token_budget;
+    int budget = s->o.token_budget, room = score_rows(s);
     bool short_of_blocks = false;
     bm_cow cow;
 
@@ -414,7 +421,7 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
         seq *q = s->running.v[i];
         if (q->draining) continue; /* ended while in flight: freed when its pass ends */
         int pending = seq_pending(q);
-        int n = pending == 1 ? 1 : chunk_len(s, q, budget);
+        int n = pending == 1 ? 1 : chunk_len(s, q, budget, room);
         if (n <= 0) continue;
         bool placed = true;
         while (bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) != 0) {
@@ -442,6 +449,7 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
         if (!placed) continue;
         add_item(s, q, n, &cow);
         budget -= s->plan.items[s->plan.n_items - 1].n_tokens;
+        if (q->scored && pending > 1) room -= s->plan.items[s->plan.n_items - 1].n_tokens;
     }
 
     /* 2. Admissions, unless this step had to preempt; a sequence waits
@@ -450,13 +458,17 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
     while (!short_of_blocks && budget > 0 && w < s->waiting.n && s->running.n < s->o.max_running) {
         seq *q = s->waiting.v[w];
         bool fresh = q->table.n == 0 && !q->swapped; /* no blocks, no swapped KV */
-        if (fresh && !q->no_prefix && shares_pending_prefix(s, q)) {
+        if (fresh && !q->scored && shares_pending_prefix(s, q)) {
             w++;
             continue;
         }
         if (fresh && !attach_prefix(s, q)) continue; /* fetching aside */
         if (q->swapped && q->table.n == 0) swap_admit(s, q);
-        int n = chunk_len(s, q, budget);
+        int n = chunk_len(s, q, budget, room);
+        if (n <= 0) { /* a scored prompt, and no rows left to this step */
+            w++;
+            continue;
+        }
         bool reserved = bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) == 0;
         if (!reserved && release_idle_holders(s, q))
             reserved = bm_reserve(s->b, &q->table, q->n_computed, q->n_computed + n, &cow) == 0;
@@ -486,6 +498,7 @@ static const sched_plan *plan_make(sched *s, bool ahead) {
         sched_add_running(s, q);
         add_item(s, q, n, &cow);
         budget -= n;
+        if (q->scored) room -= n;
     }
     return &s->plan;
 }

@@ -66,6 +66,9 @@ typedef struct sched_opts {
     /* Host swap space for preempted sequences' KV, in blocks (0: preemption
      * by recomputation only). */
     int swap_blocks;
+    /* Prefill tokens of scored prompts (seq.scored: every row of logits
+     * kept) per step, over all of them (0: no bound). */
+    int score_rows;
 } sched_opts;
 
 typedef struct sched_item {

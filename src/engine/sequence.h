@@ -47,11 +47,11 @@ typedef struct seq {
     int swap_first, swap_blocks, swap_skip;
     void *swap_buf;
 
-    /* Admitted without the prefix cache (every token computed), prefill
-     * chunks at most max_chunk tokens (> 0): a request scoring its prompt
-     * needs the logits of every prompt token. */
-    bool no_prefix;
-    int max_chunk;
+    /* Its prompt is scored (the request's prompt_logprobs): admitted without
+     * the prefix cache (a cached token has no logits), and the logits rows
+     * of its prefill chunks all kept, at most sched_opts.score_rows of them
+     * per step over all such sequences. */
+    bool scored;
 
     bm_table table;
     model_seq mseq; /* the model's view: blocks point into table */

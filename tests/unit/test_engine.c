@@ -28,6 +28,7 @@ typedef struct fake {
     int *free_ids, n_free;
     bool copy; /* offer copy_block */
     int max_batch;
+    int max_scored; /* rows of every-token logits in one pass, at most */
     long long forwards;
     atomic_int hold; /* forwards wait while set: a test queues work before the first step */
     /* Overlap gate: while set, the k-th pass does not return before the
@@ -95,6 +96,9 @@ static int fake_forward(void *c, model_batch_seq *b, int n, di_err *err) {
         if (t == 10000) f->gate_timeouts++;
     }
     if (n > f->max_batch) f->max_batch = n;
+    int scored = 0;
+    for (int i = 0; i < n; i++) scored += b[i].all_logits ? b[i].n_tokens : 0;
+    if (scored > f->max_scored) f->max_scored = scored;
     for (int i = 0; i < n; i++) {
         model_seq *s = b[i].seq;
         for (int j = 0; j < b[i].n_tokens; j++) {
@@ -694,15 +698,15 @@ static bool plp_matches_ref(const int *prompt, int np, const samp_out *plp, int 
     return true;
 }
 
-/* Prompt logprobs: every prompt token scored (across chunks cut by the
- * budget and the scoring cap, beside other requests, with the prompt in the
+/* Prompt logprobs: every prompt token scored (in chunks cut by the rows a
+ * step may hold, beside other requests, with the prompt in the
  * prefix cache already, which must not be used), on each branch's first
  * event once; the continuation is unchanged; prompt_only generates nothing. */
 TEST(engine_fake_prompt_logprobs) {
     static int p[3][300];
     static result warm, r[3];
     fake *f = fake_new(64, true);
-    engine *e = fake_engine(f, 100, 8, false);
+    engine *e = fake_engine(f, 512, 8, false);
     for (int i = 0; i < 3; i++) make_prompt(p[i], 300, 40 + i);
     memset(&warm, 0, sizeof warm);
     CHECK(submit(e, p[0], 300, 4, 1, &warm));
@@ -724,6 +728,8 @@ TEST(engine_fake_prompt_logprobs) {
     }
     atomic_store(&f->hold, 0);
     engine_wait_idle(e);
+    /* the two scored prompts share the step's rows (the budget would take more) */
+    CHECKF(f->max_scored == ENGINE_SCORE_CHUNK, "%d rows", f->max_scored);
     for (int b = 0; b < 2; b++) { /* scored, and the continuation as without */
         CHECK(!r[0].bad && r[0].plp_events[b] == 1);
         CHECK(plp_matches_ref(p[0], 300, r[0].plp[b], r[0].n_plp[b], 3));
