@@ -46,6 +46,7 @@ typedef struct jg_schema jg_schema;
 #define JG_SCHEMA_DEPTH 12
 typedef struct jg_frame {
     uint64_t seen; /* object: properties written; array: items started */
+    uint64_t alts; /* object union: the branches it can still be */
     uint16_t node;
     uint8_t phase, prop;
 } jg_frame;
@@ -73,7 +74,8 @@ void jg_init_schema(jg_state *s, const jg_schema *schema);
 /* Compiles a JSON schema (its text): objects (properties in any order, the
  * required ones before the object closes, no others), arrays of items,
  * strings, numbers, integers, booleans, null, enum / const values, anyOf /
- * oneOf / type lists whose branches start differently, and $ref into $defs
+ * oneOf / type lists whose branches start differently or are objects (one
+ * object union: keys and values narrow its branches), and $ref into $defs
  * or definitions; strings' minLength / maxLength (characters), arrays'
  * minItems / maxItems, and a minimum or exclusiveMinimum of 0 or more (no
  * sign). Keywords that narrow further (pattern, formats, other bounds) are

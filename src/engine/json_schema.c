@@ -5,7 +5,10 @@
  * The graph: an object node lists its properties (name, node, required),
  * an array node its items' node, an enum node its values' compact JSON
  * texts, a union its branches, which must start with different bytes so
- * that the first byte picks one; strings, numbers, integers, booleans and
+ * that the first byte picks one (its object branches are one object
+ * union: the names any of them has, each key narrowing the branches to
+ * those that have it, an enum value or a value's first byte to those that
+ * take it, closing once a branch left has what it requires); strings, numbers, integers, booleans and
  * null are leaves read by the core automaton, and so is a free value (a
  * part the compiler cannot hold: any JSON there). A $ref is a node shared
  * (recursion included). The step keeps one frame per container open;
@@ -34,7 +37,8 @@ enum {
     K_BOOL,
     K_NULL,
     K_ENUM,
-    K_UNION
+    K_UNION,
+    K_OBJUNION
 };
 enum { O_FIRST, O_NEXT, O_COLON, O_VALUE, O_AFTER, A_FIRST, A_VALUE, A_AFTER };
 #define MAX_SET   64 /* properties of an object, values of an enum, branches of a union */
@@ -45,14 +49,20 @@ typedef struct js_node {
     bool nonneg;       /* number, integer: no sign (a minimum of 0 or more) */
     uint16_t items;    /* array: the items' node */
     uint32_t lo, hi;   /* string: characters; array: items (hi UINT32_MAX: no bound) */
-    int first, count;  /* object: props; enum: lits; union: alts */
+    int first, count;  /* object: props; enum: lits; union: alts; object union: names */
     uint64_t required; /* object: a bit per property */
+    /* Object union: its branches (objects) at alts[branches ..], n_branch of
+     * them; at tab[tab ..] each branch's value node per name (NO_NODE where
+     * it has none), branch-major, then each name's narrowing (V_*); at
+     * masks[masks ..] each branch's names, then each branch's required. */
+    int branches, n_branch, tab, masks;
 } js_node;
 
 typedef struct js_text {
     char *p;
     int len;
-    uint16_t node; /* a property's value */
+    uint16_t node;     /* a property's value */
+    uint64_t branches; /* a merged enum's value: the object-union branches it is one of */
 } js_text;
 
 struct jg_schema {
@@ -62,8 +72,19 @@ struct jg_schema {
     int n_texts;
     uint16_t *alts; /* unions' branches */
     int n_alts;
+    uint16_t *tab; /* object unions' value nodes and narrowings */
+    int n_tab;
+    uint64_t *masks; /* object unions' branch masks */
+    int n_masks;
     uint16_t root;
 };
+
+#define NO_NODE 0xffff
+/* How a name's value narrows an object union's branches: not at all (the
+ * branches share its node, or could not be told apart), by the enum value
+ * it is (a merged enum: each value knows its branches), or by its first
+ * byte (a union of the branches' nodes). */
+enum { V_SAME, V_ENUM, V_FIRST };
 
 /* ---- compiling ------------------------------------------------------------ */
 typedef struct compiler {
@@ -92,7 +113,7 @@ static int add_text(compiler *c, const char *p, size_t len, int node) {
     char *d = di_malloc(len + 1);
     memcpy(d, p, len);
     d[len] = 0;
-    s->texts[s->n_texts] = (js_text){d, (int)len, (uint16_t)node};
+    s->texts[s->n_texts] = (js_text){.p = d, .len = (int)len, .node = (uint16_t)node};
     return s->n_texts++;
 }
 
@@ -108,6 +129,7 @@ static void first_bytes(const jg_schema *s, int n, bool *set, int depth) {
         break;
     case K_ANYOBJ:
     case K_OBJECT:
+    case K_OBJUNION:
         starts = "{";
         break;
     case K_ARRAY:
@@ -138,15 +160,123 @@ static void first_bytes(const jg_schema *s, int n, bool *set, int depth) {
     for (; *starts; starts++) set[(uint8_t)*starts] = true;
 }
 
+static int make_union(compiler *c, int *b, int n);
+
+static int name_index(const jg_schema *s, int first, int count, const char *name) {
+    for (int i = 0; i < count; i++)
+        if (!strcmp(s->texts[first + i].p, name)) return i;
+    return -1;
+}
+
+/* How name m's value follows the object union u's branches: the node
+ * they share, a merged enum of theirs, or a union of theirs told apart by
+ * the first byte (into the names' texts and the narrowing table). */
+static void union_value(compiler *c, int u, int m) {
+    jg_schema *s = c->s;
+    js_node *n = &s->nodes[u];
+    int nb = n->n_branch, nm = n->count, tab = n->tab;
+    int nodes[MAX_SET], k = 0, texts = 0;
+    bool enums = true;
+    for (int b = 0; b < nb; b++) {
+        int v = s->tab[tab + b * nm + m], seen = 0;
+        if (v == NO_NODE) continue;
+        while (seen < k && nodes[seen] != v) seen++;
+        if (seen < k) continue;
+        nodes[k++] = v;
+        enums &= s->nodes[v].kind == K_ENUM;
+        texts += s->nodes[v].count;
+    }
+    int value = nodes[0], how = V_SAME;
+    if (k > 1 && enums && texts <= MAX_SET) { /* one enum: each value its branches */
+        value = new_node(c, K_ENUM);
+        if (value) {
+            s->nodes[value].first = s->n_texts;
+            s->nodes[value].count = texts;
+            for (int i = 0; i < k; i++)
+                for (int t = 0; t < s->nodes[nodes[i]].count; t++) {
+                    js_text *e = &s->texts[s->nodes[nodes[i]].first + t];
+                    uint64_t in = 0;
+                    for (int b = 0; b < nb; b++)
+                        in |= (uint64_t)(s->tab[tab + b * nm + m] == nodes[i]) << b;
+                    int at = add_text(c, e->p, (size_t)e->len, 0);
+                    s->texts[at].branches = in;
+                }
+            how = V_ENUM;
+        }
+    } else if (k > 1) {
+        int alts[MAX_SET];
+        memcpy(alts, nodes, sizeof(int) * (size_t)k);
+        value = make_union(c, alts, k);
+        /* told apart by the first byte only where each branch's node is one
+         * of the union's (an integer beside a number, nested objects merged:
+         * no narrowing) */
+        if (value && s->nodes[value].kind == K_UNION && s->nodes[value].count == k) how = V_FIRST;
+    }
+    s->texts[s->nodes[u].first + m].node = (uint16_t)value;
+    s->tab[tab + nb * nm + m] = (uint16_t)how;
+}
+
+/* One node for object branches o[0..nb): the names any of them has, keys
+ * narrowing the branches to those with the key, values (enum values, first
+ * bytes) to those that take them; it closes where a branch left has all it
+ * requires. Any object where one is, or where the names are too many. */
+static int object_union(compiler *c, const int *o, int nb) {
+    jg_schema *s = c->s;
+    for (int b = 0; b < nb; b++)
+        if (s->nodes[o[b]].kind != K_OBJECT) return new_node(c, K_ANYOBJ);
+    int first = s->n_texts, nm = 0;
+    for (int b = 0; b < nb; b++) {
+        const js_node *k = &s->nodes[o[b]];
+        for (int p = 0; p < k->count; p++) {
+            const js_text *t = &s->texts[k->first + p];
+            if (name_index(s, first, nm, t->p) >= 0) continue;
+            if (nm == MAX_SET) return new_node(c, K_ANYOBJ);
+            add_text(c, t->p, (size_t)t->len, 0);
+            nm++;
+        }
+    }
+    int u = new_node(c, K_OBJUNION);
+    if (!u) return 0;
+    s->tab = di_realloc(s->tab, sizeof *s->tab * (size_t)(s->n_tab + nb * nm + nm));
+    s->masks = di_realloc(s->masks, sizeof *s->masks * (size_t)(s->n_masks + 2 * nb));
+    s->alts = di_realloc(s->alts, sizeof *s->alts * (size_t)(s->n_alts + nb));
+    js_node *n = &s->nodes[u];
+    n->first = first, n->count = nm, n->n_branch = nb;
+    n->branches = s->n_alts, n->tab = s->n_tab, n->masks = s->n_masks;
+    s->n_alts += nb, s->n_tab += nb * nm + nm, s->n_masks += 2 * nb;
+    for (int b = 0; b < nb; b++) {
+        const js_node *k = &s->nodes[o[b]];
+        uint64_t has = 0, req = 0;
+        for (int m = 0; m < nm; m++) s->tab[n->tab + b * nm + m] = NO_NODE;
+        for (int p = 0; p < k->count; p++) {
+            int m = name_index(s, first, nm, s->texts[k->first + p].p);
+            s->tab[n->tab + b * nm + m] = s->texts[k->first + p].node;
+            has |= 1ull << m;
+            if (k->required >> p & 1) req |= 1ull << m;
+        }
+        s->alts[n->branches + b] = (uint16_t)o[b];
+        s->masks[n->masks + b] = has;
+        s->masks[n->masks + nb + b] = req;
+    }
+    for (int m = 0; m < nm; m++) union_value(c, u, m);
+    return u;
+}
+
 /* A union of the compiled branches b[0..n), or a free value where two
  * could start with the same byte (an integer beside a number is the
- * number). */
+ * number; object branches become one object union). */
 static int make_union(compiler *c, int *b, int n) {
     bool number = false;
     for (int i = 0; i < n; i++) number |= c->s->nodes[b[i]].kind == K_NUMBER;
-    int m = 0;
-    for (int i = 0; i < n; i++)
-        if (!number || c->s->nodes[b[i]].kind != K_INTEGER) b[m++] = b[i];
+    int m = 0, objs[MAX_SET], no = 0;
+    for (int i = 0; i < n; i++) {
+        int k = c->s->nodes[b[i]].kind;
+        if (k == K_OBJECT || k == K_ANYOBJ || k == K_OBJUNION)
+            objs[no++] = b[i];
+        else if (!number || k != K_INTEGER)
+            b[m++] = b[i];
+    }
+    if (no) b[m++] = no == 1 ? objs[0] : object_union(c, objs, no);
     n = m;
     if (n == 1) return b[0];
     bool seen[256] = {0};
@@ -342,6 +472,8 @@ void jg_schema_free(jg_schema *s) {
     free(s->texts);
     free(s->nodes);
     free(s->alts);
+    free(s->tab);
+    free(s->masks);
     free(s);
 }
 
@@ -357,8 +489,35 @@ static bool value_done(jg_state *s) {
     s->ws = 0;
     if (!s->depth) return s->done = true;
     jg_frame *f = &s->f[s->depth - 1];
-    f->phase = s->schema->nodes[f->node].kind == K_OBJECT ? O_AFTER : A_AFTER;
+    f->phase = s->schema->nodes[f->node].kind == K_ARRAY ? A_AFTER : O_AFTER;
     return true;
+}
+
+/* ---- object unions ---- */
+static uint64_t all_bits(int n) {
+    return n >= 64 ? ~0ull : (1ull << n) - 1;
+}
+
+/* The names the branches left can still take. */
+static uint64_t union_names(const jg_schema *sc, const js_node *n, uint64_t alts) {
+    uint64_t names = 0;
+    for (uint64_t m = alts; m; m &= m - 1) names |= sc->masks[n->masks + __builtin_ctzll(m)];
+    return names;
+}
+
+/* A branch left has every name it requires. */
+static bool union_may_close(const jg_schema *sc, const js_node *n, uint64_t alts, uint64_t seen) {
+    for (uint64_t m = alts; m; m &= m - 1)
+        if (!(sc->masks[n->masks + n->n_branch + __builtin_ctzll(m)] & ~seen)) return true;
+    return false;
+}
+
+/* The branches whose value for name m is node v. */
+static uint64_t union_with(const jg_schema *sc, const js_node *n, int m, int v) {
+    uint64_t in = 0;
+    for (int b = 0; b < n->n_branch; b++)
+        in |= (uint64_t)(sc->tab[n->tab + b * n->count + m] == v) << b;
+    return in;
 }
 
 static bool push(jg_state *s, int node, int phase) {
@@ -387,6 +546,10 @@ static bool start_value(jg_state *s, int node, uint8_t c, int depth) {
     switch (n->kind) {
     case K_OBJECT:
         return c == '{' && push(s, node, O_FIRST);
+    case K_OBJUNION:
+        if (c != '{' || !push(s, node, O_FIRST)) return false;
+        s->f[s->depth - 1].alts = all_bits(n->n_branch);
+        return true;
     case K_ARRAY:
         return c == '[' && push(s, node, A_FIRST);
     case K_ANYOBJ:
@@ -447,6 +610,35 @@ static int match(jg_state *s, int first, uint8_t c, uint64_t *ended) {
     return *ended ? 0 : -1;
 }
 
+/* An object union's value: where the branches' nodes differ, one taken by
+ * its first byte, or the enum values of the branches left. */
+static bool union_value_start(jg_state *s, jg_frame *f, uint8_t c) {
+    const jg_schema *sc = s->schema;
+    const js_node *n = &sc->nodes[f->node];
+    int m = f->prop, v = sc->texts[n->first + m].node;
+    int how = sc->tab[n->tab + n->n_branch * n->count + m];
+    if (how == V_FIRST) {
+        const js_node *u = &sc->nodes[v];
+        for (int i = 0; i < u->count; i++) {
+            int x = sc->alts[u->first + i];
+            uint64_t in = union_with(sc, n, m, x) & f->alts;
+            bool set[256] = {0};
+            first_bytes(sc, x, set, 0);
+            if (set[c] && in) return f->alts = in, start_value(s, x, c, 0);
+        }
+        return false;
+    }
+    if (!start_value(s, v, c, 0)) return false;
+    if (how == V_ENUM) { /* only the values of branches left */
+        uint64_t keep = 0;
+        for (uint64_t k = s->cand; k; k &= k - 1)
+            if (sc->texts[sc->nodes[v].first + __builtin_ctzll(k)].branches & f->alts)
+                keep |= k & -k;
+        s->cand = keep;
+    }
+    return s->what != W_ENUM || s->cand;
+}
+
 bool jg_schema_step(jg_state *s, uint8_t c) {
     const jg_schema *sc = s->schema;
     if (s->what == W_CORE) {
@@ -467,8 +659,17 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
         value_done(s); /* the number ended before c: c is the frame's */
     } else if (s->what == W_ENUM) {
         uint64_t ended;
-        int r = match(s, sc->nodes[s->enode].first, c, &ended);
+        int first = sc->nodes[s->enode].first, r = match(s, first, c, &ended);
         if (r) return r > 0;
+        jg_frame *f = s->depth ? &s->f[s->depth - 1] : NULL;
+        if (f && f->phase == O_VALUE && sc->nodes[f->node].kind == K_OBJUNION) {
+            uint64_t in = ~0ull; /* a merged enum's value: its branches */
+            const js_node *n = &sc->nodes[f->node];
+            if (sc->tab[n->tab + n->n_branch * n->count + f->prop] == V_ENUM)
+                for (in = 0; ended; ended &= ended - 1)
+                    in |= sc->texts[first + __builtin_ctzll(ended)].branches;
+            f->alts &= in;
+        }
         value_done(s);
     } else if (s->what == W_KEY) {
         jg_frame *f = &s->f[s->depth - 1];
@@ -481,6 +682,12 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
         if (!ended) return false;
         f->prop = (uint8_t)__builtin_ctzll(ended);
         f->seen |= 1ull << f->prop;
+        if (n->kind == K_OBJUNION) { /* the branches that have the key */
+            uint64_t in = 0;
+            for (int b = 0; b < n->n_branch; b++)
+                in |= (uint64_t)(sc->masks[n->masks + b] >> f->prop & 1) << b;
+            f->alts &= in;
+        }
         f->phase = O_COLON;
         s->what = W_NONE;
         s->ws = 0;
@@ -492,12 +699,14 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
     if (!s->depth) return start_value(s, sc->root, c, 0);
     jg_frame *f = &s->f[s->depth - 1];
     const js_node *n = &sc->nodes[f->node];
-    uint64_t all = n->count >= 64 ? ~0ull : (1ull << n->count) - 1, left = all & ~f->seen;
+    bool onion = n->kind == K_OBJUNION;
+    uint64_t left = (onion ? union_names(sc, n, f->alts) : all_bits(n->count)) & ~f->seen;
     switch (f->phase) {
     case O_FIRST:
     case O_AFTER:
         if (c == '}') {
-            if (n->required & ~f->seen) return false;
+            if (onion ? !union_may_close(sc, n, f->alts, f->seen) : (n->required & ~f->seen))
+                return false;
             s->depth--;
             return value_done(s);
         }
@@ -510,6 +719,7 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
     case O_COLON:
         return c == ':' && (f->phase = O_VALUE, true);
     case O_VALUE:
+        if (onion) return union_value_start(s, f, c);
         return start_value(s, sc->texts[n->first + f->prop].node, c, 0);
     case A_FIRST:
         if (c == ']') {

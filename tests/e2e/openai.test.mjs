@@ -172,6 +172,21 @@ test('response_format json_schema: replies follow the schema', async () => {
     assert.equal(o.n.length, 2);
     assert.ok(o.n.every((x) => Number.isInteger(x) && x >= 0), r.choices[0].message.content);
   }
+  // A discriminated union of objects: the reply is one branch, whole.
+  const branches = [
+    { type: 'object', properties: { kind: { const: 'circle' }, r: { type: 'number' } }, required: ['kind', 'r'] },
+    { type: 'object', properties: { kind: { const: 'square' }, side: { type: 'integer' } }, required: ['kind', 'side'] },
+  ];
+  for (const seed of [1, 2, 3, 4]) {
+    const r = await client.chat.completions.create({
+      model: MODEL, messages: user('Shape?'), max_tokens: 160, temperature: 1, seed,
+      response_format: { type: 'json_schema', json_schema: { name: 'shape', schema: { type: 'object', properties: { s: { anyOf: branches } }, required: ['s'] } } },
+    });
+    const s = JSON.parse(r.choices[0].message.content).s;
+    const b = branches.find((x) => x.properties.kind.const === s.kind);
+    assert.ok(b, r.choices[0].message.content);
+    assert.deepEqual(Object.keys(s).sort(), Object.keys(b.properties).sort(), r.choices[0].message.content);
+  }
   await assert.rejects(client.chat.completions.create({
     model: MODEL, messages: user('x'), response_format: { type: 'json_schema', json_schema: { name: 'a', schema: { type: 'array' } } },
   }), (e) => e.status === 400 && /json_schema/.test(e.message));

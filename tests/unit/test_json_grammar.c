@@ -325,10 +325,11 @@ TEST(json_schema_refs_recurse_and_unsupported_parts_are_free) {
     CHECK(schema_accepts(sc, "{\"v\":1,\"kids\":[{\"v\":2},{\"v\":3,\"kids\":[{\"v\":4}]}]}"));
     CHECK(!schema_accepts(sc, "{\"v\":1,\"kids\":[{\"w\":2}]}"));
     jg_schema_free(sc);
-    /* two branches that start alike cannot be told apart by a byte: free */
-    sc = schema_of("{\"type\":\"object\",\"properties\":{\"u\":{\"anyOf\":[{\"type\":\"object\","
-                   "\"properties\":{\"a\":{\"type\":\"string\"}}},{\"type\":\"object\","
-                   "\"properties\":{\"b\":{\"type\":\"string\"}}}]}}}");
+    /* two branches that start alike and are not objects cannot be told
+     * apart by a byte: free */
+    sc = schema_of("{\"type\":\"object\",\"properties\":{\"u\":{\"anyOf\":[{\"type\":\"array\","
+                   "\"items\":{\"type\":\"string\"}},{\"type\":\"array\",\"items\":{\"type\":"
+                   "\"null\"}}]}}}");
     CHECK(sc && schema_accepts(sc, "{\"u\":{\"c\":[1]}}"));
     jg_schema_free(sc);
     /* a union that reaches itself through a $ref: bounded, not a loop */
@@ -391,6 +392,59 @@ TEST(json_schema_mask_equals_feeding_each_token) {
                 11, 5, "schema walk");
 }
 
+/* A union of objects (Pydantic's discriminated unions): the keys written
+ * narrow the branches to those that have them, a value to the branches
+ * that take it (an enum value, or the first byte of a value the branches
+ * type differently), and the object closes once a branch left has all it
+ * requires. */
+static const char SHAPES[] =
+    "{\"type\":\"object\",\"properties\":{\"s\":{\"anyOf\":[{\"$ref\":\"#/$defs/C\"},{\"$ref\":"
+    "\"#/$defs/Q\"},{\"type\":\"null\"}]}},\"required\":[\"s\"],\"$defs\":{\"C\":{\"type\":"
+    "\"object\",\"properties\":{\"kind\":{\"const\":\"circle\"},\"r\":{\"type\":\"number\"},"
+    "\"v\":{\"type\":\"string\"}},\"required\":[\"kind\",\"r\"]},\"Q\":{\"type\":\"object\","
+    "\"properties\":{\"kind\":{\"enum\":[\"square\",\"box\"]},\"side\":{\"type\":\"number\"},"
+    "\"v\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}},\"required\":[\"kind\","
+    "\"side\"]}}}";
+
+TEST(json_schema_holds_unions_of_objects) {
+    jg_schema *sc = schema_of(SHAPES);
+    CHECK(sc);
+    const char *ok[] = {
+        "{\"s\":{\"kind\":\"circle\",\"r\":1}}",
+        "{\"s\":{\"kind\":\"box\",\"side\":2,\"v\":[1]}}",
+        "{\"s\":{\"r\":1.5,\"kind\":\"circle\",\"v\":\"x\"}}",
+        "{\"s\":{\"v\":\"x\",\"kind\":\"circle\",\"r\":1}}",
+        "{\"s\":{\"v\":[1],\"side\":2,\"kind\":\"square\"}}",
+        "{\"s\":null}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+        CHECKF(schema_accepts(sc, ok[i]), "rejected %s", ok[i]);
+    const char *bad[] = {
+        "{\"s\":{\"kind\":\"circle\",\"side\":2}}",             /* side: not a circle's */
+        "{\"s\":{\"kind\":\"square\",\"r\":1}}",                /* r: not a square's */
+        "{\"s\":{\"kind\":\"circle\"}}",                        /* r required */
+        "{\"s\":{\"r\":1}}",                                    /* kind required */
+        "{\"s\":{\"v\":\"x\",\"kind\":\"square\",\"side\":1}}", /* a string v: a circle */
+        "{\"s\":{\"side\":1,\"kind\":\"circle\"}}",             /* a side: a square */
+        "{\"s\":{\"kind\":\"tri\",\"r\":1}}",                   /* no such kind */
+        "{\"s\":{\"kind\":\"circle\",\"r\":1,\"r\":2}}",        /* twice */
+        "{\"s\":{\"v\":[\"x\"],\"kind\":\"box\",\"side\":1}}",  /* integers */
+        "{\"s\":{\"c\":[1]}}",                                  /* no such key */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECKF(!schema_accepts(sc, bad[i]), "accepted %s", bad[i]);
+    /* no dead end offered: once a string v made it a circle, a square's
+     * kind does not even start */
+    jg_state s;
+    jg_init_schema(&s, sc);
+    const char *circle = "{\"s\":{\"v\":\"x\",\"kind\":\"c",
+               *square = "{\"s\":{\"v\":\"x\",\"kind\":\"s";
+    CHECK(jg_feed(&s, circle, strlen(circle)));
+    jg_init_schema(&s, sc);
+    CHECK(!jg_feed(&s, square, strlen(square)));
+    jg_schema_free(sc);
+}
+
 /* Lengths in characters (a UTF-8 character, an escape, a surrogate pair's
  * two escapes: one each), item counts, and a minimum of 0 ruling out a sign. */
 static const char RANGES[] =
@@ -431,6 +485,16 @@ TEST(json_schema_holds_lengths_counts_and_signs) {
 
 /* The mask where a string's length is bounded: plain tokens are allowed as
  * a set only as far as they fit. */
+/* The mask in a union of objects, whose keys and values narrow it. */
+TEST(json_schema_mask_equals_feeding_each_token_in_unions) {
+    schema_walk("{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"object\","
+                "\"properties\":{\"a\":{\"const\":\"a\"},\"b\":{\"type\":\"number\"}},"
+                "\"required\":[\"a\"]},{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":["
+                "\"b\",true]},\"b\":{\"type\":\"string\"}},\"required\":[\"a\",\"b\"]}]}},"
+                "\"required\":[\"a\"]}",
+                31, 8, "union walk");
+}
+
 TEST(json_schema_mask_equals_feeding_each_token_with_lengths) {
     schema_walk("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":2},"
                 "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":1,"
