@@ -5,18 +5,18 @@
  * The graph: an object node lists its properties (name, node, required),
  * an array node its items' node, an enum node its values' compact JSON
  * texts, a union its branches, which must start with different bytes so
- * that the first byte picks one (its object branches are one object
- * union: the names any of them has, each key narrowing the branches to
- * those that have it, an enum value or a value's first byte to those that
- * take it, closing once a branch left has what it requires); strings, numbers, integers, booleans and
- * null are leaves read by the core automaton, and so is a free value (a
- * part the compiler cannot hold: any JSON there). A $ref is a node shared
- * (recursion included). The step keeps one frame per container open;
- * object keys and enum values are matched against all the candidates at
- * once (a bit each), so properties come in any order, each once. A string
- * node's length range counts characters (an escape is one, a surrogate
- * pair's two escapes one) as the core reads them; an array frame counts
- * its items. */
+ * that the first byte picks one; its object branches are one object union
+ * (the names any of them has, each key narrowing the branches to those
+ * that have it, an enum value or a value's first byte to those that take
+ * it, closing once a branch left has what it requires). Strings, numbers,
+ * integers, booleans and null are leaves read by the core automaton, and
+ * so is a free value (a part the compiler cannot hold: any JSON there). A
+ * $ref is a node shared (recursion included). The step keeps one frame per
+ * container open; object keys and enum values are matched against all the
+ * candidates at once (a bit each), so properties come in any order, each
+ * once. A string node's length range counts characters (an escape is one,
+ * a surrogate pair's two escapes one) as the core reads them; an array
+ * frame counts its items. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
