@@ -122,6 +122,9 @@ static void logprobs(samp_ctx *c, const float *logits, int k, samp_out *out) {
 void samp_score(samp_ctx *c, const float *logits, int token, int k, samp_out *out) {
     out->token = token;
     logprobs(c, logits, k, out);
+    int above = 0;
+    for (int i = 0; i < c->vocab; i++) above += logits[i] > logits[token];
+    out->rank = 1 + above;
 }
 
 void samp_next(samp_ctx *c, const samp_params *p, uint64_t *rng, const float *logits,

@@ -49,6 +49,7 @@ typedef struct samp_logprob {
 typedef struct samp_out {
     int token;
     float logprob; /* of token (when params.logprobs) */
+    int rank;      /* samp_score: 1 + the tokens more likely than token */
     int n_top;
     samp_logprob top[SAMP_MAX_TOP]; /* most likely first */
 } samp_out;
@@ -71,7 +72,8 @@ void samp_next(samp_ctx *c, const samp_params *p, uint64_t *rng, const float *lo
                const int *tokens, int n_prompt, int n_tokens, const jg_vocab *jv,
                const jg_state *js, samp_out *out);
 /* What samp_next reports for a token that is already known (a prompt's):
- * its logprob under the raw logits and the top k (0..SAMP_MAX_TOP). */
+ * its logprob under the raw logits, its rank, and the top k
+ * (0..SAMP_MAX_TOP). */
 void samp_score(samp_ctx *c, const float *logits, int token, int k, samp_out *out);
 
 #endif

@@ -319,6 +319,7 @@ static int chat_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
         srv_get_int(body, "max_completion_tokens", 1, 1 << 30, &r->max_tokens, f) ||
         srv_get_bool(body, "logprobs", &r->logprobs, f) ||
         srv_get_int(body, "top_logprobs", 0, SAMP_MAX_TOP, &r->top_logprobs, f) ||
+        srv_get_int(body, "prompt_logprobs", 0, SAMP_MAX_TOP, &r->prompt_logprobs, f) ||
         srv_get_bool(body, "parallel_tool_calls", &r->parallel_tool_calls, f))
         return -1;
     if (r->top_logprobs && !r->logprobs)
@@ -379,6 +380,17 @@ static void chat_begin(srv_gen *g) {
     (void)g; /* the role arrives with each choice's first delta */
 }
 
+/* prompt_logprobs (vLLM's), streamed: a chunk of its own, no choice in it,
+ * before the first choice's first delta. */
+static void chat_scored(srv_gen *g, int bi) {
+    if (bi != 0 || g->req->prompt_logprobs < 0) return;
+    sse_json(g, NULL,
+             json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", g->id, "object",
+                       "chat.completion.chunk", "created", (json_int_t)g->created, "model",
+                       g->env.model_name, "system_fingerprint", "deepinfer", "choices",
+                       "prompt_logprobs", gen_prompt_logprobs(g, 0)));
+}
+
 static void chat_branch_end(srv_gen *g, int bi) {
     gen_branch *b = &g->b[bi];
     json_t *delta = json_object();
@@ -437,10 +449,13 @@ static json_t *chat_body(srv_gen *g) {
                                                  "logprobs", lp, "finish_reason",
                                                  srv_finish_openai(b->finish)));
     }
-    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o}", "id", g->id, "object",
-                     "chat.completion", "created", (json_int_t)g->created, "model",
-                     g->env.model_name, "system_fingerprint", "deepinfer", "choices", choices,
-                     "usage", srv_usage_openai(g));
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o}", "id", g->id, "object",
+                          "chat.completion", "created", (json_int_t)g->created, "model",
+                          g->env.model_name, "system_fingerprint", "deepinfer", "choices", choices,
+                          "usage", srv_usage_openai(g));
+    if (g->req->prompt_logprobs >= 0) /* vLLM's: beside the choices */
+        json_object_set_new(o, "prompt_logprobs", gen_prompt_logprobs(g, 0));
+    return o;
 }
 
 const srv_api srv_api_chat = {.path = "/v1/chat/completions",
@@ -450,5 +465,6 @@ const srv_api srv_api_chat = {.path = "/v1/chat/completions",
                               .begin = chat_begin,
                               .event = chat_event,
                               .branch_end = chat_branch_end,
+                              .scored = chat_scored,
                               .end = chat_end,
                               .body = chat_body};

@@ -73,6 +73,7 @@ static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
         srv_get_int(body, "max_tokens", 0, 1 << 30, &r->max_tokens, f) ||
         srv_get_int(body, "logprobs", 0, SAMP_MAX_TOP, &lp, f) ||
         srv_get_bool(body, "echo", &r->echo, f) ||
+        srv_get_int(body, "prompt_logprobs", 0, SAMP_MAX_TOP, &r->prompt_logprobs, f) ||
         srv_parse_response_format(json_object_get(body, "response_format"), "response_format", r,
                                   f))
         return -1;
@@ -149,10 +150,16 @@ static void comp_begin(srv_gen *g) {
     }
 }
 
+/* The prompt's scores are in: the echo with its logprobs (held back for
+ * them), and vLLM's prompt_logprobs. */
 static void comp_scored(srv_gen *g, int bi) {
     const gen_prompt *gp = &g->prompts[bi / g->per];
-    const char *t = gp->echo ? gp->echo : "";
-    sse_json(g, NULL, wrap(g, json_pack("[o]", choice(g, bi, t, gp->echo_len, gp->lp, NULL))));
+    bool echo = scoring(g) && gp->echo;
+    json_t *c = choice(g, bi, echo ? gp->echo : "", echo ? gp->echo_len : 0,
+                       scoring(g) ? gp->lp : NULL, NULL);
+    if (g->req->prompt_logprobs >= 0)
+        json_object_set_new(c, "prompt_logprobs", gen_prompt_logprobs(g, bi / g->per));
+    sse_json(g, NULL, wrap(g, json_pack("[o]", c)));
 }
 
 static void comp_branch_end(srv_gen *g, int bi) {
@@ -186,7 +193,10 @@ static json_t *comp_body(srv_gen *g) {
             json_array_extend(lps, b->logprobs);
         } else if (g->req->logprobs)
             lps = json_incref(b->logprobs);
-        json_array_append_new(choices, choice(g, i, t.p, t.n, lps, srv_finish_openai(b->finish)));
+        json_t *c = choice(g, i, t.p, t.n, lps, srv_finish_openai(b->finish));
+        if (g->req->prompt_logprobs >= 0) /* vLLM's: in each choice */
+            json_object_set_new(c, "prompt_logprobs", gen_prompt_logprobs(g, i / g->per));
+        json_array_append_new(choices, c);
         json_decref(lps);
         di_buf_free(&t);
     }

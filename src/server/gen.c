@@ -185,6 +185,7 @@ void gen_free(srv_gen *g) {
     for (int p = 0; p < g->n_prompts; p++) {
         free(g->prompts[p].echo);
         json_decref(g->prompts[p].lp);
+        free(g->prompts[p].scores);
     }
     free(g->prompts);
     pthread_mutex_destroy(&g->mu);
@@ -217,7 +218,7 @@ static json_t *prompt_entries(const srv_gen *g, const samp_out *lp, int n) {
     for (int i = 0; i < n; i++) {
         json_t *e = lp_entry(g->env.tok, lp[i].token, lp[i].logprob);
         json_t *tops = json_array();
-        for (int k = 0; k < lp[i].n_top; k++)
+        for (int k = 0; k < lp[i].n_top && k < g->req->top_logprobs; k++)
             json_array_append_new(tops,
                                   lp_entry(g->env.tok, lp[i].top[k].id, lp[i].top[k].logprob));
         json_object_set_new(e, "top_logprobs", tops);
@@ -226,6 +227,38 @@ static json_t *prompt_entries(const srv_gen *g, const samp_out *lp, int n) {
             json_object_set_new(e, "top_logprobs", json_null());
         }
         json_array_append_new(a, e);
+    }
+    return a;
+}
+
+/* One vLLM prompt-logprob value: {"logprob", "rank", "decoded_token"}. */
+static void plp_put(const srv_gen *g, json_t *o, int id, float lp, int rank) {
+    char key[16];
+    snprintf(key, sizeof key, "%d", id);
+    size_t len = 0, tlen = 0;
+    char *raw = g->env.tok ? tok_token_bytes(g->env.tok, id, &len) : NULL;
+    char *text = raw ? tok_utf8_lossy(raw, len, &tlen) : NULL;
+    json_object_set_new(o, key,
+                        json_pack("{s:f, s:i, s:o}", "logprob", isfinite(lp) ? lp : -9999.0, "rank",
+                                  rank, "decoded_token", srv_jstr(text ? text : "", tlen)));
+    free(raw);
+    free(text);
+}
+
+json_t *gen_prompt_logprobs(const srv_gen *g, int p) {
+    const gen_prompt *gp = &g->prompts[p];
+    json_t *a = json_array();
+    for (int i = 0; i < gp->n_scores; i++) {
+        const samp_out *s = &gp->scores[i];
+        if (i == 0) { /* nothing precedes the first token */
+            json_array_append_new(a, json_null());
+            continue;
+        }
+        json_t *o = json_object();
+        for (int k = 0; k < s->n_top && k < g->req->prompt_logprobs; k++)
+            plp_put(g, o, s->top[k].id, s->top[k].logprob, k + 1);
+        plp_put(g, o, s->token, s->logprob, s->rank);
+        json_array_append_new(a, o);
     }
     return a;
 }
@@ -355,7 +388,13 @@ void gen_on_engine_event(const engine_event *ev, void *user) {
     gen_branch *b = &g->b[bi];
     if (ev->prompt_lp && !b->done) { /* each branch's first event */
         gen_prompt *gp = &g->prompts[p];
-        if (!gp->lp) gp->lp = prompt_entries(g, ev->prompt_lp, ev->n_prompt_lp);
+        if (!gp->scores) {
+            gp->n_scores = ev->n_prompt_lp;
+            gp->scores = di_malloc(sizeof *gp->scores * (size_t)(gp->n_scores ? gp->n_scores : 1));
+            memcpy(gp->scores, ev->prompt_lp, sizeof *gp->scores * (size_t)gp->n_scores);
+            if (g->req->echo && g->req->logprobs)
+                gp->lp = prompt_entries(g, ev->prompt_lp, ev->n_prompt_lp);
+        }
         if (g->req->stream && g->api->scored) g->api->scored(g, bi);
     }
     double now = di_now();

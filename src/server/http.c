@@ -177,6 +177,13 @@ static int conn_fd(struct MHD_Connection *c) {
     return ci ? ci->connect_fd : -1;
 }
 
+/* Alternatives the engine keeps per prompt token: the legacy echo's
+ * (logprobs) or vLLM's prompt_logprobs, whichever asks more. */
+static int scored_top(const srv_req *r) {
+    int legacy = r->echo && r->logprobs ? r->top_logprobs : 0;
+    return legacy > r->prompt_logprobs ? legacy : r->prompt_logprobs;
+}
+
 static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
     srv *s = k->s;
     srv_fail f = {0};
@@ -248,8 +255,8 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
     engine_request er = {.sampling = sp,
                          .stop = {.ignore_eos = r->ignore_eos},
                          .n = g->per,
-                         .prompt_logprobs = r->echo && r->logprobs,
-                         .prompt_top = r->top_logprobs,
+                         .prompt_logprobs = (r->echo && r->logprobs) || r->prompt_logprobs >= 0,
+                         .prompt_top = scored_top(r),
                          .prompt_only = r->prompt_only,
                          .traffic = k->api->proto == SRV_COMPLETIONS ? ENGINE_TRAFFIC_AGENT
                                                                      : ENGINE_TRAFFIC_CHAT,

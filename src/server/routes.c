@@ -122,7 +122,7 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
                    .n = 1,
                    .max_tokens = -1,
                    .parallel_tool_calls = true,
-                   .completions_logprobs = -1};
+                   .prompt_logprobs = -1};
     *out = (srv_prepared){0};
     int cap = lim->max_json_depth > 0 ? lim->max_json_depth : 64;
     if (raw_depth(body, len, cap) > cap)

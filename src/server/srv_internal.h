@@ -91,7 +91,7 @@ typedef struct srv_req {
      * the prompt scored, what evaluation harnesses ask for) */
     bool prompt_only;
     bool ignore_eos;          /* vLLM extension: keep going past EOS */
-    int completions_logprobs; /* completions: logprobs as an int, -1 unset */
+    int prompt_logprobs;      /* vLLM's: alternatives per prompt token, -1 unset */
 } srv_req;
 
 /* Limits the parsers enforce (from srv_opts). */
@@ -190,9 +190,12 @@ typedef struct gen_prompt {
     uint64_t engine_id; /* its engine request (0: not submitted) */
     char *echo;         /* completions echo */
     size_t echo_len;
-    /* A scored prompt (echo with logprobs): one logprob entry per prompt
-     * token, the first one's logprob and top_logprobs null; from the
-     * engine's first event. */
+    /* A scored prompt (echo with logprobs, or prompt_logprobs), from the
+     * engine's first event: its entries (gen_prompt_logprobs), and the
+     * legacy form, one logprob entry per prompt token (the first one's
+     * logprob and top_logprobs null). */
+    samp_out *scores;
+    int n_scores;
     json_t *lp;
 } gen_prompt;
 
@@ -225,6 +228,10 @@ typedef struct srv_gen {
 srv_gen *gen_new(const gen_env *env, const srv_api *api, srv_req *req, int prompt_tokens,
                  bool think_opened, srv_fail *f);
 void gen_free(srv_gen *g);
+/* vLLM's prompt_logprobs of prompt p (a new array): null for the first
+ * token, then per token an object from token id to logprob, rank and
+ * decoded_token (the token itself and req->prompt_logprobs alternatives). */
+json_t *gen_prompt_logprobs(const srv_gen *g, int p);
 /* Engine callback (user = srv_gen). */
 void gen_on_engine_event(const engine_event *ev, void *user);
 /* The same steps, for tests and the engine callback: a token's logprobs, a

@@ -1,7 +1,7 @@
 // openai.test.mjs — `deepinfer serve` driven by the official `openai` SDK:
 // chat completions (streamed and not, n > 1, logprobs and their bytes, usage with cached
 // tokens), completions (greedy output equals `deepinfer generate`; echo + logprobs
-// scoring the prompt; a batch of prompts), responses
+// scoring the prompt; a batch of prompts; vLLM's prompt_logprobs), responses
 // (streamed and not, logprobs, previous_response_id), JSON-constrained replies, a tool-result
 // round trip, forced tool_choice, and errors (401, 404, 400 naming the
 // field, context overflow) in OpenAI's error shape.
@@ -265,6 +265,37 @@ test('completions: echo + logprobs scores the prompt (max_tokens 0 generates not
   const str = await client.completions.create({ model: MODEL, prompt: 'Hello world', echo: true, logprobs: 1, max_tokens: 0 });
   assert.equal(str.choices[0].text, 'Hello world');
   assert.equal(str.choices[0].logprobs.tokens.length, str.usage.prompt_tokens);
+});
+
+test("prompt_logprobs (vLLM's), in chat and completions, streamed and not", async () => {
+  const r = await client.chat.completions.create({ model: MODEL, messages: user('Hello there'), max_tokens: 1, prompt_logprobs: 2 });
+  const plp = r.prompt_logprobs;
+  assert.equal(plp.length, r.usage.prompt_tokens);
+  assert.equal(plp[0], null);
+  for (const e of plp.slice(1)) {
+    const v = Object.values(e);
+    assert.ok(v.length >= 2 && v.length <= 3, JSON.stringify(e));
+    const ranks = v.map((x) => x.rank).sort((a, b) => a - b);
+    assert.deepEqual(ranks.slice(0, 2), [1, 2]);
+    for (const x of v) assert.ok(x.logprob <= 0 && typeof x.decoded_token === 'string');
+  }
+  const s = await client.chat.completions.create({ model: MODEL, messages: user('Hello there'), max_tokens: 1, prompt_logprobs: 2, stream: true });
+  let streamed;
+  for await (const c of s) if (c.prompt_logprobs) streamed = c.prompt_logprobs;
+  assert.deepEqual(streamed, plp);
+  // The same scores as the legacy echo: the prompt token's entry under its id.
+  const tok = await fetch(`${srv.url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ prompt: 'The quick brown fox' }) });
+  const ids = (await tok.json()).tokens;
+  const c = await client.completions.create({ model: MODEL, prompt: ids, echo: true, logprobs: 1, max_tokens: 0, prompt_logprobs: 0 });
+  const ch = c.choices[0];
+  assert.equal(ch.prompt_logprobs.length, ids.length);
+  for (let i = 1; i < ids.length; i++) {
+    const e = ch.prompt_logprobs[i];
+    assert.deepEqual(Object.keys(e), [String(ids[i])], 'prompt_logprobs 0: the token alone');
+    assert.equal(e[ids[i]].logprob, ch.logprobs.token_logprobs[i]);
+    assert.equal(e[ids[i]].decoded_token, ch.logprobs.tokens[i]);
+  }
+  await assert.rejects(client.completions.create({ model: MODEL, prompt: 'x', prompt_logprobs: 21 }), (e) => e.status === 400 && e.param === 'prompt_logprobs');
 });
 
 test('completions: a batch of prompts, n each, equals the prompts one by one', async () => {

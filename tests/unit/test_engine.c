@@ -687,6 +687,9 @@ static bool plp_matches_ref(const int *prompt, int np, const samp_out *plp, int 
         double lse = mx + log(sum);
         const samp_out *o = &plp[i];
         if (o->token != prompt[i] || fabs(o->logprob - (lg[prompt[i]] - lse)) > 1e-4) return false;
+        int rank = 1;
+        for (int v = 0; v < FV; v++) rank += lg[v] > lg[prompt[i]];
+        if (o->rank != rank) return false;
         if (o->n_top != k) return false;
         for (int j = 0; j < k; j++) {
             int above = 0; /* the j-th best: exactly j logits above it */
