@@ -90,8 +90,8 @@ typedef struct srv_req {
     /* completions: max_tokens 0, nothing generated (with echo and logprobs:
      * the prompt scored, what evaluation harnesses ask for) */
     bool prompt_only;
-    bool ignore_eos;          /* vLLM extension: keep going past EOS */
-    int prompt_logprobs;      /* vLLM's: alternatives per prompt token, -1 unset */
+    bool ignore_eos;     /* vLLM extension: keep going past EOS */
+    int prompt_logprobs; /* vLLM's: alternatives per prompt token, -1 unset */
 } srv_req;
 
 /* Limits the parsers enforce (from srv_opts). */
