@@ -406,6 +406,18 @@ uint64_t engine_submit(engine *e, const engine_request *q, di_err *err) {
     }
     ereq *r = copy_request(q);
     r->schema = schema;
+    if (q->sampling.min_tokens > 0) { /* held off: the EOS ids (unless ignored), the stop ids */
+        int n = (q->stop.ignore_eos ? 0 : e->run.n_eos) + q->stop.n_ids;
+        r->ends = di_malloc(sizeof(int) * (size_t)(n ? n : 1));
+        int k = 0;
+        for (int i = 0; !q->stop.ignore_eos && i < e->run.n_eos; i++)
+            if (e->run.eos_ids[i] >= 0 && e->run.eos_ids[i] < e->run.vocab)
+                r->ends[k++] = e->run.eos_ids[i];
+        for (int i = 0; i < q->stop.n_ids; i++)
+            if (q->stop.ids[i] >= 0 && q->stop.ids[i] < e->run.vocab) r->ends[k++] = q->stop.ids[i];
+        r->r.sampling.ends = r->ends;
+        r->r.sampling.n_ends = k;
+    }
     pthread_mutex_lock(&e->mu);
     uint64_t id = r->id = e->next_req_id++;
     if (e->inbox_tail)

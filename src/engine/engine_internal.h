@@ -20,6 +20,7 @@ typedef struct ereq {
     int *prompt;
     samp_bias *bias;
     int *stop_ids;
+    int *ends; /* min_tokens: the ids held off until then (EOS, stop ids) */
     char **stop_strs;
     jg_schema *schema; /* compiled r.json_schema */
     samp_out *plp;     /* with prompt_logprobs: n_prompt entries (engine_event.prompt_lp) */

@@ -105,6 +105,7 @@ void engine_free_req(ereq *r) {
     free(r->prompt);
     free(r->bias);
     free(r->stop_ids);
+    free(r->ends);
     for (int i = 0; i < r->r.stop.n_strs; i++) free(r->stop_strs[i]);
     free(r->stop_strs);
     jg_schema_free(r->schema);

@@ -62,6 +62,8 @@ int samp_params_check(const samp_params *p, int vocab, di_err *err) {
             return di_errf(err, "sampling: logit_bias of token %d out of range [-100, 100]",
                            p->bias[i].id);
     }
+    if (p->min_tokens < 0)
+        return di_errf(err, "sampling: min_tokens %d is negative", p->min_tokens);
     if (p->top_logprobs < 0 || p->top_logprobs > SAMP_MAX_TOP)
         return di_errf(err, "sampling: top_logprobs %d out of range [0, %d]", p->top_logprobs,
                        SAMP_MAX_TOP);
@@ -133,10 +135,12 @@ void samp_next(samp_ctx *c, const samp_params *p, uint64_t *rng, const float *lo
     const float *row = logits;
     bool penal = (p->repetition_penalty > 0 && p->repetition_penalty != 1) ||
                  p->presence_penalty != 0 || p->frequency_penalty != 0;
-    if (penal || p->n_bias > 0 || js) {
+    bool hold = !js && n_tokens - n_prompt < p->min_tokens && p->n_ends > 0;
+    if (penal || p->n_bias > 0 || js || hold) {
         memcpy(c->work, logits, sizeof(float) * (size_t)c->vocab);
         if (penal) apply_penalties(c, p, c->work, tokens, n_prompt, n_tokens);
         for (int i = 0; i < p->n_bias; i++) c->work[p->bias[i].id] += p->bias[i].bias;
+        for (int i = 0; hold && i < p->n_ends; i++) c->work[p->ends[i]] = -INFINITY;
         if (js) jg_mask(jv, js, c->work);
         row = c->work;
     }

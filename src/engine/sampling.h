@@ -39,6 +39,12 @@ typedef struct samp_params {
     uint64_t seed;
     bool logprobs;    /* report the chosen token's logprob */
     int top_logprobs; /* and this many alternatives (0..SAMP_MAX_TOP) */
+    /* Until min_tokens tokens are generated, ends[0..n_ends) (the engine
+     * fills in its end-of-sequence and stop ids) are not drawn; not in
+     * JSON-constrained output, which ends when its object closes. */
+    int min_tokens;
+    const int *ends;
+    int n_ends;
 } samp_params;
 
 typedef struct samp_logprob {

@@ -296,6 +296,10 @@ test("prompt_logprobs (vLLM's), in chat and completions, streamed and not", asyn
     assert.equal(e[ids[i]].decoded_token, ch.logprobs.tokens[i]);
   }
   await assert.rejects(client.completions.create({ model: MODEL, prompt: 'x', prompt_logprobs: 21 }), (e) => e.status === 400 && e.param === 'prompt_logprobs');
+  // vLLM's min_tokens: no end before them.
+  const m = await client.chat.completions.create({ model: MODEL, messages: user('Hi'), max_tokens: 12, min_tokens: 12, temperature: 0 });
+  assert.equal(m.usage.completion_tokens, 12);
+  await assert.rejects(client.chat.completions.create({ model: MODEL, messages: user('Hi'), min_tokens: -1 }), (e) => e.status === 400 && e.param === 'min_tokens');
 });
 
 test('completions: a batch of prompts, n each, equals the prompts one by one', async () => {

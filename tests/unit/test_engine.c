@@ -547,6 +547,22 @@ TEST(engine_fake_stop_conditions) {
     int k = 0;
     while (k < 20 && r.tokens[0][k] != stop_id) k++;
     CHECK(r.finish[0] == ENGINE_FINISH_STOP && r.n[0] == k + 1 && r.text_len[0] == (size_t)k);
+    /* min_tokens: the stop id is held off until then (the stream goes
+     * elsewhere at token k), and so are the EOS ids. */
+    memset(&r, 0, sizeof r);
+    q.stop = (stop_params){.ids = &stop_id, .n_ids = 1, .max_tokens = 20, .ignore_eos = true};
+    q.sampling = (samp_params){.min_tokens = k + 3};
+    CHECK(engine_submit(e, &q, &err));
+    engine_wait_idle(e);
+    CHECK(r.n[0] > k + 3 && r.tokens[0][k] != stop_id);
+    for (int t = 0; t < k + 3; t++) CHECK(r.tokens[0][t] != stop_id);
+    memset(&r, 0, sizeof r);
+    q.stop = (stop_params){.max_tokens = 20};
+    q.sampling = (samp_params){.min_tokens = 20};
+    CHECK(engine_submit(e, &q, &err));
+    engine_wait_idle(e);
+    CHECK(r.finish[0] == ENGINE_FINISH_LENGTH && r.n[0] == 20);
+    for (int t = 0; t < 20; t++) CHECK(r.tokens[0][t] != 0);
     /* Logprobs: top list sorted, chosen greedy token is the top one. */
     memset(&r, 0, sizeof r);
     q.stop = (stop_params){.max_tokens = 5, .ignore_eos = true};
