@@ -78,6 +78,18 @@ static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
                                   f))
         return -1;
     if (r->max_tokens == 0) r->prompt_only = true;
+    /* Said rather than ignored: a reply that silently drops them is wrong */
+    const char *suffix = NULL;
+    int best_of = r->n;
+    if (srv_get_str(body, "suffix", &suffix, f) ||
+        srv_get_int(body, "best_of", 1, 1 << 30, &best_of, f))
+        return -1;
+    if (suffix && *suffix)
+        return srv_failf(f, 400, "suffix",
+                         "suffix: not supported (no fill-in-the-middle); leave it out or empty");
+    if (best_of != r->n)
+        return srv_failf(f, 400, "best_of",
+                         "best_of: only best_of = n is supported (n asks for that many)");
     if (lp >= 0) {
         r->logprobs = true;
         r->top_logprobs = lp;

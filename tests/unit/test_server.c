@@ -403,6 +403,9 @@ TEST(server_bad_requests_name_the_field_in_the_protocol_shape) {
                 "prompt[1][1]: expected a token id", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":[[1],{}]}", 400, "prompt[1]: expected", oa,
                 &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"suffix\":\"y\"}", 400, "suffix", oa,
+                &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of", oa, &bad);
     expect_fail(&srv_api_responses, "{\"input\":\"x\",\"include\":[\"nope\"]}", 400,
                 "include[0]: unknown value 'nope'", oa, &bad);
     expect_fail(&srv_api_responses, "{\"input\":\"x\",\"include\":\"x\"}", 400, "include", oa,
