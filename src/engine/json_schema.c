@@ -86,6 +86,19 @@ struct jg_schema {
  * byte (a union of the branches' nodes). */
 enum { V_SAME, V_ENUM, V_FIRST };
 
+/* An object union's branches whose value for name m is node v. */
+static uint64_t union_with(const jg_schema *sc, const js_node *n, int m, int v) {
+    uint64_t in = 0;
+    for (int b = 0; b < n->n_branch; b++)
+        in |= (uint64_t)(sc->tab[n->tab + b * n->count + m] == v) << b;
+    return in;
+}
+
+/* Where an object union keeps how name m's value narrows it (V_*). */
+static uint16_t *union_how(const jg_schema *sc, const js_node *n, int m) {
+    return &sc->tab[n->tab + n->n_branch * n->count + m];
+}
+
 /* ---- compiling ------------------------------------------------------------ */
 typedef struct compiler {
     jg_schema *s;
@@ -192,15 +205,14 @@ static void union_value(compiler *c, int u, int m) {
         if (value) {
             s->nodes[value].first = s->n_texts;
             s->nodes[value].count = texts;
-            for (int i = 0; i < k; i++)
+            for (int i = 0; i < k; i++) {
+                uint64_t in = union_with(s, &s->nodes[u], m, nodes[i]);
                 for (int t = 0; t < s->nodes[nodes[i]].count; t++) {
                     js_text *e = &s->texts[s->nodes[nodes[i]].first + t];
-                    uint64_t in = 0;
-                    for (int b = 0; b < nb; b++)
-                        in |= (uint64_t)(s->tab[tab + b * nm + m] == nodes[i]) << b;
                     int at = add_text(c, e->p, (size_t)e->len, 0);
                     s->texts[at].branches = in;
                 }
+            }
             how = V_ENUM;
         }
     } else if (k > 1) {
@@ -213,7 +225,7 @@ static void union_value(compiler *c, int u, int m) {
         if (value && s->nodes[value].kind == K_UNION && s->nodes[value].count == k) how = V_FIRST;
     }
     s->texts[s->nodes[u].first + m].node = (uint16_t)value;
-    s->tab[tab + nb * nm + m] = (uint16_t)how;
+    *union_how(s, &s->nodes[u], m) = (uint16_t)how;
 }
 
 /* One node for object branches o[0..nb): the names any of them has, keys
@@ -512,14 +524,6 @@ static bool union_may_close(const jg_schema *sc, const js_node *n, uint64_t alts
     return false;
 }
 
-/* The branches whose value for name m is node v. */
-static uint64_t union_with(const jg_schema *sc, const js_node *n, int m, int v) {
-    uint64_t in = 0;
-    for (int b = 0; b < n->n_branch; b++)
-        in |= (uint64_t)(sc->tab[n->tab + b * n->count + m] == v) << b;
-    return in;
-}
-
 static bool push(jg_state *s, int node, int phase) {
     if (s->depth == JG_SCHEMA_DEPTH) return false;
     s->f[s->depth++] = (jg_frame){.node = (uint16_t)node, .phase = (uint8_t)phase};
@@ -616,7 +620,7 @@ static bool union_value_start(jg_state *s, jg_frame *f, uint8_t c) {
     const jg_schema *sc = s->schema;
     const js_node *n = &sc->nodes[f->node];
     int m = f->prop, v = sc->texts[n->first + m].node;
-    int how = sc->tab[n->tab + n->n_branch * n->count + m];
+    int how = *union_how(sc, n, m);
     if (how == V_FIRST) {
         const js_node *u = &sc->nodes[v];
         for (int i = 0; i < u->count; i++) {
@@ -665,7 +669,7 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
         if (f && f->phase == O_VALUE && sc->nodes[f->node].kind == K_OBJUNION) {
             uint64_t in = ~0ull; /* a merged enum's value: its branches */
             const js_node *n = &sc->nodes[f->node];
-            if (sc->tab[n->tab + n->n_branch * n->count + f->prop] == V_ENUM)
+            if (*union_how(sc, n, f->prop) == V_ENUM)
                 for (in = 0; ended; ended &= ended - 1)
                     in |= sc->texts[first + __builtin_ctzll(ended)].branches;
             f->alts &= in;
