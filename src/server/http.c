@@ -205,7 +205,7 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
     }
     int ctx = s->o.context, n_prompts = 1 + r->n_more, all_tokens = 0;
     for (int q = 0; q < n_prompts; q++) { /* a completions batch: every prompt fits */
-        const tok_ids *ids = q ? &p.more[q - 1] : &p.ids;
+        const tok_ids *ids = srv_prepared_ids(&p, q);
         char which[32] = "the prompt";
         if (n_prompts > 1) snprintf(which, sizeof which, "prompt %d", q);
         if ((int)ids->n >= ctx) {
@@ -239,13 +239,13 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
     }
     srv_gen *g = j->g;
     for (int q = 0; r->echo && q < n_prompts; q++) {
-        const srv_prompt *sp =
+        const srv_prompt *pr =
             q ? &r->more[q - 1] : &(srv_prompt){.text = r->prompt, .len = r->prompt_len};
-        const tok_ids *ids = q ? &p.more[q - 1] : &p.ids;
+        const tok_ids *ids = srv_prepared_ids(&p, q);
         gen_prompt *gp = &g->prompts[q];
-        if (sp->text) {
-            gp->echo = di_strdup(sp->text);
-            gp->echo_len = sp->len;
+        if (pr->text) {
+            gp->echo = di_strdup(pr->text);
+            gp->echo_len = pr->len;
         } else if (s->tok) /* a token-id prompt: its text */
             gp->echo = tok_decode(s->tok, ids->v, ids->n, false, &gp->echo_len);
     }
@@ -269,7 +269,7 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
     g->engine = s->e;
     int submitted = 0;
     for (; submitted < n_prompts; submitted++) {
-        const tok_ids *ids = submitted ? &p.more[submitted - 1] : &p.ids;
+        const tok_ids *ids = srv_prepared_ids(&p, submitted);
         er.prompt = ids->v;
         er.n_prompt = (int)ids->n;
         er.stop.max_tokens = r->max_tokens > 0 ? r->max_tokens : s->o.default_max_tokens;

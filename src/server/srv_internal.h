@@ -289,6 +289,10 @@ typedef struct srv_prepared {
     bool think_opened;
 } srv_prepared;
 void srv_prepared_free(srv_prepared *p);
+/* The ids of a completions batch's prompt q (0: the first, p->ids). */
+static inline const tok_ids *srv_prepared_ids(const srv_prepared *p, int q) {
+    return q ? &p->more[q - 1] : &p->ids;
+}
 
 /* Parses a body for api into r (validation, limits), renders and tokenizes
  * the prompt. tok may be NULL (fuzzing: stop after rendering). */
