@@ -6,6 +6,7 @@
  * escapes as strict parsers take them (a high surrogate followed by a low
  * one; no \u0000), so that what the model is held to parses everywhere. */
 #include "engine/json_internal.h"
+#include "engine/json_regex.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -256,8 +257,8 @@ struct jg_vocab {
     /* Plain string text (no quote, backslash or control byte, valid UTF-8
      * as far as it goes) is allowed as a whole inside a string outside a
      * character: the walk there covers the other tokens only. */
-    int n_plain, *plain;
-    uint16_t *plain_chars; /* characters each plain token starts */
+    jg_walk plain;
+    uint16_t *plain_chars; /* by id: characters a plain token starts */
     jg_walk other;
     int eos[JG_MAX_EOS], n_eos;
 };
@@ -311,8 +312,8 @@ jg_vocab *jg_vocab_new(int vocab, jg_token_bytes_fn bytes, void *ctx, const int 
     size_t cap = (size_t)(v->all.n ? v->all.n : 1);
     v->all.id = di_malloc(sizeof(int) * cap);
     v->other.id = di_malloc(sizeof(int) * cap);
-    v->plain = di_malloc(sizeof(int) * cap);
-    v->plain_chars = di_malloc(sizeof(uint16_t) * cap);
+    v->plain.id = di_malloc(sizeof(int) * cap);
+    v->plain_chars = di_calloc((size_t)(vocab ? vocab : 1), sizeof(uint16_t));
     for (int id = 0, k = 0; id < vocab; id++) {
         if (!v->len[id]) continue;
         v->all.id[k++] = id;
@@ -320,13 +321,14 @@ jg_vocab *jg_vocab_new(int vocab, jg_token_bytes_fn bytes, void *ctx, const int 
         if (plain_text(b, v->len[id])) {
             int chars = 0;
             for (int i = 0; i < v->len[id]; i++) chars += (b[i] & 0xC0) != 0x80;
-            v->plain_chars[v->n_plain] = (uint16_t)chars;
-            v->plain[v->n_plain++] = id;
+            v->plain_chars[id] = (uint16_t)chars;
+            v->plain.id[v->plain.n++] = id;
         } else
             v->other.id[v->other.n++] = id;
     }
     walk_sort(v, &v->all);
     walk_sort(v, &v->other);
+    walk_sort(v, &v->plain);
     return v;
 }
 
@@ -339,7 +341,8 @@ void jg_vocab_free(jg_vocab *v) {
     free(v->all.lcp);
     free(v->other.id);
     free(v->other.lcp);
-    free(v->plain);
+    free(v->plain.id);
+    free(v->plain.lcp);
     free(v->plain_chars);
     free(v);
 }
@@ -371,11 +374,36 @@ static void walk(const jg_vocab *v, const jg_walk *w, const jg_state *s, unsigne
     }
 }
 
+/* Marks the plain tokens (their bytes the value's own) that a string's
+ * pattern, in DFA state st, can take with room characters left: the DFA
+ * walked as walk() walks the automaton, a dead prefix skipped whole. */
+static void walk_pattern(const jg_vocab *v, const jr_dfa *re, int st, uint32_t room,
+                         unsigned char *ok) {
+    int at[JG_MAX_TOKEN + 1];
+    at[0] = st;
+    int good = 0;
+    for (int k = 0; k < v->plain.n; k++) {
+        int id = v->plain.id[k], l = v->plain.lcp[k], n = v->len[id];
+        if (l > good) continue;
+        const uint8_t *b = (const uint8_t *)v->blob + v->off[id];
+        int d = l;
+        for (; d < n; d++)
+            if (!jr_live(at[d + 1] = jr_step(re, at[d], b[d]))) break;
+        good = d;
+        ok[id] = d == n && v->plain_chars[id] <= room;
+    }
+}
+
 int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
     unsigned char *ok = di_calloc((size_t)(v->vocab ? v->vocab : 1), 1);
     if ((!s->schema || s->what == W_CORE) && s->c.mode == M_STRING && !s->c.utf8) {
         uint32_t room = jg_string_room(s); /* a schema's maxLength */
-        for (int k = 0; k < v->n_plain; k++) ok[v->plain[k]] = v->plain_chars[k] <= room;
+        const jr_dfa *re = jg_string_pattern(s);
+        if (re)
+            walk_pattern(v, re, s->rstate, room, ok);
+        else
+            for (int k = 0; k < v->plain.n; k++)
+                ok[v->plain.id[k]] = v->plain_chars[v->plain.id[k]] <= room;
         walk(v, &v->other, s, ok);
     } else
         walk(v, &v->all, s, ok);

@@ -59,7 +59,9 @@ typedef struct jg_state {
     uint8_t ws;              /* whitespace bytes in a row between values */
     bool int_only;           /* the number in c is an integer */
     bool str_limited;        /* the string in c has a length range (node snode) */
+    bool str_re;             /* ... a pattern: its DFA's state, a \u high surrogate pending */
     uint16_t snode;
+    uint16_t rstate, rhigh;
     uint32_t slen;  /* its characters so far */
     bool done;      /* the value is complete */
     uint16_t kpos;  /* bytes of the key or enum value matched */
@@ -76,11 +78,13 @@ void jg_init_schema(jg_state *s, const jg_schema *schema);
  * strings, numbers, integers, booleans, null, enum / const values, anyOf /
  * oneOf / type lists whose branches start differently or are objects (one
  * object union: keys and values narrow its branches), and $ref into $defs
- * or definitions; strings' minLength / maxLength (characters), arrays'
+ * or definitions; strings' minLength / maxLength (characters), pattern
+ * (json_regex.h's subset of ECMAScript's) or format (date, date-time,
+ * time, uuid, email, ipv4, hostname, uri: json_regex.c's patterns), arrays'
  * minItems / maxItems, and a minimum or exclusiveMinimum of 0 or more (no
- * sign). Keywords that narrow further (pattern, formats, other bounds) are
- * not enforced; a part it cannot hold is any JSON value there (a whole
- * schema that is not an object: NULL, with why). */
+ * sign). Keywords that narrow further (other formats, patterns outside
+ * the subset, other bounds) are not enforced; a part it cannot hold is any
+ * JSON value there (a whole schema that is not an object: NULL, with why). */
 jg_schema *jg_schema_compile(const char *text, size_t len, char *why, size_t cap);
 void jg_schema_free(jg_schema *schema);
 /* Feeds bytes; false (s then undefined) where they cannot continue a value. */

@@ -35,5 +35,8 @@ bool jg_core_number_ends(const jg_core *s);
 bool jg_schema_step(jg_state *s, uint8_t c);
 /* Characters the string being read may still take (UINT32_MAX: any). */
 uint32_t jg_string_room(const jg_state *s);
+/* The pattern the string being read follows (its state: s->rstate), or
+ * NULL. */
+const struct jr_dfa *jg_string_pattern(const jg_state *s);
 
 #endif

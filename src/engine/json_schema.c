@@ -16,7 +16,10 @@
  * candidates at once (a bit each), so properties come in any order, each
  * once. A string node's length range counts characters (an escape is one,
  * a surrogate pair's two escapes one) as the core reads them; an array
- * frame counts its items. */
+ * frame counts its items. A string node's pattern (or the format that
+ * stands for one) is a DFA (json_regex.h) over the value's bytes, escapes
+ * undone, stepped as the core reads them. */
+#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +28,7 @@
 
 #include "base/base.h"
 #include "engine/json_internal.h"
+#include "engine/json_regex.h"
 
 enum {
     K_ANY,
@@ -43,11 +47,16 @@ enum {
 enum { O_FIRST, O_NEXT, O_COLON, O_VALUE, O_AFTER, A_FIRST, A_VALUE, A_AFTER };
 #define MAX_SET   64 /* properties of an object, values of an enum, branches of a union */
 #define MAX_NODES 4096
+/* A pattern's DFA states at most, and a schema's in all (a table of up to
+ * 256 byte classes each). */
+#define MAX_PATTERN_STATES 4096
+#define MAX_SCHEMA_STATES  16384
 
 typedef struct js_node {
     uint8_t kind;
     bool nonneg;       /* number, integer: no sign (a minimum of 0 or more) */
     uint16_t items;    /* array: the items' node */
+    uint16_t re;       /* string: its pattern's DFA + 1 (0: none) */
     uint32_t lo, hi;   /* string: characters; array: items (hi UINT32_MAX: no bound) */
     int first, count;  /* object: props; enum: lits; union: alts; object union: names */
     uint64_t required; /* object: a bit per property */
@@ -76,6 +85,8 @@ struct jg_schema {
     int n_tab;
     uint64_t *masks; /* object unions' branch masks */
     int n_masks;
+    jr_dfa **res; /* strings' patterns */
+    int n_res, res_states;
     uint16_t root;
 };
 
@@ -339,8 +350,35 @@ static int number(compiler *c, const json_t *j, int kind) {
     return n;
 }
 
+/* A string node: its length range, and its pattern or the one its format
+ * stands for (one outside json_regex.h's subset, or past the schema's
+ * states, not held). */
+static int string_node(compiler *c, const json_t *j) {
+    int n = ranged(c, j, K_STRING, "minLength", "maxLength");
+    const json_t *pat = json_object_get(j, "pattern");
+    const char *p = json_string_value(pat);
+    size_t len = p ? json_string_length(pat) : 0;
+    const char *format = json_string_value(json_object_get(j, "format"));
+    if (!p && format && (p = jr_format(format))) len = strlen(p);
+    jg_schema *s = c->s;
+    int room = MAX_SCHEMA_STATES - s->res_states;
+    if (!n || !p || room <= 0 || s->n_res == UINT16_MAX - 1) return n;
+    char why[128];
+    jr_dfa *d =
+        jr_compile(p, len, room < MAX_PATTERN_STATES ? room : MAX_PATTERN_STATES, why, sizeof why);
+    if (!d) { /* a refusal may have cost a search: charged half a pattern's states */
+        s->res_states += MAX_PATTERN_STATES / 2;
+        return n;
+    }
+    s->res = di_realloc(s->res, sizeof *s->res * (size_t)(s->n_res + 1));
+    s->res[s->n_res++] = d;
+    s->res_states += jr_states(d);
+    s->nodes[n].re = (uint16_t)s->n_res;
+    return n;
+}
+
 static int compile_type(compiler *c, const json_t *j, const char *type, int depth) {
-    if (!strcmp(type, "string")) return ranged(c, j, K_STRING, "minLength", "maxLength");
+    if (!strcmp(type, "string")) return string_node(c, j);
     if (!strcmp(type, "number")) return number(c, j, K_NUMBER);
     if (!strcmp(type, "integer")) return number(c, j, K_INTEGER);
     if (!strcmp(type, "boolean")) return new_node(c, K_BOOL);
@@ -486,6 +524,8 @@ void jg_schema_free(jg_schema *s) {
     free(s->alts);
     free(s->tab);
     free(s->masks);
+    for (int i = 0; i < s->n_res; i++) jr_free(s->res[i]);
+    free(s->res);
     free(s);
 }
 
@@ -547,6 +587,7 @@ static bool start_value(jg_state *s, int node, uint8_t c, int depth) {
     bool digit = (c == '-' && !n->nonneg) || (c >= '0' && c <= '9');
     s->int_only = false;
     s->str_limited = false;
+    s->str_re = false;
     switch (n->kind) {
     case K_OBJECT:
         return c == '{' && push(s, node, O_FIRST);
@@ -561,8 +602,10 @@ static bool start_value(jg_state *s, int node, uint8_t c, int depth) {
     case K_STRING:
         if (c != '"' || !core_value(s, c, M_VALUE)) return false;
         s->str_limited = n->lo > 0 || n->hi != UINT32_MAX;
+        s->str_re = n->re != 0;
         s->snode = (uint16_t)node;
         s->slen = 0;
+        s->rstate = 0;
         return true;
     case K_INTEGER:
         s->int_only = true;
@@ -643,10 +686,66 @@ static bool union_value_start(jg_state *s, jg_frame *f, uint8_t c) {
     return s->what != W_ENUM || s->cand;
 }
 
+/* The pattern's DFA past what byte c (read by the core in state before)
+ * adds to the string's value: a byte of its own, an escape's character
+ * once whole (a surrogate pair's once both halves are), or the closing
+ * quote (false where the value does not match); false where the DFA dies. */
+static bool pattern_step(jg_state *s, const jg_core *before, uint8_t c, int *st, uint16_t *high) {
+    const jr_dfa *d = jg_string_pattern(s);
+    uint8_t b[4];
+    int n = 0;
+    switch (before->mode) {
+    case M_STRING:
+        if (!before->utf8 && c == '"') return jr_accepts(d, *st);
+        if (before->utf8 || c != '\\') b[n++] = c;
+        break;
+    case M_ESC: {
+        static const char esc[] = "\"\\/bfnrt", val[] = "\"\\/\b\f\n\r\t";
+        const char *e = c ? strchr(esc, c) : NULL;
+        if (e) b[n++] = (uint8_t)val[e - esc];
+        break;
+    }
+    case M_UHEX: {
+        /* the code points the digits so far leave open must hold one the
+         * pattern takes: a high surrogate's, those of the pairs it starts */
+        if (!isxdigit(c)) break;
+        int rest = 4 * (3 - before->sub);
+        uint32_t v =
+            (uint32_t)before->cp << 4 | (uint32_t)(isdigit(c) ? c - '0' : (c | 0x20) - 'a' + 10);
+        uint32_t lo = v << rest, hi = lo | ((1u << rest) - 1);
+        uint32_t base = 0x10000 + ((uint32_t)(*high - 0xD800) << 10);
+        if (before->low) { /* the low half: its pairs */
+            if (lo > 0xDFFF || hi < 0xDC00) return false;
+            uint32_t a = base + (lo > 0xDC00 ? lo - 0xDC00 : 0);
+            if (rest) return jr_takes_any(d, *st, a, base + (hi < 0xDFFF ? hi : 0xDFFF) - 0xDC00);
+            n = jr_utf8(a, b);
+            break;
+        }
+        if (lo <= 0xDBFF && hi >= 0xD800) {
+            uint32_t hl = lo > 0xD800 ? lo : 0xD800, hh = hi < 0xDBFF ? hi : 0xDBFF;
+            bool pairs = jr_takes_any(d, *st, 0x10000 + ((hl - 0xD800) << 10),
+                                      0x10000 + ((hh - 0xD800) << 10) + 0x3FF);
+            if (!rest) return pairs && (*high = (uint16_t)v, true);
+            if (pairs) return true;
+        }
+        if (rest) return jr_takes_any(d, *st, lo, hi);
+        n = jr_utf8(v, b);
+        break;
+    }
+    default:
+        break;
+    }
+    for (int k = 0; k < n && jr_live(*st); k++) *st = jr_step(d, *st, b[k]);
+    return jr_live(*st);
+}
+
 bool jg_schema_step(jg_state *s, uint8_t c) {
     const jg_schema *sc = s->schema;
     if (s->what == W_CORE) {
         jg_core before = s->c;
+        int st = s->rstate;
+        uint16_t high = s->rhigh;
+        if (s->str_re && !pattern_step(s, &before, c, &st, &high)) return false;
         bool cut = s->int_only && (c == '.' || c == 'e' || c == 'E');
         bool counted = false; /* a character of a string with a length range starts at c */
         if (s->str_limited && before.mode == M_STRING && (c & 0xC0) != 0x80) {
@@ -656,6 +755,7 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
         }
         if (!cut && jg_core_step(&s->c, c)) {
             s->slen += counted;
+            s->rstate = (uint16_t)st, s->rhigh = high;
             return s->c.mode == M_DONE ? value_done(s) : true;
         }
         s->c = before;
@@ -748,4 +848,9 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
 uint32_t jg_string_room(const jg_state *s) {
     if (!s->schema || s->what != W_CORE || !s->str_limited) return UINT32_MAX;
     return s->schema->nodes[s->snode].hi - s->slen;
+}
+
+const jr_dfa *jg_string_pattern(const jg_state *s) {
+    if (!s->schema || s->what != W_CORE || !s->str_re) return NULL;
+    return s->schema->res[s->schema->nodes[s->snode].re - 1];
 }

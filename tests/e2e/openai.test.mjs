@@ -172,6 +172,27 @@ test('response_format json_schema: replies follow the schema', async () => {
     assert.equal(o.n.length, 2);
     assert.ok(o.n.every((x) => Number.isInteger(x) && x >= 0), r.choices[0].message.content);
   }
+  // Patterns and formats: JavaScript's RegExp (the patterns' own dialect) judges the reply.
+  const patterned = {
+    type: 'object', required: ['id', 'day', 'tag'],
+    properties: {
+      id: { type: 'string', pattern: '^[A-Z]{2}-\\d{3}$' }, day: { type: 'string', format: 'date' },
+      tag: { type: 'string', pattern: '^(ab|\u00e9|")+!?$' },
+    },
+  };
+  for (const seed of [1, 2, 3]) {
+    const r = await client.chat.completions.create({
+      model: MODEL, messages: user('Ticket?'), max_tokens: 200, temperature: 1, seed,
+      response_format: { type: 'json_schema', json_schema: { name: 'ticket', schema: patterned } },
+    });
+    const text = r.choices[0].message.content;
+    assert.equal(r.choices[0].finish_reason, 'stop', text);
+    let o; try { o = JSON.parse(text); } catch (e) { throw new Error(JSON.stringify(text) + ' ' + e.message); }
+    assert.match(o.id, new RegExp(patterned.properties.id.pattern, 'u'), text);
+    assert.match(o.tag, new RegExp(patterned.properties.tag.pattern, 'u'), text);
+    assert.match(o.day, /^\d{4}-\d\d-\d\d$/, text);
+    assert.ok(!Number.isNaN(Date.parse(`${o.day}T00:00:00Z`)), text);
+  }
   // A discriminated union of objects: the reply is one branch, whole.
   const branches = [
     { type: 'object', properties: { kind: { const: 'circle' }, r: { type: 'number' } }, required: ['kind', 'r'] },

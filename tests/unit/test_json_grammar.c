@@ -483,8 +483,68 @@ TEST(json_schema_holds_lengths_counts_and_signs) {
     jg_schema_free(sc);
 }
 
-/* The mask where a string's length is bounded: plain tokens are allowed as
- * a set only as far as they fit. */
+/* Patterns and formats hold the string's value, its escapes undone. */
+static const char PATTERNS[] =
+    "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"pattern\":"
+    "\"^[A-Z]{2}-\\\\d{3}$\"},\"q\":{\"type\":\"string\",\"pattern\":\"^\\\"\\u00e9\\\\\\\\"
+    "\\\\n?\\uD83D\\uDE00?$\"},\"d\":{\"type\":\"string\",\"format\":\"date\"},\"f\":{"
+    "\"type\":\"string\",\"format\":\"no-such\",\"pattern\":\"(?=x)\"}},\"required\":[\"id\"]}";
+
+TEST(json_schema_holds_patterns_and_formats) {
+    jg_schema *sc = schema_of(PATTERNS);
+    CHECK(sc);
+    const char *ok[] = {
+        "{\"id\":\"AB-123\"}",
+        "{\"id\":\"\\u0041B-123\"}", /* an escaped A */
+        "{\"id\":\"ZZ-000\",\"q\":\"\\\"\xC3\xA9\\\\\"}",
+        "{\"id\":\"ZZ-000\",\"q\":\"\\\"\\u00E9\\\\\\n\\ud83d\\ude00\"}",
+        "{\"id\":\"ZZ-000\",\"q\":\"\\\"\xC3\xA9\\u005c\xF0\x9F\x98\x80\"}",
+        "{\"d\":\"2024-02-29\",\"id\":\"AB-123\"}",
+        "{\"id\":\"AB-123\",\"f\":\"anything\"}", /* neither held: a free string */
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+        CHECKF(schema_accepts(sc, ok[i]), "rejected %s", ok[i]);
+    const char *bad[] = {
+        "{\"id\":\"AB-12\"}",
+        "{\"id\":\"ab-123\"}",
+        "{\"id\":\"AB-1234\"}",
+        "{\"id\":\"AB-123\",\"q\":\"\\\"e\\\\\"}",
+        "{\"id\":\"AB-123\",\"q\":\"\\\"\xC3\xA9\\\\\\t\"}",
+        "{\"id\":\"AB-123\",\"q\":\"\\\"\xC3\xA9\\\\\\ud83d\\ude01\"}",
+        "{\"id\":\"AB-123\",\"d\":\"2024-2-29\"}",
+        "{\"id\":\"AB-123\",\"d\":\"2024-02-29T00:00:00Z\"}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECKF(!schema_accepts(sc, bad[i]), "accepted %s", bad[i]);
+    /* no prefix the pattern cannot finish */
+    jg_state s;
+    jg_init_schema(&s, sc);
+    CHECK(jg_feed(&s, "{\"id\":\"AB", 9));
+    CHECK(!jg_feed(&s, "C", 1));
+    jg_schema_free(sc);
+}
+
+/* A \u escape's digits, each as it comes, leave open a character the
+ * pattern takes (a surrogate pair's whole), or are refused. */
+TEST(json_schema_pattern_escapes_digit_by_digit) {
+    jg_schema *sc = schema_of("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\","
+                              "\"pattern\":\"^x(b|\\uD83D\\uDE00)$\"}}}");
+    CHECK(sc);
+    const char *ok[] = {"\\u006",        "\\u0062\"}", "\\uD", "\\uD83D", "\\uD83D\\uDE00\"}",
+                        "\\ud83d\\ude0", "b\"}"};
+    const char *bad[] = {"\\u01",          "\\u0063",      "\\uE",      "\\uD9", "\\uD83E",
+                         "\\uD83D\\uDE01", "\\uD83D\\uDF", "\\uD83D\"", "c"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok + sizeof bad / sizeof *bad; i++) {
+        bool want = i < sizeof ok / sizeof *ok;
+        const char *t = want ? ok[i] : bad[i - sizeof ok / sizeof *ok];
+        jg_state s;
+        jg_init_schema(&s, sc);
+        CHECK(jg_feed(&s, "{\"a\":\"x", 7));
+        CHECKF(jg_feed(&s, t, strlen(t)) == want, "%s: %s", t, want ? "refused" : "taken");
+    }
+    jg_schema_free(sc);
+}
+
 /* The mask in a union of objects, whose keys and values narrow it. */
 TEST(json_schema_mask_equals_feeding_each_token_in_unions) {
     schema_walk("{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"object\","
@@ -495,6 +555,17 @@ TEST(json_schema_mask_equals_feeding_each_token_in_unions) {
                 31, 8, "union walk");
 }
 
+/* The mask in strings with patterns: every token walked (plain text is no
+ * longer one set), escapes and multi-byte characters included. */
+TEST(json_schema_mask_equals_feeding_each_token_with_patterns) {
+    schema_walk("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":"
+                "\"^(ab|\\u00e9)+-?[01]{0,2}$\"},\"b\":{\"type\":\"array\",\"items\":{\"type\":"
+                "\"string\",\"pattern\":\"\\n|^b\"}}},\"required\":[\"a\",\"b\"]}",
+                29, 8, "pattern walk");
+}
+
+/* The mask where a string's length is bounded: plain tokens are allowed as
+ * a set only as far as they fit. */
 TEST(json_schema_mask_equals_feeding_each_token_with_lengths) {
     schema_walk("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":2},"
                 "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":1,"

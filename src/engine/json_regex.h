@@ -1,0 +1,56 @@
+/* json_regex.h — a JSON schema string's `pattern` (and the `format`s that
+ * stand for one) as a DFA over the bytes of the string's value, decoded
+ * (escapes undone) in UTF-8, for constrained decoding (json_schema.c).
+ *
+ * The syntax is ECMAScript's, as JSON Schema says, less what no finite
+ * automaton holds or this compiler does not: literals (any UTF-8), escapes
+ * (\n \t \r \f \v \/ \\ \. ... \uXXXX \xHH), classes ([a-z], [^...], \d \w
+ * \s and their negations, ranges of non-ASCII characters 256 wide at most),
+ * the dot, groups ((...) and (?:...)), alternation, the quantifiers * + ?
+ * {n} {n,} {n,m} (lazy or not: the same strings), and ^ / $ at the start /
+ * end of a top-level alternative (one without them matches anywhere in the
+ * string, as a search does). Back-references, look-around, \b and flags are
+ * refused. Where ECMAScript's Unicode classes reach beyond what is spelled
+ * out here (\s's Unicode spaces in a negated class, the dot on U+2028 /
+ * U+2029), the automaton takes a subset of the strings the pattern matches,
+ * never one it does not; U+0000 is never taken (JSON decoding refuses it).
+ *
+ * Every state kept can still reach an accepting one: a value that follows
+ * the automaton can always be finished. */
+#ifndef DI_JSON_REGEX_H
+#define DI_JSON_REGEX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define JR_DEAD 0xFFFF
+
+typedef struct jr_dfa jr_dfa;
+
+/* The automaton of pattern (len bytes), at most max_states states; NULL
+ * with why where the pattern is malformed, outside the subset, matches no
+ * string, needs more states, or more work than a bounded search (tens of
+ * milliseconds). */
+jr_dfa *jr_compile(const char *pattern, size_t len, int max_states, char *why, size_t cap);
+void jr_free(jr_dfa *d);
+/* The state before any byte is 0. */
+static inline bool jr_live(int state) {
+    return state != JR_DEAD;
+}
+/* The state after byte b (JR_DEAD: no string continues so). */
+int jr_step(const jr_dfa *d, int state, uint8_t b);
+/* A string may end in state. */
+bool jr_accepts(const jr_dfa *d, int state);
+/* Some code point in [lo, hi] (but NUL and the surrogates) leads state
+ * somewhere live: the escape \uXXXX being read can still be one the
+ * pattern takes. */
+bool jr_takes_any(const jr_dfa *d, int state, uint32_t lo, uint32_t hi);
+int jr_states(const jr_dfa *d);
+/* cp's UTF-8 bytes in b; returns how many. */
+int jr_utf8(uint32_t cp, uint8_t b[4]);
+/* The pattern standing for a JSON schema format ("date", "date-time",
+ * "time", "uuid", "email", "ipv4", "hostname", "uri"), or NULL. */
+const char *jr_format(const char *name);
+
+#endif
