@@ -6,7 +6,6 @@
  * escapes as strict parsers take them (a high surrogate followed by a low
  * one; no \u0000), so that what the model is held to parses everywhere. */
 #include "engine/json_internal.h"
-#include "engine/json_regex.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,9 +1,11 @@
-/* json_internal.h — what json_grammar.c (the JSON automaton, the mask) and
- * json_schema.c (schemas on top of it) share. */
+/* json_internal.h — what json_grammar.c (the JSON automaton, the mask),
+ * json_schema.c (schemas compiled to graphs) and json_follow.c (a state
+ * following one) share. */
 #ifndef DI_JSON_INTERNAL_H
 #define DI_JSON_INTERNAL_H
 
 #include "engine/json_grammar.h"
+#include "engine/json_regex.h"
 
 /* jg_core.mode: what the next byte may be */
 enum {
@@ -37,6 +39,90 @@ bool jg_schema_step(jg_state *s, uint8_t c);
 uint32_t jg_string_room(const jg_state *s);
 /* The pattern the string being read follows (its state: s->rstate), or
  * NULL. */
-const struct jr_dfa *jg_string_pattern(const jg_state *s);
+const jr_dfa *jg_string_pattern(const jg_state *s);
+
+/* ---- compiled schemas (json_schema.c; followed in json_follow.c) ---- */
+enum {
+    K_ANY,
+    K_ANYOBJ,
+    K_OBJECT,
+    K_ARRAY,
+    K_STRING,
+    K_NUMBER,
+    K_INTEGER,
+    K_BOOL,
+    K_NULL,
+    K_ENUM,
+    K_UNION,
+    K_OBJUNION
+};
+enum { O_FIRST, O_NEXT, O_COLON, O_VALUE, O_AFTER, A_FIRST, A_VALUE, A_AFTER };
+#define MAX_SET   64 /* properties of an object, values of an enum, branches of a union */
+#define MAX_NODES 4096
+/* A pattern's DFA states at most, and a schema's in all (a table of up to
+ * 256 byte classes each). */
+#define MAX_PATTERN_STATES 4096
+#define MAX_SCHEMA_STATES  16384
+
+typedef struct js_node {
+    uint8_t kind;
+    bool nonneg;       /* number, integer: no sign (a minimum of 0 or more) */
+    uint16_t items;    /* array: the items' node */
+    uint16_t re;       /* string: its pattern's DFA + 1 (0: none) */
+    uint32_t lo, hi;   /* string: characters; array: items (hi UINT32_MAX: no bound) */
+    int first, count;  /* object: props; enum: lits; union: alts; object union: names */
+    uint64_t required; /* object: a bit per property */
+    /* Object union: its branches (objects) at alts[branches ..], n_branch of
+     * them; at tab[tab ..] each branch's value node per name (NO_NODE where
+     * it has none), branch-major, then each name's narrowing (V_*); at
+     * masks[masks ..] each branch's names, then each branch's required. */
+    int branches, n_branch, tab, masks;
+} js_node;
+
+typedef struct js_text {
+    char *p;
+    int len;
+    uint16_t node;     /* a property's value */
+    uint64_t branches; /* a merged enum's value: the object-union branches it is one of */
+} js_text;
+
+struct jg_schema {
+    js_node *nodes;
+    int n_nodes;
+    js_text *texts; /* properties' names and enum values' JSON */
+    int n_texts;
+    uint16_t *alts; /* unions' branches */
+    int n_alts;
+    uint16_t *tab; /* object unions' value nodes and narrowings */
+    int n_tab;
+    uint64_t *masks; /* object unions' branch masks */
+    int n_masks;
+    jr_dfa **res; /* strings' patterns */
+    int n_res, res_states;
+    uint16_t root;
+};
+
+#define NO_NODE 0xffff
+/* How a name's value narrows an object union's branches: not at all (the
+ * branches share its node, or could not be told apart), by the enum value
+ * it is (a merged enum: each value knows its branches), or by its first
+ * byte (a union of the branches' nodes). */
+enum { V_SAME, V_ENUM, V_FIRST };
+
+/* An object union's branches whose value for name m is node v. */
+static inline uint64_t union_with(const jg_schema *sc, const js_node *n, int m, int v) {
+    uint64_t in = 0;
+    for (int b = 0; b < n->n_branch; b++)
+        in |= (uint64_t)(sc->tab[n->tab + b * n->count + m] == v) << b;
+    return in;
+}
+
+/* Where an object union keeps how name m's value narrows it (V_*). */
+static inline uint16_t *union_how(const jg_schema *sc, const js_node *n, int m) {
+    return &sc->tab[n->tab + n->n_branch * n->count + m];
+}
+
+/* The bytes a value of node n can start with (set: 256 flags). */
+void js_first_bytes(const jg_schema *s, int n, bool *set, int depth);
 
 #endif
