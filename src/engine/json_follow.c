@@ -17,6 +17,21 @@ void jg_init_schema(jg_state *s, const jg_schema *schema) {
     s->schema = schema;
 }
 
+/* Some integer that starts with digits digits of magnitude mag (at most
+ * 10^19), negative or not, lies in node n's range; with end, the integer as
+ * it stands. A leading 0 stands alone (RFC 8259). */
+static bool int_fits(const js_node *n, bool neg, int digits, uint64_t mag, bool end) {
+    if (!digits) return !end && n->min < 0;
+    __int128 lo = n->min, hi = n->max, m = mag, span = 1;
+    for (int k = 0; k <= (end || !m ? 0 : 19); k++, m *= 10, span *= 10) {
+        __int128 a = neg ? -(m + span - 1) : m, b = neg ? -m : m + span - 1;
+        if (a <= hi && b >= lo) return true;
+    }
+    return false;
+}
+
+#define MAG_CAP 10000000000000000000ull /* 10^19: past any int64 */
+
 /* The value below the top frame (or the whole one) is complete. */
 static bool value_done(jg_state *s) {
     s->what = W_NONE;
@@ -68,6 +83,7 @@ static bool start_value(jg_state *s, int node, uint8_t c, int depth) {
     const js_node *n = &sc->nodes[node];
     bool digit = (c == '-' && !n->nonneg) || (c >= '0' && c <= '9');
     s->int_only = false;
+    s->int_bounded = false;
     s->str_limited = false;
     s->str_re = false;
     switch (n->kind) {
@@ -91,6 +107,13 @@ static bool start_value(jg_state *s, int node, uint8_t c, int depth) {
         return true;
     case K_INTEGER:
         s->int_only = true;
+        if (n->bounded && digit) {
+            s->int_bounded = true, s->snode = (uint16_t)node;
+            s->int_neg = c == '-';
+            s->int_digits = c != '-';
+            s->int_mag = c == '-' ? 0 : (uint64_t)(c - '0');
+            if (!int_fits(n, s->int_neg, s->int_digits, s->int_mag, false)) return false;
+        }
         /* fall through */
     case K_NUMBER:
         return digit && core_value(s, c, M_VALUE);
@@ -179,7 +202,9 @@ static bool pattern_step(jg_state *s, const jg_core *before, uint8_t c, int *st,
     switch (before->mode) {
     case M_STRING:
         if (!before->utf8 && c == '"') return jr_accepts(d, *st);
-        if (before->utf8 || c != '\\') b[n++] = c;
+        if (!before->utf8 && c == '\\') /* an escape: some character must follow */
+            return jr_takes_any(d, *st, 1, 0x10FFFF);
+        b[n++] = c;
         break;
     case M_ESC: {
         static const char esc[] = "\"\\/bfnrt", val[] = "\"\\/\b\f\n\r\t";
@@ -229,6 +254,13 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
         uint16_t high = s->rhigh;
         if (s->str_re && !pattern_step(s, &before, c, &st, &high)) return false;
         bool cut = s->int_only && (c == '.' || c == 'e' || c == 'E');
+        uint64_t mag = s->int_mag;
+        int digits = s->int_digits;
+        if (s->int_bounded && before.mode == M_NUMBER && c >= '0' && c <= '9') {
+            mag = mag >= MAG_CAP / 10 ? MAG_CAP : mag * 10 + (uint64_t)(c - '0');
+            digits += digits < 255;
+            if (!int_fits(&sc->nodes[s->snode], s->int_neg, digits, mag, false)) return false;
+        }
         bool counted = false; /* a character of a string with a length range starts at c */
         if (s->str_limited && before.mode == M_STRING && (c & 0xC0) != 0x80) {
             const js_node *n = &sc->nodes[s->snode];
@@ -238,10 +270,14 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
         if (!cut && jg_core_step(&s->c, c)) {
             s->slen += counted;
             s->rstate = (uint16_t)st, s->rhigh = high;
+            s->int_mag = mag, s->int_digits = (uint8_t)digits;
             return s->c.mode == M_DONE ? value_done(s) : true;
         }
         s->c = before;
         if (before.depth || !jg_core_number_ends(&before)) return false;
+        if (s->int_bounded &&
+            !int_fits(&sc->nodes[s->snode], s->int_neg, s->int_digits, s->int_mag, true))
+            return false;
         value_done(s); /* the number ended before c: c is the frame's */
     } else if (s->what == W_ENUM) {
         uint64_t ended;

@@ -66,7 +66,9 @@ enum { O_FIRST, O_NEXT, O_COLON, O_VALUE, O_AFTER, A_FIRST, A_VALUE, A_AFTER };
 
 typedef struct js_node {
     uint8_t kind;
-    bool nonneg;       /* number, integer: no sign (a minimum of 0 or more) */
+    bool nonneg;  /* number, integer: no sign (a minimum of 0 or more) */
+    bool bounded; /* integer: held to [min, max] */
+    int64_t min, max;
     uint16_t items;    /* array: the items' node */
     uint16_t re;       /* string: its pattern's DFA + 1 (0: none) */
     uint32_t lo, hi;   /* string: characters; array: items (hi UINT32_MAX: no bound) */

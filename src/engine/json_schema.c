@@ -252,13 +252,34 @@ static int ranged(compiler *c, const json_t *j, int kind, const char *lo_kw, con
     return n;
 }
 
+/* A bound of a number: keyword kw, or its exclusive form (a number, or
+ * draft 4's flag beside kw); *bound the tighter of the two. */
+static void bound_kw(const json_t *j, const char *kw, const char *xkw, double *bound, bool *excl,
+                     bool upper) {
+    const json_t *v = json_object_get(j, kw), *x = json_object_get(j, xkw);
+    if (json_is_number(v)) *bound = json_number_value(v), *excl = json_is_true(x);
+    if (json_is_number(x) &&
+        (upper ? json_number_value(x) <= *bound : json_number_value(x) >= *bound))
+        *bound = json_number_value(x), *excl = true;
+}
+
 /* A number or integer node; a minimum (or exclusiveMinimum) of 0 or more
- * rules the sign out. */
+ * rules the sign out, and an integer's bounds hold it to a range (one no
+ * integer meets: a free value). */
 static int number(compiler *c, const json_t *j, int kind) {
+    double lo = -INFINITY, hi = INFINITY;
+    bool lo_x = false, hi_x = false;
+    bound_kw(j, "minimum", "exclusiveMinimum", &lo, &lo_x, false);
+    bound_kw(j, "maximum", "exclusiveMaximum", &hi, &hi_x, true);
+    double a = lo_x ? floor(lo) + 1 : ceil(lo), b = hi_x ? ceil(hi) - 1 : floor(hi);
+    bool bounded = kind == K_INTEGER && (lo > -INFINITY || hi < INFINITY);
+    if (bounded && (a > b || a >= 0x1p63 || b < -0x1p63)) return 0; /* none fits, or in int64 */
     int n = new_node(c, kind);
-    const json_t *mn = json_object_get(j, "minimum"), *xm = json_object_get(j, "exclusiveMinimum");
-    c->s->nodes[n].nonneg = (json_is_number(mn) && json_number_value(mn) >= 0) ||
-                            (json_is_number(xm) && json_number_value(xm) >= 0);
+    js_node *k = &c->s->nodes[n];
+    k->nonneg = lo >= 0;
+    k->bounded = bounded;
+    k->min = a <= -0x1p63 ? INT64_MIN : (int64_t)a;
+    k->max = b >= 0x1p63 ? INT64_MAX : (int64_t)b;
     return n;
 }
 

@@ -172,10 +172,11 @@ test('response_format json_schema: replies follow the schema', async () => {
     assert.equal(o.n.length, 2);
     assert.ok(o.n.every((x) => Number.isInteger(x) && x >= 0), r.choices[0].message.content);
   }
-  // Patterns and formats: JavaScript's RegExp (the patterns' own dialect) judges the reply.
+  // Patterns, formats and integer ranges: JavaScript's RegExp (the patterns' own dialect) judges the reply.
   const patterned = {
-    type: 'object', required: ['id', 'day', 'tag'],
+    type: 'object', required: ['id', 'day', 'tag', 'stars', 'delta'],
     properties: {
+      stars: { type: 'integer', minimum: 1, maximum: 5 }, delta: { type: 'integer', exclusiveMinimum: -20, exclusiveMaximum: -9 },
       id: { type: 'string', pattern: '^[A-Z]{2}-\\d{3}$' }, day: { type: 'string', format: 'date' },
       tag: { type: 'string', pattern: '^(ab|\u00e9|")+!?$' },
     },
@@ -192,6 +193,8 @@ test('response_format json_schema: replies follow the schema', async () => {
     assert.match(o.tag, new RegExp(patterned.properties.tag.pattern, 'u'), text);
     assert.match(o.day, /^\d{4}-\d\d-\d\d$/, text);
     assert.ok(!Number.isNaN(Date.parse(`${o.day}T00:00:00Z`)), text);
+    assert.ok(Number.isInteger(o.stars) && o.stars >= 1 && o.stars <= 5, text);
+    assert.ok(Number.isInteger(o.delta) && o.delta > -20 && o.delta < -9, text);
   }
   // A discriminated union of objects: the reply is one branch, whole.
   const branches = [

@@ -533,7 +533,7 @@ TEST(json_schema_pattern_escapes_digit_by_digit) {
     const char *ok[] = {"\\u006",        "\\u0062\"}", "\\uD", "\\uD83D", "\\uD83D\\uDE00\"}",
                         "\\ud83d\\ude0", "b\"}"};
     const char *bad[] = {"\\u01",          "\\u0063",      "\\uE",      "\\uD9", "\\uD83E",
-                         "\\uD83D\\uDE01", "\\uD83D\\uDF", "\\uD83D\"", "c"};
+                         "\\uD83D\\uDE01", "\\uD83D\\uDF", "\\uD83D\"", "c",     "b\\"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok + sizeof bad / sizeof *bad; i++) {
         bool want = i < sizeof ok / sizeof *ok;
         const char *t = want ? ok[i] : bad[i - sizeof ok / sizeof *ok];
@@ -542,6 +542,57 @@ TEST(json_schema_pattern_escapes_digit_by_digit) {
         CHECK(jg_feed(&s, "{\"a\":\"x", 7));
         CHECKF(jg_feed(&s, t, strlen(t)) == want, "%s: %s", t, want ? "refused" : "taken");
     }
+    jg_schema_free(sc);
+}
+
+/* Integers held to a range: every integer text from -2000 to 2000 taken
+ * whole iff in range, and each of its prefixes iff some integer in range
+ * starts so (found by listing them). */
+TEST(json_schema_holds_integer_bounds) {
+    static const struct {
+        const char *kw;
+        int lo, hi;
+    } cases[] = {
+        {"\"minimum\":-5,\"maximum\":12", -5, 12},
+        {"\"exclusiveMinimum\":0,\"exclusiveMaximum\":100", 1, 99},
+        {"\"minimum\":10,\"exclusiveMinimum\":true,\"maximum\":1e3", 11, 1000},
+        {"\"maximum\":-7.5,\"minimum\":-1200", -1200, -8},
+        {"\"minimum\":-0.5,\"maximum\":0.5", 0, 0},
+        {"\"minimum\":150,\"maximum\":160", 150, 160},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char schema[256], text[64];
+        snprintf(schema, sizeof schema,
+                 "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\",%s}}}",
+                 cases[i].kw);
+        jg_schema *sc = schema_of(schema);
+        CHECK(sc);
+        int lo = cases[i].lo, hi = cases[i].hi;
+        for (int v = -2000; v <= 2000; v++) {
+            snprintf(text, sizeof text, "{\"x\":%d}", v);
+            CHECKF(schema_accepts(sc, text) == (v >= lo && v <= hi), "%s: %d", cases[i].kw, v);
+            char num[16];
+            int len = snprintf(num, sizeof num, "%d", v);
+            for (int l = 1; l <= len; l++) {
+                bool want = false; /* some integer in range starts with num[0..l) */
+                for (int w = lo; w <= hi && !want; w++) {
+                    char t[16];
+                    snprintf(t, sizeof t, "%d", w);
+                    want = !strncmp(t, num, (size_t)l);
+                }
+                jg_state s;
+                jg_init_schema(&s, sc);
+                CHECK(jg_feed(&s, "{\"x\":", 5));
+                CHECKF(jg_feed(&s, num, (size_t)l) == want, "%s: prefix %.*s", cases[i].kw, l, num);
+            }
+        }
+        CHECK(!schema_accepts(sc, "{\"x\":1.0}") && !schema_accepts(sc, "{\"x\":-0.0}"));
+        jg_schema_free(sc);
+    }
+    /* a range no integer meets: a free value */
+    jg_schema *sc = schema_of("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\","
+                              "\"minimum\":3.2,\"maximum\":3.8}}}");
+    CHECK(sc && schema_accepts(sc, "{\"x\":\"any\"}"));
     jg_schema_free(sc);
 }
 
@@ -566,6 +617,13 @@ TEST(json_schema_mask_equals_feeding_each_token_with_patterns) {
 
 /* The mask where a string's length is bounded: plain tokens are allowed as
  * a set only as far as they fit. */
+TEST(json_schema_mask_equals_feeding_each_token_with_integer_bounds) {
+    schema_walk("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{"
+                "\"type\":\"integer\",\"minimum\":-3,\"maximum\":115}},\"b\":{\"type\":"
+                "\"integer\",\"exclusiveMinimum\":11,\"maximum\":12}},\"required\":[\"a\",\"b\"]}",
+                37, 8, "integer walk");
+}
+
 TEST(json_schema_mask_equals_feeding_each_token_with_lengths) {
     schema_walk("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":2},"
                 "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":1,"
