@@ -161,7 +161,10 @@ static bool hex_step(jg_core *s, uint8_t c) {
     int h = hexval(c);
     if (h < 0) return false;
     s->cp = (uint16_t)(s->cp << 4 | h);
-    if (++s->sub < 4) return true;
+    /* no prefix that only a lone or a missing low surrogate could finish */
+    if (++s->sub == 1 && s->low) return h == 0xD;
+    if (s->sub == 2) return s->low == (s->cp >= 0xDC && s->cp <= 0xDF);
+    if (s->sub < 4) return true;
     uint16_t cp = s->cp;
     bool high = cp >= 0xD800 && cp <= 0xDBFF, low = cp >= 0xDC00 && cp <= 0xDFFF;
     if (s->low) { /* the low half a high surrogate asked for */

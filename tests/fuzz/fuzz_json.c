@@ -3,7 +3,9 @@
  * bytes fed to a state that follows the schema (or any object, where the
  * schema does not compile), byte by byte, the mask of a small fixed
  * vocabulary taken at every step and checked against feeding each token
- * alone. Must never crash, loop or disagree.
+ * alone, and some byte continuing every state short of a complete object
+ * (no dead end; a string whose pattern and length range leave none
+ * aside). Must never crash, loop or disagree.
  *   make fuzz-json                 (FUZZ_TIME=60 seconds by default) */
 #include <math.h>
 #include <stdlib.h>
@@ -47,6 +49,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             bool fed = VOCAB[id] && jg_feed(&t, VOCAB[id], strlen(VOCAB[id]));
             if (fed != (lg[id] == 0)) abort(); /* the mask and feeding disagree */
         }
+        bool more = jg_done(&s) || (s.str_re && s.str_limited);
+        for (int b = 1; b < 256 && !more; b++) {
+            jg_state t = s;
+            char c = (char)b;
+            more = jg_feed(&t, &c, 1);
+        }
+        if (!more) abort(); /* a dead end */
         if (i == n || !jg_feed(&s, (const char *)out + i, 1)) break;
     }
     jg_schema_free(sc);

@@ -89,6 +89,17 @@ TEST(json_grammar_rejects_the_rest) {
     jg_init(&s);
     CHECK(jg_feed(&s, deep, n));
     CHECK(!jg_feed(&s, "[", 1));
+    /* a \u escape's digits refused as soon as no character can come of them */
+    const char *dead[] = {"{\"a\":\"\\uDC", "{\"a\":\"\\udf", "{\"a\":\"\\uD83D\\u0",
+                          "{\"a\":\"\\uD83D\\uDB"};
+    const char *live[] = {"{\"a\":\"\\uD", "{\"a\":\"\\uDB", "{\"a\":\"\\u000",
+                          "{\"a\":\"\\uD83D\\uDc"};
+    for (size_t i = 0; i < sizeof dead / sizeof *dead; i++) {
+        jg_init(&s);
+        CHECKF(!jg_feed(&s, dead[i], strlen(dead[i])), "took %s", dead[i]);
+        jg_init(&s);
+        CHECKF(jg_feed(&s, live[i], strlen(live[i])), "refused %s", live[i]);
+    }
 }
 
 /* Random short texts over JSON's characters: the automaton accepts exactly
