@@ -17,20 +17,88 @@ void jg_init_schema(jg_state *s, const jg_schema *schema) {
     s->schema = schema;
 }
 
-/* Some integer that starts with digits digits of magnitude mag (at most
- * 10^19), negative or not, lies in node n's range; with end, the integer as
- * it stands. A leading 0 stands alone (RFC 8259). */
-static bool int_fits(const js_node *n, bool neg, int digits, uint64_t mag, bool end) {
-    if (!digits) return !end && n->min < 0;
-    __int128 lo = n->min, hi = n->max, m = mag, span = 1;
-    for (int k = 0; k <= (end || !m ? 0 : 19); k++, m *= 10, span *= 10) {
-        __int128 a = neg ? -(m + span - 1) : m, b = neg ? -m : m + span - 1;
-        if (a <= hi && b >= lo) return true;
+/* ---- numbers with a range ---- */
+#define NUM_SIG  18  /* significant digits a number with a range may have (m < 10^18) */
+#define NUM_FRAC 400 /* ... digits after its point (a bound's smallest: 10^-324) */
+
+static int ndigits(uint64_t m) {
+    int n = 1;
+    for (; m >= 10; m /= 10) n++;
+    return n;
+}
+
+/* m1 x 10^e1 against m2 x 10^e2 (each under 10^19): -1, 0 or 1. */
+static int mag_cmp(uint64_t m1, int e1, uint64_t m2, int e2) {
+    if (!m1 || !m2) return (m1 > 0) - (m2 > 0);
+    int n1 = ndigits(m1), n2 = ndigits(m2);
+    if (n1 + e1 != n2 + e2) return n1 + e1 < n2 + e2 ? -1 : 1;
+    for (; n1 < n2; n1++) m1 *= 10;
+    for (; n2 < n1; n2++) m2 *= 10;
+    return (m1 > m2) - (m1 < m2);
+}
+
+static int dec_cmp(js_dec a, js_dec b) {
+    bool an = a.neg && a.m, bn = b.neg && b.m;
+    if (an != bn) return an ? -1 : 1;
+    int c = mag_cmp(a.m, a.e, b.m, b.e);
+    return an ? -c : c;
+}
+
+/* The magnitudes [a, b) (b NULL: no end; point: a alone), negated with
+ * neg, hold a value in node n's [nlo, nhi]. A negative zero is never
+ * written (-0 is 0, and no model should say it). */
+static bool num_meets(const js_node *n, bool neg, js_dec a, const js_dec *b, bool point) {
+    js_dec lo = a, hi = point ? a : b ? *b : a;
+    bool lo_open = false, hi_open = !point, hi_inf = !point && !b, lo_inf = false;
+    if (neg) { /* (-b, -a], and open at -0 */
+        if (point && !a.m) return false;
+        js_dec t = lo;
+        lo = hi, hi = t;
+        lo.neg = hi.neg = true;
+        lo_open = hi_open, lo_inf = hi_inf, hi_open = !a.m, hi_inf = false;
+    }
+    if (n->has_nhi && !lo_inf) {
+        int c = dec_cmp(lo, n->nhi);
+        if (lo_open ? c >= 0 : c > 0) return false;
+    }
+    if (n->has_nlo && !hi_inf) {
+        int c = dec_cmp(hi, n->nlo);
+        if (hi_open ? c <= 0 : c < 0) return false;
+    }
+    return true;
+}
+
+/* Some number that starts with what p holds lies in node n's range; with
+ * end, the number as it stands. More digits before the point multiply by
+ * tens, any after it (or after a point still to come) add less than the
+ * last digit's unit; a leading 0 stands alone (RFC 8259), and for an
+ * integer is 0 itself. */
+static bool num_fits(const js_node *n, const jg_num *p, bool end, bool integer) {
+    js_dec zero = {0}, one = {.m = 1}, v = {.m = p->m, .e = -p->frac};
+    js_dec next = {.m = p->m + 1, .e = -p->frac};
+    if (!p->whole) return !end && num_meets(n, true, zero, NULL, false); /* a sign alone */
+    if (end || (p->dot && p->sig >= NUM_SIG)) return num_meets(n, p->neg, v, NULL, true);
+    if (p->dot) return num_meets(n, p->neg, v, &next, false);
+    if (!p->m) return num_meets(n, p->neg, zero, &one, integer); /* 0, or 0.x */
+    for (int k = 0; p->sig + k <= NUM_SIG; k++) {
+        js_dec a = {.m = p->m, .e = k}, b = {.m = p->m + 1, .e = k};
+        if (num_meets(n, p->neg, a, &b, p->sig == NUM_SIG)) return true;
     }
     return false;
 }
 
-#define MAG_CAP 10000000000000000000ull /* 10^19: past any int64 */
+/* p after byte c of the number (a digit or the point); false where it
+ * cannot go on within the limits. */
+static bool num_next(jg_num *p, uint8_t c) {
+    if (c == '.') return p->sig < NUM_SIG && (p->dot = true);
+    if (c < '0' || c > '9') return true;
+    uint64_t m = p->m * 10 + (uint64_t)(c - '0');
+    if (m && ++p->sig > NUM_SIG) return false;
+    if (p->dot && ++p->frac > NUM_FRAC) return false;
+    p->whole += !p->dot && p->whole < 255;
+    p->m = m;
+    return true;
+}
 
 /* The value below the top frame (or the whole one) is complete. */
 static bool value_done(jg_state *s) {
@@ -83,7 +151,7 @@ static bool start_value(jg_state *s, int node, uint8_t c, int depth) {
     const js_node *n = &sc->nodes[node];
     bool digit = (c == '-' && !n->nonneg) || (c >= '0' && c <= '9');
     s->int_only = false;
-    s->int_bounded = false;
+    s->num_bounded = false;
     s->str_limited = false;
     s->str_re = false;
     switch (n->kind) {
@@ -107,15 +175,13 @@ static bool start_value(jg_state *s, int node, uint8_t c, int depth) {
         return true;
     case K_INTEGER:
         s->int_only = true;
-        if (n->bounded && digit) {
-            s->int_bounded = true, s->snode = (uint16_t)node;
-            s->int_neg = c == '-';
-            s->int_digits = c != '-';
-            s->int_mag = c == '-' ? 0 : (uint64_t)(c - '0');
-            if (!int_fits(n, s->int_neg, s->int_digits, s->int_mag, false)) return false;
-        }
         /* fall through */
     case K_NUMBER:
+        if (n->bounded && digit) {
+            s->num_bounded = true, s->snode = (uint16_t)node;
+            s->num = (jg_num){.neg = c == '-'};
+            if (!num_next(&s->num, c) || !num_fits(n, &s->num, false, s->int_only)) return false;
+        }
         return digit && core_value(s, c, M_VALUE);
     case K_BOOL:
         return (c == 't' || c == 'f') && core_value(s, c, M_VALUE);
@@ -253,14 +319,13 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
         int st = s->rstate;
         uint16_t high = s->rhigh;
         if (s->str_re && !pattern_step(s, &before, c, &st, &high)) return false;
-        bool cut = s->int_only && (c == '.' || c == 'e' || c == 'E');
-        uint64_t mag = s->int_mag;
-        int digits = s->int_digits;
-        if (s->int_bounded && before.mode == M_NUMBER && c >= '0' && c <= '9') {
-            mag = mag >= MAG_CAP / 10 ? MAG_CAP : mag * 10 + (uint64_t)(c - '0');
-            digits += digits < 255;
-            if (!int_fits(&sc->nodes[s->snode], s->int_neg, digits, mag, false)) return false;
-        }
+        /* an integer has no point; a number with a range, no exponent */
+        bool cut =
+            (s->int_only && c == '.') || ((s->int_only || s->num_bounded) && (c | 0x20) == 'e');
+        jg_num num = s->num;
+        if (s->num_bounded && before.mode == M_NUMBER && !cut &&
+            (!num_next(&num, c) || !num_fits(&sc->nodes[s->snode], &num, false, s->int_only)))
+            return false;
         bool counted = false; /* a character of a string with a length range starts at c */
         if (s->str_limited && before.mode == M_STRING && (c & 0xC0) != 0x80) {
             const js_node *n = &sc->nodes[s->snode];
@@ -270,13 +335,12 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
         if (!cut && jg_core_step(&s->c, c)) {
             s->slen += counted;
             s->rstate = (uint16_t)st, s->rhigh = high;
-            s->int_mag = mag, s->int_digits = (uint8_t)digits;
+            s->num = num;
             return s->c.mode == M_DONE ? value_done(s) : true;
         }
         s->c = before;
         if (before.depth || !jg_core_number_ends(&before)) return false;
-        if (s->int_bounded &&
-            !int_fits(&sc->nodes[s->snode], s->int_neg, s->int_digits, s->int_mag, true))
+        if (s->num_bounded && !num_fits(&sc->nodes[s->snode], &s->num, true, s->int_only))
             return false;
         value_done(s); /* the number ended before c: c is the frame's */
     } else if (s->what == W_ENUM) {

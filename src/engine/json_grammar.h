@@ -51,6 +51,16 @@ typedef struct jg_frame {
     uint8_t phase, prop;
 } jg_frame;
 
+/* What a number with a range has read: its digits as one integer m (the
+ * point ignored), their count before the point, the significant ones, and
+ * those after the point. */
+typedef struct jg_num {
+    uint64_t m;
+    uint16_t frac;
+    uint8_t whole, sig;
+    bool neg, dot;
+} jg_num;
+
 typedef struct jg_state {
     jg_core c;
     const jg_schema *schema; /* NULL: any JSON object */
@@ -58,10 +68,8 @@ typedef struct jg_state {
     uint8_t what;            /* what is being read below the frames (json_internal.h) */
     uint8_t ws;              /* whitespace bytes in a row between values */
     bool int_only;           /* the number in c is an integer */
-    bool int_bounded;        /* ... with a range (node snode): its sign and magnitude so far */
-    bool int_neg;
-    uint8_t int_digits;
-    uint64_t int_mag;
+    bool num_bounded;        /* ... or any number, with a range (node snode): num */
+    jg_num num;
     bool str_limited; /* the string in c has a length range (node snode) */
     bool str_re;      /* ... a pattern: its DFA's state, a \u high surrogate pending */
     uint16_t snode;
@@ -85,10 +93,10 @@ void jg_init_schema(jg_state *s, const jg_schema *schema);
  * or definitions; strings' minLength / maxLength (characters), pattern
  * (json_regex.h's subset of ECMAScript's) or format (date, date-time,
  * time, uuid, email, ipv4, hostname, uri: json_regex.c's patterns), arrays'
- * minItems / maxItems, integers' minimum / maximum (exclusive or not), and
- * a number's minimum or exclusiveMinimum of 0 or more (no sign). Keywords
- * that narrow further (other formats, patterns outside the subset, a
- * number's other bounds) are not enforced; a part it cannot hold is any
+ * minItems / maxItems, and numbers' and integers' minimum / maximum
+ * (exclusive or not; a number with a range takes no exponent). Keywords
+ * that narrow further (other formats, patterns outside the subset,
+ * multipleOf) are not enforced; a part it cannot hold is any
  * JSON value there (a whole schema that is not an object: NULL, with why). */
 jg_schema *jg_schema_compile(const char *text, size_t len, char *why, size_t cap);
 void jg_schema_free(jg_schema *schema);

@@ -64,11 +64,19 @@ enum { O_FIRST, O_NEXT, O_COLON, O_VALUE, O_AFTER, A_FIRST, A_VALUE, A_AFTER };
 #define MAX_PATTERN_STATES 4096
 #define MAX_SCHEMA_STATES  16384
 
+/* A decimal m x 10^e, negative or not: a number's bound. */
+typedef struct js_dec {
+    uint64_t m;
+    int e;
+    bool neg;
+} js_dec;
+
 typedef struct js_node {
     uint8_t kind;
     bool nonneg;  /* number, integer: no sign (a minimum of 0 or more) */
-    bool bounded; /* integer: held to [min, max] */
-    int64_t min, max;
+    bool bounded; /* number, integer: held to [nlo, nhi] (where has_*) */
+    bool has_nlo, has_nhi;
+    js_dec nlo, nhi;
     uint16_t items;    /* array: the items' node */
     uint16_t re;       /* string: its pattern's DFA + 1 (0: none) */
     uint32_t lo, hi;   /* string: characters; array: items (hi UINT32_MAX: no bound) */

@@ -263,23 +263,46 @@ static void bound_kw(const json_t *j, const char *kw, const char *xkw, double *b
         *bound = json_number_value(x), *excl = true;
 }
 
+/* x as the shortest decimal that reads back as x (as JavaScript prints
+ * it): output at or inside it, compared exactly, reads back inside x. */
+static js_dec shortest_dec(double x) {
+    char buf[40];
+    for (int p = 0; p <= 17; p++) {
+        snprintf(buf, sizeof buf, "%.*e", p, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    js_dec d = {.neg = buf[0] == '-'};
+    const char *q = buf + d.neg;
+    int digits = 0;
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9') d.m = d.m * 10 + (uint64_t)(*q - '0'), digits++;
+    d.e = atoi(q + 1) - (digits - 1);
+    while (d.m && d.m % 10 == 0) d.m /= 10, d.e++;
+    if (!d.m) d.e = 0, d.neg = false;
+    return d;
+}
+
 /* A number or integer node; a minimum (or exclusiveMinimum) of 0 or more
- * rules the sign out, and an integer's bounds hold it to a range (one no
- * integer meets: a free value). */
+ * rules the sign out, and bounds hold it to a range (one nothing meets, or
+ * only numbers past 10^17 that need an exponent: a free value). A number's
+ * exclusive bound becomes the inclusive one next to it (x < b for doubles
+ * is x <= the double before b), an integer's the integer next to it. */
 static int number(compiler *c, const json_t *j, int kind) {
     double lo = -INFINITY, hi = INFINITY;
     bool lo_x = false, hi_x = false;
     bound_kw(j, "minimum", "exclusiveMinimum", &lo, &lo_x, false);
     bound_kw(j, "maximum", "exclusiveMaximum", &hi, &hi_x, true);
     double a = lo_x ? floor(lo) + 1 : ceil(lo), b = hi_x ? ceil(hi) - 1 : floor(hi);
-    bool bounded = kind == K_INTEGER && (lo > -INFINITY || hi < INFINITY);
-    if (bounded && (a > b || a >= 0x1p63 || b < -0x1p63)) return 0; /* none fits, or in int64 */
+    if (kind == K_NUMBER)
+        a = lo_x ? nextafter(lo, INFINITY) : lo, b = hi_x ? nextafter(hi, -INFINITY) : hi;
+    if (a > b || a >= 1e17 || b <= -1e17) return 0;
     int n = new_node(c, kind);
     js_node *k = &c->s->nodes[n];
     k->nonneg = lo >= 0;
-    k->bounded = bounded;
-    k->min = a <= -0x1p63 ? INT64_MIN : (int64_t)a;
-    k->max = b >= 0x1p63 ? INT64_MAX : (int64_t)b;
+    k->has_nlo = a > -INFINITY, k->has_nhi = b < INFINITY;
+    k->bounded = k->has_nlo || k->has_nhi;
+    if (k->has_nlo) k->nlo = shortest_dec(a);
+    if (k->has_nhi) k->nhi = shortest_dec(b);
     return n;
 }
 

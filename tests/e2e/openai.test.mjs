@@ -172,10 +172,11 @@ test('response_format json_schema: replies follow the schema', async () => {
     assert.equal(o.n.length, 2);
     assert.ok(o.n.every((x) => Number.isInteger(x) && x >= 0), r.choices[0].message.content);
   }
-  // Patterns, formats and integer ranges: JavaScript's RegExp (the patterns' own dialect) judges the reply.
+  // Patterns, formats and ranges: JavaScript's RegExp (the patterns' own dialect) judges the reply.
   const patterned = {
-    type: 'object', required: ['id', 'day', 'tag', 'stars', 'delta'],
+    type: 'object', required: ['id', 'day', 'tag', 'stars', 'delta', 'p'],
     properties: {
+      p: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
       stars: { type: 'integer', minimum: 1, maximum: 5 }, delta: { type: 'integer', exclusiveMinimum: -20, exclusiveMaximum: -9 },
       id: { type: 'string', pattern: '^[A-Z]{2}-\\d{3}$' }, day: { type: 'string', format: 'date' },
       tag: { type: 'string', pattern: '^(ab|\u00e9|")+!?$' },
@@ -195,6 +196,7 @@ test('response_format json_schema: replies follow the schema', async () => {
     assert.ok(!Number.isNaN(Date.parse(`${o.day}T00:00:00Z`)), text);
     assert.ok(Number.isInteger(o.stars) && o.stars >= 1 && o.stars <= 5, text);
     assert.ok(Number.isInteger(o.delta) && o.delta > -20 && o.delta < -9, text);
+    assert.ok(typeof o.p === 'number' && o.p > 0 && o.p <= 1, text);
   }
   // A discriminated union of objects: the reply is one branch, whole.
   const branches = [

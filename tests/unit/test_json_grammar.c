@@ -607,6 +607,85 @@ TEST(json_schema_holds_integer_bounds) {
     jg_schema_free(sc);
 }
 
+/* Numbers held to a range, against jansson and a double comparison as the
+ * oracle: every text of up to 6 characters over "-0159." taken whole iff it
+ * is a number in range (an integer, for integers; never a negative zero),
+ * every prefix of one taken, and every prefix taken finished within five
+ * more bytes. */
+static bool range_oracle(const char *num, bool integer, double lo, bool lo_x, double hi,
+                         bool hi_x) {
+    char doc[32];
+    snprintf(doc, sizeof doc, "{\"x\":%s}", num);
+    json_t *j = json_loads(doc, 0, NULL);
+    json_t *x = json_object_get(j, "x");
+    bool ok = json_is_number(x) && (!integer || json_is_integer(x));
+    double v = json_number_value(x);
+    ok &= num[0] != '-' || v != 0; /* never a negative zero */
+    json_decref(j);
+    return ok && (lo_x ? v > lo : v >= lo) && (hi_x ? v < hi : v <= hi);
+}
+
+/* Some bytes, at most depth of them, finish the object from s. */
+static bool finishes(const jg_state *s, int depth) {
+    for (const char *b = "0123456789.}"; *b; b++) {
+        jg_state t = *s;
+        if (jg_feed(&t, b, 1) && (jg_done(&t) || (depth > 1 && finishes(&t, depth - 1))))
+            return true;
+    }
+    return false;
+}
+
+TEST(json_schema_holds_number_bounds) {
+    static const struct {
+        const char *kw;
+        bool integer;
+        double lo, hi;
+        bool lo_x, hi_x;
+    } cases[] = {
+        {"\"minimum\":0,\"maximum\":1", false, 0, 1, false, false},
+        {"\"exclusiveMinimum\":0,\"exclusiveMaximum\":1", false, 0, 1, true, true},
+        {"\"minimum\":-1.5,\"maximum\":9.05", false, -1.5, 9.05, false, false},
+        {"\"exclusiveMinimum\":-0.05,\"maximum\":0.5", false, -0.05, 0.5, true, false},
+        {"\"minimum\":0.15,\"maximum\":0.15", false, 0.15, 0.15, false, false},
+        {"\"exclusiveMaximum\":10", false, -INFINITY, 10, false, true},
+        {"\"minimum\":-5,\"maximum\":11", true, -5, 11, false, false},
+        {"\"maximum\":-1,\"minimum\":-150", true, -150, -1, false, false},
+        {"\"maximum\":-1,\"minimum\":-9.5", false, -9.5, -1, false, false},
+    };
+    const char alpha[] = "-0159.";
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char schema[256];
+        snprintf(schema, sizeof schema,
+                 "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"%s\",%s}}}",
+                 cases[i].integer ? "integer" : "number", cases[i].kw);
+        jg_schema *sc = schema_of(schema);
+        CHECK(sc);
+        int in_range = 0;
+        for (int len = 1; len <= 6; len++) {
+            int total = 1;
+            for (int k = 0; k < len; k++) total *= 6;
+            for (int code = 0; code < total; code++) {
+                char num[8], doc[32];
+                for (int k = 0, c = code; k < len; k++, c /= 6) num[k] = alpha[c % 6];
+                num[len] = 0;
+                bool want = range_oracle(num, cases[i].integer, cases[i].lo, cases[i].lo_x,
+                                         cases[i].hi, cases[i].hi_x);
+                in_range += want;
+                snprintf(doc, sizeof doc, "{\"x\":%s}", num);
+                CHECKF(schema_accepts(sc, doc) == want, "%s: %s", cases[i].kw, num);
+                jg_state s;
+                jg_init_schema(&s, sc);
+                CHECK(jg_feed(&s, "{\"x\":", 5));
+                bool fed = jg_feed(&s, num, (size_t)len);
+                CHECKF(fed || !want, "%s: prefix %s refused", cases[i].kw, num);
+                CHECKF(!fed || finishes(&s, 5), "%s: %s not finished", cases[i].kw, num);
+            }
+        }
+        CHECKF(in_range > 2, "%s: %d in range", cases[i].kw, in_range);
+        jg_schema_free(sc);
+    }
+}
+
 /* The mask in a union of objects, whose keys and values narrow it. */
 TEST(json_schema_mask_equals_feeding_each_token_in_unions) {
     schema_walk("{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"object\","
