@@ -261,15 +261,17 @@ static bool union_value_start(jg_state *s, jg_frame *f, uint8_t c) {
  * adds to the string's value: a byte of its own, an escape's character
  * once whole (a surrogate pair's once both halves are), or the closing
  * quote (false where the value does not match); false where the DFA dies. */
-static bool pattern_step(jg_state *s, const jg_core *before, uint8_t c, int *st, uint16_t *high) {
+static bool pattern_step(jg_state *s, const jg_core *before, uint8_t c, uint32_t len, int *st,
+                         uint16_t *high) {
     const jr_dfa *d = jg_string_pattern(s);
+    const jr_lengths *l = jg_string_lengths(s);
     uint8_t b[4];
     int n = 0;
     switch (before->mode) {
     case M_STRING:
         if (!before->utf8 && c == '"') return jr_accepts(d, *st);
         if (!before->utf8 && c == '\\') /* an escape: some character must follow */
-            return jr_takes_any(d, *st, 1, 0x10FFFF);
+            return jr_takes_any(d, *st, 1, 0x10FFFF, l, len);
         b[n++] = c;
         break;
     case M_ESC: {
@@ -290,18 +292,19 @@ static bool pattern_step(jg_state *s, const jg_core *before, uint8_t c, int *st,
         if (before->low) { /* the low half: its pairs */
             if (lo > 0xDFFF || hi < 0xDC00) return false;
             uint32_t a = base + (lo > 0xDC00 ? lo - 0xDC00 : 0);
-            if (rest) return jr_takes_any(d, *st, a, base + (hi < 0xDFFF ? hi : 0xDFFF) - 0xDC00);
+            if (rest)
+                return jr_takes_any(d, *st, a, base + (hi < 0xDFFF ? hi : 0xDFFF) - 0xDC00, l, len);
             n = jr_utf8(a, b);
             break;
         }
         if (lo <= 0xDBFF && hi >= 0xD800) {
             uint32_t hl = lo > 0xD800 ? lo : 0xD800, hh = hi < 0xDBFF ? hi : 0xDBFF;
             bool pairs = jr_takes_any(d, *st, 0x10000 + ((hl - 0xD800) << 10),
-                                      0x10000 + ((hh - 0xD800) << 10) + 0x3FF);
+                                      0x10000 + ((hh - 0xD800) << 10) + 0x3FF, l, len);
             if (!rest) return pairs && (*high = (uint16_t)v, true);
             if (pairs) return true;
         }
-        if (rest) return jr_takes_any(d, *st, lo, hi);
+        if (rest) return jr_takes_any(d, *st, lo, hi, l, len);
         n = jr_utf8(v, b);
         break;
     }
@@ -309,16 +312,13 @@ static bool pattern_step(jg_state *s, const jg_core *before, uint8_t c, int *st,
         break;
     }
     for (int k = 0; k < n && jr_live(*st); k++) *st = jr_step(d, *st, b[k]);
-    return jr_live(*st);
+    return jr_live(*st) && (!n || !l || jr_lengths_ok(l, *st, len));
 }
 
 bool jg_schema_step(jg_state *s, uint8_t c) {
     const jg_schema *sc = s->schema;
     if (s->what == W_CORE) {
         jg_core before = s->c;
-        int st = s->rstate;
-        uint16_t high = s->rhigh;
-        if (s->str_re && !pattern_step(s, &before, c, &st, &high)) return false;
         /* an integer has no point; a number with a range, no exponent */
         bool cut =
             (s->int_only && c == '.') || ((s->int_only || s->num_bounded) && (c | 0x20) == 'e');
@@ -332,6 +332,9 @@ bool jg_schema_step(jg_state *s, uint8_t c) {
             if (c == '"' ? s->slen < n->lo : s->slen >= n->hi) return false;
             counted = c != '"';
         }
+        int st = s->rstate; /* the pattern's DFA, with the length this byte leaves */
+        uint16_t high = s->rhigh;
+        if (s->str_re && !pattern_step(s, &before, c, s->slen + counted, &st, &high)) return false;
         if (!cut && jg_core_step(&s->c, c)) {
             s->slen += counted;
             s->rstate = (uint16_t)st, s->rhigh = high;
@@ -435,4 +438,9 @@ uint32_t jg_string_room(const jg_state *s) {
 const jr_dfa *jg_string_pattern(const jg_state *s) {
     if (!s->schema || s->what != W_CORE || !s->str_re) return NULL;
     return s->schema->res[s->schema->nodes[s->snode].re - 1];
+}
+
+const jr_lengths *jg_string_lengths(const jg_state *s) {
+    if (!s->schema || s->what != W_CORE || !s->str_re) return NULL;
+    return s->schema->lens[s->schema->nodes[s->snode].re - 1];
 }

@@ -377,20 +377,26 @@ static void walk(const jg_vocab *v, const jg_walk *w, const jg_state *s, unsigne
 }
 
 /* Marks the plain tokens (their bytes the value's own) that a string's
- * pattern, in DFA state st, can take with room characters left: the DFA
+ * pattern, in DFA state st, can take with room characters left (and, with
+ * lens, len characters written so far: its length range's table): the DFA
  * walked as walk() walks the automaton, a dead prefix skipped whole. */
-static void walk_pattern(const jg_vocab *v, const jr_dfa *re, int st, uint32_t room,
-                         unsigned char *ok) {
+static void walk_pattern(const jg_vocab *v, const jr_dfa *re, const jr_lengths *lens, int st,
+                         uint32_t len, uint32_t room, unsigned char *ok) {
     int at[JG_MAX_TOKEN + 1];
-    at[0] = st;
+    uint32_t chars[JG_MAX_TOKEN + 1]; /* the length at each byte */
+    at[0] = st, chars[0] = len;
     int good = 0;
     for (int k = 0; k < v->plain.n; k++) {
         int id = v->plain.id[k], l = v->plain.lcp[k], n = v->len[id];
         if (l > good) continue;
         const uint8_t *b = (const uint8_t *)v->blob + v->off[id];
         int d = l;
-        for (; d < n; d++)
-            if (!jr_live(at[d + 1] = jr_step(re, at[d], b[d]))) break;
+        for (; d < n; d++) {
+            chars[d + 1] = chars[d] + ((b[d] & 0xC0) != 0x80);
+            at[d + 1] = jr_step(re, at[d], b[d]);
+            if (!jr_live(at[d + 1]) || (lens && !jr_lengths_ok(lens, at[d + 1], chars[d + 1])))
+                break;
+        }
         good = d;
         ok[id] = d == n && v->plain_chars[id] <= room;
     }
@@ -402,7 +408,7 @@ int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
         uint32_t room = jg_string_room(s); /* a schema's maxLength */
         const jr_dfa *re = jg_string_pattern(s);
         if (re)
-            walk_pattern(v, re, s->rstate, room, ok);
+            walk_pattern(v, re, jg_string_lengths(s), s->rstate, s->slen, room, ok);
         else
             for (int k = 0; k < v->plain.n; k++)
                 ok[v->plain.id[k]] = v->plain_chars[v->plain.id[k]] <= room;

@@ -92,7 +92,8 @@ void jg_init_schema(jg_state *s, const jg_schema *schema);
  * object union: keys and values narrow its branches), and $ref into $defs
  * or definitions; strings' minLength / maxLength (characters), pattern
  * (json_regex.h's subset of ECMAScript's) or format (date, date-time,
- * time, uuid, email, ipv4, hostname, uri: json_regex.c's patterns), arrays'
+ * time, uuid, email, ipv4, hostname, uri: json_regex.c's patterns; with a
+ * length range, held together with it: json_regex_len.c), arrays'
  * minItems / maxItems, and numbers' and integers' minimum / maximum
  * (exclusive or not; a number with a range takes no exponent). Keywords
  * that narrow further (other formats, patterns outside the subset,

@@ -40,6 +40,8 @@ uint32_t jg_string_room(const jg_state *s);
 /* The pattern the string being read follows (its state: s->rstate), or
  * NULL. */
 const jr_dfa *jg_string_pattern(const jg_state *s);
+/* ... and its length range's table (jr_lengths), or NULL. */
+const jr_lengths *jg_string_lengths(const jg_state *s);
 
 /* ---- compiled schemas (json_schema.c; followed in json_follow.c) ---- */
 enum {
@@ -63,6 +65,10 @@ enum { O_FIRST, O_NEXT, O_COLON, O_VALUE, O_AFTER, A_FIRST, A_VALUE, A_AFTER };
  * 256 byte classes each). */
 #define MAX_PATTERN_STATES 4096
 #define MAX_SCHEMA_STATES  16384
+/* A pattern's table under a length range at most, and a schema's in all,
+ * in bits (a bit a state and a length). */
+#define MAX_LENGTHS_BITS        (1u << 20)
+#define MAX_SCHEMA_LENGTHS_BITS (8u << 20)
 
 /* A decimal m x 10^e, negative or not: a number's bound. */
 typedef struct js_dec {
@@ -107,8 +113,10 @@ struct jg_schema {
     int n_tab;
     uint64_t *masks; /* object unions' branch masks */
     int n_masks;
-    jr_dfa **res; /* strings' patterns */
+    jr_dfa **res;      /* strings' patterns */
+    jr_lengths **lens; /* ... under their length ranges (NULL: none) */
     int n_res, res_states;
+    size_t lens_bits;
     uint16_t root;
 };
 

@@ -570,7 +570,8 @@ static void nfa_free(nfa *f) {
 struct jr_dfa {
     int n_states, n_cls;
     uint8_t cls[256];
-    uint16_t *next; /* n_states x n_cls */
+    int16_t rep[256]; /* a byte of each class but NUL (-1: none) */
+    uint16_t *next;   /* n_states x n_cls */
     uint8_t *accept;
 };
 
@@ -674,9 +675,9 @@ static bool prune(jr_dfa *d) {
 static jr_dfa *determinize(const nfa *f, int start, int accept, int max_states, const char **err) {
     jr_dfa *d = di_calloc(1, sizeof *d);
     d->n_cls = byte_classes(f, d->cls);
-    int rep[256]; /* each class's first byte but NUL (none: -1) */
+    int16_t *rep = d->rep;
     for (int k = 0; k < 256; k++) rep[k] = -1;
-    for (int b = 255; b >= 1; b--) rep[d->cls[b]] = b;
+    for (int b = 255; b >= 1; b--) rep[d->cls[b]] = (int16_t)b;
     subsets ss = {.words = (f->n + 63) / 64, .max = max_states};
     ss.bits = di_calloc((size_t)max_states * ss.words, sizeof *ss.bits);
     for (ss.n_slot = 16; ss.n_slot < 2 * max_states;) ss.n_slot *= 2;
@@ -766,46 +767,64 @@ bool jr_accepts(const jr_dfa *d, int state) {
 
 /* The bytes ranges [lo[k], hi[k]] in sequence from k on lead st somewhere
  * live (each byte class tried once per position). */
-static bool seq_live(const jr_dfa *d, int st, const uint8_t *lo, const uint8_t *hi, int k, int n) {
-    if (k == n) return true;
+static bool seq_live(const jr_dfa *d, int st, const uint8_t *lo, const uint8_t *hi, int k, int n,
+                     const jr_lengths *l, uint32_t len) {
+    if (k == n) return !l || jr_lengths_ok(l, st, len);
     bool tried[256] = {0};
     for (int b = lo[k]; b <= hi[k]; b++) {
         if (tried[d->cls[b]]) continue;
         tried[d->cls[b]] = true;
         int t = jr_step(d, st, (uint8_t)b);
-        if (jr_live(t) && seq_live(d, t, lo, hi, k + 1, n)) return true;
+        if (jr_live(t) && seq_live(d, t, lo, hi, k + 1, n, l, len)) return true;
     }
     return false;
 }
 
 /* Splits [lo, hi] until its code points share a UTF-8 length and each
  * byte position spans a plain range (as RE2 turns ranges into UTF-8). */
-bool jr_takes_any(const jr_dfa *d, int st, uint32_t lo, uint32_t hi) {
+bool jr_takes_any(const jr_dfa *d, int st, uint32_t lo, uint32_t hi, const jr_lengths *l,
+                  uint32_t len) {
     if (lo == 0) lo = 1;
     if (hi > 0x10FFFF) hi = 0x10FFFF;
     if (lo > hi) return false;
     static const uint32_t ends[] = {0x7F, 0x7FF, 0xFFFF};
     for (int i = 0; i < 3; i++)
         if (lo <= ends[i] && hi > ends[i])
-            return jr_takes_any(d, st, lo, ends[i]) || jr_takes_any(d, st, ends[i] + 1, hi);
+            return jr_takes_any(d, st, lo, ends[i], l, len) ||
+                   jr_takes_any(d, st, ends[i] + 1, hi, l, len);
     if (lo <= 0xDFFF && hi >= 0xD800) /* surrogates are no characters */
-        return (lo < 0xD800 && jr_takes_any(d, st, lo, 0xD7FF)) ||
-               (hi > 0xDFFF && jr_takes_any(d, st, 0xE000, hi));
+        return (lo < 0xD800 && jr_takes_any(d, st, lo, 0xD7FF, l, len)) ||
+               (hi > 0xDFFF && jr_takes_any(d, st, 0xE000, hi, l, len));
     uint8_t a[4], b[4];
     int n = jr_utf8(lo, a);
     jr_utf8(hi, b);
     for (int i = 1; i < n; i++) {
         uint32_t m = (1u << (6 * i)) - 1;
         if ((lo & ~m) == (hi & ~m)) continue;
-        if (lo & m) return jr_takes_any(d, st, lo, lo | m) || jr_takes_any(d, st, (lo | m) + 1, hi);
+        if (lo & m)
+            return jr_takes_any(d, st, lo, lo | m, l, len) ||
+                   jr_takes_any(d, st, (lo | m) + 1, hi, l, len);
         if ((hi & m) != m)
-            return jr_takes_any(d, st, lo, (hi & ~m) - 1) || jr_takes_any(d, st, hi & ~m, hi);
+            return jr_takes_any(d, st, lo, (hi & ~m) - 1, l, len) ||
+                   jr_takes_any(d, st, hi & ~m, hi, l, len);
     }
-    return seq_live(d, st, a, b, 0, n);
+    return seq_live(d, st, a, b, 0, n, l, len);
 }
 
 int jr_states(const jr_dfa *d) {
     return d->n_states;
+}
+
+int jr_classes(const jr_dfa *d) {
+    return d->n_cls;
+}
+
+int jr_class_byte(const jr_dfa *d, int k) {
+    return d->rep[k];
+}
+
+int jr_step_class(const jr_dfa *d, int state, int k) {
+    return d->next[(size_t)state * d->n_cls + k];
 }
 
 /* ---- formats ---- */

@@ -42,11 +42,28 @@ static inline bool jr_live(int state) {
 int jr_step(const jr_dfa *d, int state, uint8_t b);
 /* A string may end in state. */
 bool jr_accepts(const jr_dfa *d, int state);
+typedef struct jr_lengths jr_lengths;
 /* Some code point in [lo, hi] (but NUL and the surrogates) leads state
- * somewhere live: the escape \uXXXX being read can still be one the
- * pattern takes. */
-bool jr_takes_any(const jr_dfa *d, int state, uint32_t lo, uint32_t hi);
+ * somewhere live (with l, somewhere l allows at len characters): the
+ * escape \uXXXX being read can still be one the pattern takes. */
+bool jr_takes_any(const jr_dfa *d, int state, uint32_t lo, uint32_t hi, const jr_lengths *l,
+                  uint32_t len);
 int jr_states(const jr_dfa *d);
+/* d's byte classes: how many, a byte of class k (-1: NUL alone), and the
+ * state after one from state. */
+int jr_classes(const jr_dfa *d);
+int jr_class_byte(const jr_dfa *d, int k);
+int jr_step_class(const jr_dfa *d, int state, int k);
+
+/* ---- a pattern under a length range (json_regex_len.c) ----
+ * The states from which, with len characters written (a character: a
+ * byte that is no UTF-8 continuation), some value of between lo and hi
+ * characters (hi UINT32_MAX: no most) can still be finished: a bitset a
+ * length. NULL where that takes over max_bits bits, with *none where no
+ * value from the start fits at all. */
+jr_lengths *jr_lengths_new(const jr_dfa *d, uint32_t lo, uint32_t hi, size_t max_bits, bool *none);
+void jr_lengths_free(jr_lengths *l);
+bool jr_lengths_ok(const jr_lengths *l, int state, uint32_t len);
 /* cp's UTF-8 bytes in b; returns how many. */
 int jr_utf8(uint32_t cp, uint8_t b[4]);
 /* The pattern standing for a JSON schema format ("date", "date-time",

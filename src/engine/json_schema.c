@@ -308,7 +308,9 @@ static int number(compiler *c, const json_t *j, int kind) {
 
 /* A string node: its length range, and its pattern or the one its format
  * stands for (one outside json_regex.h's subset, or past the schema's
- * states, not held). */
+ * states, not held). A pattern and a length range are held together
+ * (jr_lengths: no state that neither lets go on); where that table would
+ * be too large, the pattern alone; where no value fits both, a free value. */
 static int string_node(compiler *c, const json_t *j) {
     int n = ranged(c, j, K_STRING, "minLength", "maxLength");
     const json_t *pat = json_object_get(j, "pattern");
@@ -326,10 +328,29 @@ static int string_node(compiler *c, const json_t *j) {
         s->res_states += MAX_PATTERN_STATES / 2;
         return n;
     }
+    js_node *k = &s->nodes[n];
+    jr_lengths *l = NULL;
+    if (k->lo > 0 || k->hi != UINT32_MAX) {
+        size_t bits = MAX_SCHEMA_LENGTHS_BITS - s->lens_bits;
+        bool none;
+        l = jr_lengths_new(d, k->lo, k->hi, bits < MAX_LENGTHS_BITS ? bits : MAX_LENGTHS_BITS,
+                           &none);
+        if (none) {
+            jr_free(d);
+            return 0;
+        }
+        if (l)
+            s->lens_bits +=
+                ((size_t)(k->hi != UINT32_MAX ? k->hi : k->lo) + 1) * (size_t)jr_states(d);
+        else
+            k->lo = 0, k->hi = UINT32_MAX;
+    }
     s->res = di_realloc(s->res, sizeof *s->res * (size_t)(s->n_res + 1));
+    s->lens = di_realloc(s->lens, sizeof *s->lens * (size_t)(s->n_res + 1));
+    s->lens[s->n_res] = l;
     s->res[s->n_res++] = d;
     s->res_states += jr_states(d);
-    s->nodes[n].re = (uint16_t)s->n_res;
+    k->re = (uint16_t)s->n_res;
     return n;
 }
 
@@ -480,7 +501,8 @@ void jg_schema_free(jg_schema *s) {
     free(s->alts);
     free(s->tab);
     free(s->masks);
-    for (int i = 0; i < s->n_res; i++) jr_free(s->res[i]);
+    for (int i = 0; i < s->n_res; i++) jr_free(s->res[i]), jr_lengths_free(s->lens[i]);
+    free(s->lens);
     free(s->res);
     free(s);
 }

@@ -541,6 +541,71 @@ TEST(json_schema_holds_patterns_and_formats) {
     jg_schema_free(sc);
 }
 
+/* Some bytes of alphabet, at most depth of them, finish the object from s. */
+static bool finishes_with(const jg_state *s, const char *alphabet, int depth) {
+    for (const char *b = alphabet; *b; b++) {
+        jg_state t = *s;
+        if (jg_feed(&t, b, 1) &&
+            (jg_done(&t) || (depth > 1 && finishes_with(&t, alphabet, depth - 1))))
+            return true;
+    }
+    return false;
+}
+
+/* A pattern and a length range held together: a slug of at most 5
+ * characters cannot end in a hyphen at the fifth; one that must be
+ * "ababa" cannot stop at "ab"; no value fitting both: a free value; and
+ * from every prefix of up to 5 bytes over "ab-\\u06" the value is taken
+ * or finished within 12 more bytes (no dead end). */
+TEST(json_schema_holds_patterns_with_lengths) {
+    static const struct {
+        const char *kw, *ok[3], *bad[3];
+    } cases[] = {
+        {"\"pattern\":\"^[a-z]+(-[a-z]+)*$\",\"maxLength\":5",
+         {"{\"s\":\"abcde\"}", "{\"s\":\"a-b-c\"}", "{\"s\":\"\\u0061b\"}"},
+         {"{\"s\":\"abcd-", "{\"s\":\"abcdef", "{\"s\":\"ab\\u002d\\u0063d\\u002d"}},
+        {"\"pattern\":\"^(ab|ababa)$\",\"minLength\":3",
+         {"{\"s\":\"ababa\"}", "{\"s\":\"ab\\u0061ba\"}"},
+         {"{\"s\":\"ab\"", "{\"s\":\"ababab"}},
+        {"\"pattern\":\"^a*-?$\",\"minLength\":2,\"maxLength\":3",
+         {"{\"s\":\"aa\"}", "{\"s\":\"a-\"}", "{\"s\":\"aa-\"}"},
+         {"{\"s\":\"-", "{\"s\":\"a\"", "{\"s\":\"aaa-"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char schema[256];
+        snprintf(schema, sizeof schema,
+                 "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",%s}}}",
+                 cases[i].kw);
+        jg_schema *sc = schema_of(schema);
+        CHECK(sc);
+        jg_state s;
+        for (int k = 0; k < 3 && cases[i].ok[k]; k++)
+            CHECKF(schema_accepts(sc, cases[i].ok[k]), "%s: rejected %s", cases[i].kw,
+                   cases[i].ok[k]);
+        for (int k = 0; k < 3 && cases[i].bad[k]; k++) {
+            jg_init_schema(&s, sc);
+            CHECKF(!jg_feed(&s, cases[i].bad[k], strlen(cases[i].bad[k])), "%s: took %s",
+                   cases[i].kw, cases[i].bad[k]);
+        }
+        const char alpha[] = "ab-\\u06";
+        for (int len = 0, total = 1; len <= 5; len++, total *= 7)
+            for (int code = 0; code < total; code++) {
+                char t[8];
+                for (int k = 0, c = code; k < len; k++, c /= 7) t[k] = alpha[c % 7];
+                jg_init_schema(&s, sc);
+                CHECK(jg_feed(&s, "{\"s\":\"", 6));
+                if (!jg_feed(&s, t, (size_t)len)) continue;
+                CHECKF(finishes_with(&s, "ab-\"}\\u0612", 12), "%s: '%.*s' not finished",
+                       cases[i].kw, len, t);
+            }
+        jg_schema_free(sc);
+    }
+    jg_schema *sc = schema_of("{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\","
+                              "\"pattern\":\"^(ab|ababa)$\",\"minLength\":3,\"maxLength\":4}}}");
+    CHECK(sc && schema_accepts(sc, "{\"s\":[1]}")); /* no value fits both: free */
+    jg_schema_free(sc);
+}
+
 /* A \u escape's digits, each as it comes, leave open a character the
  * pattern takes (a surrogate pair's whole), or are refused. */
 TEST(json_schema_pattern_escapes_digit_by_digit) {
@@ -712,6 +777,13 @@ TEST(json_schema_mask_equals_feeding_each_token_with_patterns) {
 
 /* The mask where a string's length is bounded: plain tokens are allowed as
  * a set only as far as they fit. */
+TEST(json_schema_mask_equals_feeding_each_token_with_patterns_and_lengths) {
+    schema_walk("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":"
+                "\"^(ab|\\u00e9)+-?$\",\"maxLength\":4},\"b\":{\"type\":\"string\",\"pattern\":"
+                "\"^[ab1]*$\",\"minLength\":3}},\"required\":[\"a\",\"b\"]}",
+                41, 8, "pattern length walk");
+}
+
 TEST(json_schema_mask_equals_feeding_each_token_with_integer_bounds) {
     schema_walk("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{"
                 "\"type\":\"integer\",\"minimum\":-3,\"maximum\":115}},\"b\":{\"type\":"
