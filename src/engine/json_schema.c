@@ -4,8 +4,8 @@
  *
  * The graph: an object node lists its properties (name, node, required),
  * an array node its items' node, an enum node its values' compact JSON
- * texts, a union its branches, which must start with different bytes so
- * that the first byte picks one; its object branches are one object union
+ * texts, a union its branches, which start with different bytes so that
+ * the first byte picks one; its object branches are one object union
  * (the names any of them has, each key narrowing the branches to those
  * that have it, an enum value or a value's first byte to those that take
  * it, closing once a branch left has what it requires). Strings, numbers,
@@ -197,9 +197,19 @@ static int object_union(compiler *c, const int *o, int nb) {
     return u;
 }
 
-/* A union of the compiled branches b[0..n), or a free value where two
- * could start with the same byte (an integer beside a number is the
- * number; object branches become one object union). */
+/* Node n takes strings alone (a string, or an enum of strings only). */
+static bool string_only(const jg_schema *s, int n) {
+    const js_node *k = &s->nodes[n];
+    if (k->kind == K_STRING) return true;
+    if (k->kind != K_ENUM) return false;
+    for (int i = 0; i < k->count; i++)
+        if (s->texts[k->first + i].p[0] != '"') return false;
+    return true;
+}
+
+/* A union of the compiled branches b[0..n), whose branches start with
+ * different bytes (an integer beside a number is the number; object
+ * branches become one object union; below, the others that start alike). */
 static int make_union(compiler *c, int *b, int n) {
     bool number = false;
     for (int i = 0; i < n; i++) number |= c->s->nodes[b[i]].kind == K_NUMBER;
@@ -212,17 +222,27 @@ static int make_union(compiler *c, int *b, int n) {
             b[m++] = b[i];
     }
     if (no) b[m++] = no == 1 ? objs[0] : object_union(c, objs, no);
-    n = m;
-    if (n == 1) return b[0];
-    bool seen[256] = {0};
-    for (int i = 0; i < n; i++) {
-        bool set[256] = {0};
-        js_first_bytes(c->s, b[i], set, 0);
-        for (int x = 0; x < 256; x++) {
-            if (set[x] && seen[x]) return 0;
-            seen[x] |= set[x];
-        }
+    /* Branches a first byte cannot tell apart: a string with nothing more
+     * to it stands for every string and string enum (it is their union);
+     * of the others, the first listed stays and the later ones go (what is
+     * written is a value of the union still, if not any of them). */
+    int plain = -1;
+    for (int i = 0; i < m && plain < 0; i++) {
+        const js_node *k = &c->s->nodes[b[i]];
+        if (k->kind == K_STRING && !k->re && !k->lo && k->hi == UINT32_MAX) plain = b[i];
     }
+    bool seen[256] = {0};
+    n = 0;
+    for (int i = 0; i < m; i++) {
+        if (plain >= 0 && b[i] != plain && string_only(c->s, b[i])) continue;
+        bool set[256] = {0}, clash = false;
+        js_first_bytes(c->s, b[i], set, 0);
+        for (int x = 0; x < 256; x++) clash |= set[x] && seen[x];
+        if (clash) continue;
+        for (int x = 0; x < 256; x++) seen[x] |= set[x];
+        b[n++] = b[i];
+    }
+    if (n == 1) return b[0];
     int u = new_node(c, K_UNION);
     if (!u) return 0;
     jg_schema *s = c->s;

@@ -351,12 +351,21 @@ TEST(json_schema_refs_recurse_and_unsupported_parts_are_free) {
     CHECK(schema_accepts(sc, "{\"v\":1,\"kids\":[{\"v\":2},{\"v\":3,\"kids\":[{\"v\":4}]}]}"));
     CHECK(!schema_accepts(sc, "{\"v\":1,\"kids\":[{\"w\":2}]}"));
     jg_schema_free(sc);
-    /* two branches that start alike and are not objects cannot be told
-     * apart by a byte: free */
+    /* branches that start alike and are not objects cannot be told apart
+     * by a byte: the first listed stays (a value of the union still), but
+     * a plain string stands for every string branch (their union) */
     sc = schema_of("{\"type\":\"object\",\"properties\":{\"u\":{\"anyOf\":[{\"type\":\"array\","
                    "\"items\":{\"type\":\"string\"}},{\"type\":\"array\",\"items\":{\"type\":"
-                   "\"null\"}}]}}}");
-    CHECK(sc && schema_accepts(sc, "{\"u\":{\"c\":[1]}}"));
+                   "\"null\"}}]},\"m\":{\"anyOf\":[{\"const\":\"auto\"},{\"type\":\"string\"},{"
+                   "\"type\":\"integer\",\"minimum\":5},{\"type\":\"integer\",\"maximum\":0}]},"
+                   "\"e\":{\"anyOf\":[{\"enum\":[\"a\",\"b\"]},{\"type\":\"string\",\"pattern\":"
+                   "\"^x+$\"}]}}}");
+    CHECK(sc);
+    const char *ok[] = {"{\"u\":[\"x\"]}", "{\"m\":\"auto\"}", "{\"m\":\"other\"}", "{\"m\":7}",
+                        "{\"e\":\"b\"}"};
+    const char *bad[] = {"{\"u\":[null]}", "{\"u\":{\"c\":[1]}}", "{\"m\":-3}", "{\"e\":\"xx\"}",
+                         "{\"e\":\"c\"}"};
+    CHECK_LISTS(sc, ok, bad);
     jg_schema_free(sc);
     /* a union that reaches itself through a $ref: bounded, not a loop */
     sc = schema_of("{\"$defs\":{\"U\":{\"anyOf\":[{\"$ref\":\"#/$defs/U\"},{\"type\":"
