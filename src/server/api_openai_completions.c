@@ -12,7 +12,11 @@
  * generated ones; max_tokens 0 generates nothing. That is how evaluation
  * harnesses (lm-evaluation-harness's loglikelihood) use this endpoint. A
  * stream sends the echo, with the prompt's logprobs, once they are
- * computed. */
+ * computed.
+ *
+ * best_of above n generates that many per prompt and returns the n with
+ * the highest mean token logprob, best first (not streamed; usage counts
+ * them all, as OpenAI bills them). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,18 +82,20 @@ static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
                                   f))
         return -1;
     if (r->max_tokens == 0) r->prompt_only = true;
-    /* Said rather than ignored: a reply that silently drops them is wrong */
+    /* Said rather than ignored: a reply that silently drops it is wrong */
     const char *suffix = NULL;
-    int best_of = r->n;
-    if (srv_get_str(body, "suffix", &suffix, f) ||
-        srv_get_int(body, "best_of", 1, 1 << 30, &best_of, f))
-        return -1;
+    if (srv_get_str(body, "suffix", &suffix, f)) return -1;
     if (suffix && *suffix)
         return srv_failf(f, 400, "suffix",
                          "suffix: not supported (no fill-in-the-middle); leave it out or empty");
-    if (best_of != r->n)
-        return srv_failf(f, 400, "best_of",
-                         "best_of: only best_of = n is supported (n asks for that many)");
+    /* best_of: that many generated, the n best returned (OpenAI's rules) */
+    int best_of = r->n;
+    if (srv_get_int(body, "best_of", 1, lim->max_n, &best_of, f)) return -1;
+    if (best_of < r->n)
+        return srv_failf(f, 400, "best_of", "best_of: %d is less than n (%d)", best_of, r->n);
+    if (best_of > r->n && r->stream)
+        return srv_failf(f, 400, "best_of", "best_of: results cannot be streamed above n");
+    if (best_of > r->n) r->best_keep = r->n, r->n = best_of;
     if (lp >= 0) {
         r->logprobs = true;
         r->top_logprobs = lp;
@@ -191,9 +197,40 @@ static void comp_end(srv_gen *g) {
     sse_raw(g, "data: [DONE]\n\n");
 }
 
+/* A branch's mean token logprob, its end of sequence counted (best_of's
+ * ranking, as OpenAI's "highest log probability per token"). */
+static double mean_logprob(const gen_branch *b) {
+    return b->lp_count ? b->lp_sum / b->lp_count : 0;
+}
+
+/* The branches a body returns, in order: every one, or with best_of each
+ * prompt's best_keep best (by mean token logprob, the first on a tie). */
+static int body_branches(const srv_gen *g, int *out) {
+    int keep = g->req->best_keep, n = 0;
+    if (!keep) {
+        for (int i = 0; i < g->n; i++) out[n++] = i;
+        return n;
+    }
+    for (int p = 0; p < g->n / g->per; p++)
+        for (int k = 0; k < keep; k++) {
+            int best = -1;
+            for (int i = p * g->per; i < (p + 1) * g->per; i++) {
+                bool taken = false;
+                for (int j = n - k; j < n; j++) taken |= out[j] == i;
+                if (!taken && (best < 0 || mean_logprob(&g->b[i]) > mean_logprob(&g->b[best])))
+                    best = i;
+            }
+            out[n++] = best;
+        }
+    return n;
+}
+
 static json_t *comp_body(srv_gen *g) {
     json_t *choices = json_array();
-    for (int i = 0; i < g->n; i++) {
+    int *order = di_malloc(sizeof *order * (size_t)g->n);
+    int shown = body_branches(g, order);
+    for (int c_i = 0; c_i < shown; c_i++) {
+        int i = order[c_i];
         gen_branch *b = &g->b[i];
         di_buf t = {0};
         const gen_prompt *gp = &g->prompts[i / g->per];
@@ -205,14 +242,15 @@ static json_t *comp_body(srv_gen *g) {
             json_array_extend(lps, b->logprobs);
         } else if (g->req->logprobs)
             lps = json_incref(b->logprobs);
-        json_t *c = choice(g, i, t.p, t.n, lps, srv_finish_openai(b->finish));
+        json_t *c = choice(g, c_i, t.p, t.n, lps, srv_finish_openai(b->finish));
         if (g->req->prompt_logprobs >= 0) /* vLLM's: in each choice */
             json_object_set_new(c, "prompt_logprobs", gen_prompt_logprobs(g, i / g->per));
         json_array_append_new(choices, c);
         json_decref(lps);
         di_buf_free(&t);
     }
-    json_t *w = wrap(g, choices);
+    free(order);
+    json_t *w = wrap(g, choices); /* usage counts every branch generated */
     json_object_set_new(w, "usage", srv_usage_openai(g));
     return w;
 }

@@ -409,6 +409,8 @@ void gen_on_engine_event(const engine_event *ev, void *user) {
         b->t_last = now;
     }
     bool eos = ev->finish == ENGINE_FINISH_STOP; /* the engine holds no stop strings */
+    if (ev->token >= 0 && ev->has_logprobs && !b->stopped && !b->done) /* best_of's rank */
+        b->lp_sum += ev->logprob, b->lp_count++; /* (an end of sequence too) */
     if (ev->token >= 0 && !eos && !b->stopped && !b->done) {
         pthread_mutex_unlock(&g->mu);
         if (ev->has_logprobs && g->req->logprobs)

@@ -250,7 +250,7 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
             gp->echo = tok_decode(s->tok, ids->v, ids->n, false, &gp->echo_len);
     }
     samp_params sp = r->samp;
-    sp.logprobs = r->logprobs;
+    sp.logprobs = r->logprobs || r->best_keep; /* best_of ranks the branches by them */
     sp.top_logprobs = r->top_logprobs;
     engine_request er = {.sampling = sp,
                          .stop = {.ignore_eos = r->ignore_eos},

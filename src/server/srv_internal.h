@@ -70,6 +70,9 @@ typedef struct srv_req {
     bool resp_store;
     bool stream, include_usage;
     int n;
+    /* completions' best_of above n: n is best_of (the branches generated) and
+     * best_keep the n asked for, the best by mean token logprob; 0: off */
+    int best_keep;
     int max_tokens; /* -1: unset */
     samp_params samp;
     samp_bias *bias;
@@ -156,7 +159,10 @@ typedef struct gen_branch {
     di_buf reasoning, text;
     gen_tool *tools;
     int n_tools, cap_tools;
-    json_t *logprobs;   /* array of token entries (every token) */
+    json_t *logprobs; /* array of token entries (every token) */
+    double lp_sum;    /* the logprobs of the tokens generated (an end of sequence too, not
+                         those past a stop string), and how many */
+    int lp_count;
     json_t *lp_pending; /* streams: entries not sent yet (a protocol sends and clears them
                            with its next text; GEV_LOGPROB never reaches its event) */
     srv_finish finish;

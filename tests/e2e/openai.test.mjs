@@ -359,6 +359,30 @@ test('completions: a batch of prompts, n each, equals the prompts one by one', a
     (e) => e.status === 400 && e.param === 'prompt' && /prompt\[1\]\[0\]/.test(e.message));
 });
 
+test('completions: best_of returns the n best of best_of, by mean token logprob', async () => {
+  const req = { model: MODEL, prompt: ['Once upon a time', 'Hello'], max_tokens: 6, temperature: 1, seed: 11, logprobs: 1 };
+  const all = await client.completions.create({ ...req, n: 4 });
+  const best = await client.completions.create({ ...req, n: 2, best_of: 4 });
+  assert.equal(best.choices.length, 4);
+  best.choices.forEach((c, i) => assert.equal(c.index, i));
+  const mean = (c) => c.logprobs.token_logprobs.reduce((a, x) => a + x, 0) / c.logprobs.token_logprobs.length;
+  let ranked = 0;
+  for (let p = 0; p < 2; p++) {
+    const mine = all.choices.slice(p * 4, p * 4 + 4);
+    // comparable where no branch ended on an end of sequence (its logprob is not listed)
+    if (!mine.every((c) => c.finish_reason === 'length')) continue;
+    const order = [...mine].sort((a, b) => mean(b) - mean(a));
+    assert.deepEqual(best.choices.slice(p * 2, p * 2 + 2).map((c) => c.text), order.slice(0, 2).map((c) => c.text));
+    ranked++;
+  }
+  assert.ok(ranked > 0, 'no prompt ranked');
+  assert.equal(best.usage.completion_tokens, all.usage.completion_tokens, 'every branch generated is counted');
+  await assert.rejects(client.completions.create({ ...req, n: 1, best_of: 2, stream: true }),
+    (e) => e.status === 400 && e.param === 'best_of');
+  await assert.rejects(client.completions.create({ ...req, n: 3, best_of: 2 }),
+    (e) => e.status === 400 && /best_of: 2 is less than n \(3\)/.test(e.message));
+});
+
 test('responses: body and stream events', async () => {
   const r = await client.responses.create({ model: MODEL, input: 'Hello', max_output_tokens: 8, temperature: 0 });
   assert.equal(r.object, 'response');

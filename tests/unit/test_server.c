@@ -405,7 +405,10 @@ TEST(server_bad_requests_name_the_field_in_the_protocol_shape) {
                 &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"suffix\":\"y\"}", 400, "suffix", oa,
                 &bad);
-    expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of", oa, &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"n\":2,\"best_of\":1}", 400,
+                "best_of: 1 is less than n (2)", oa, &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"best_of\":2,\"stream\":true}", 400,
+                "cannot be streamed", oa, &bad);
     expect_fail(&srv_api_responses, "{\"input\":\"x\",\"include\":[\"nope\"]}", 400,
                 "include[0]: unknown value 'nope'", oa, &bad);
     expect_fail(&srv_api_responses, "{\"input\":\"x\",\"include\":\"x\"}", 400, "include", oa,
