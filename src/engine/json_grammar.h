@@ -90,7 +90,8 @@ void jg_init_schema(jg_state *s, const jg_schema *schema);
  * strings, numbers, integers, booleans, null, enum / const values, anyOf /
  * oneOf / type lists (objects one object union: keys and values narrow its
  * branches; of other branches that start alike, a plain string stands for
- * the string ones, else the first listed stays), and $ref into $defs
+ * the string ones, patterns and string enums are one alternation, else the
+ * first listed stays), and $ref into $defs
  * or definitions; strings' minLength / maxLength (characters), pattern
  * (json_regex.h's subset of ECMAScript's) or format (date, date-time,
  * time, uuid, email, ipv4, hostname, uri: json_regex.c's patterns; with a

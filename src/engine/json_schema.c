@@ -30,6 +30,7 @@ typedef struct compiler {
     uint16_t ref_node[MAX_NODES];
     int n_refs;
     bool full;
+    char **src; /* each pattern's text, by its index in the schema's res */
 } compiler;
 
 static int new_node(compiler *c, int kind) {
@@ -54,6 +55,7 @@ static int add_text(compiler *c, const char *p, size_t len, int node) {
 }
 
 static int compile(compiler *c, const json_t *j, int depth);
+static int with_pattern(compiler *c, int n, const char *p, size_t len);
 
 /* The bytes a value of node n can start with. */
 void js_first_bytes(const jg_schema *s, int n, bool *set, int depth) {
@@ -207,6 +209,69 @@ static bool string_only(const jg_schema *s, int n) {
     return true;
 }
 
+/* The pattern a string branch without a length range stands for: its
+ * own, or an enum's values as one anchored alternation of literals
+ * (malloc'd; NULL: it has none, any string). */
+static char *branch_pattern(const compiler *c, int node) {
+    const js_node *k = &c->s->nodes[node];
+    if (k->kind == K_STRING) return k->re ? di_strdup(c->src[k->re - 1]) : NULL;
+    di_buf b = {0};
+    di_buf_adds(&b, "^(?:");
+    for (int i = 0; i < k->count; i++) {
+        json_t *v = json_loads(c->s->texts[k->first + i].p, JSON_DECODE_ANY, NULL);
+        const char *t = json_string_value(v);
+        if (i) di_buf_putc(&b, '|');
+        for (size_t x = 0; t && x < json_string_length(v); x++) {
+            uint8_t ch = (uint8_t)t[x];
+            char esc[8];
+            if (ch < 0x20 || ch == 0x7f) {
+                snprintf(esc, sizeof esc, "\\x%02x", ch);
+                di_buf_adds(&b, esc);
+                continue;
+            }
+            if (strchr("\\^$.|?*+()[]{}/-", ch)) di_buf_putc(&b, '\\');
+            di_buf_putc(&b, (char)ch);
+        }
+        json_decref(v);
+    }
+    di_buf_adds(&b, ")$");
+    return b.p;
+}
+
+/* Merges the string branches of b[0..m) without length ranges (strings
+ * with patterns, enums of strings) into one string node whose pattern is
+ * their alternation, in the first one's place; returns the branches left.
+ * Where the alternation does not compile, b stays as it was. */
+static int merge_strings(compiler *c, int *b, int m) {
+    di_buf text = {0};
+    int first = -1, count = 0;
+    bool merged[MAX_SET] = {0};
+    for (int i = 0; i < m; i++) {
+        const js_node *k = &c->s->nodes[b[i]];
+        if (!string_only(c->s, b[i]) || (k->kind == K_STRING && (k->lo || k->hi != UINT32_MAX)))
+            continue;
+        char *p = branch_pattern(c, b[i]);
+        if (!p) continue;
+        if (count++) di_buf_putc(&text, '|');
+        di_buf_adds(&text, p);
+        free(p);
+        merged[i] = true;
+        if (first < 0) first = i;
+    }
+    int u = count >= 2 ? new_node(c, K_STRING) : 0;
+    if (u && with_pattern(c, u, text.p, text.n) == u && c->s->nodes[u].re) {
+        int n = 0;
+        for (int i = 0; i < m; i++)
+            if (i == first)
+                b[n++] = u;
+            else if (!merged[i])
+                b[n++] = b[i];
+        m = n;
+    }
+    di_buf_free(&text);
+    return m;
+}
+
 /* A union of the compiled branches b[0..n), whose branches start with
  * different bytes (an integer beside a number is the number; object
  * branches become one object union; below, the others that start alike). */
@@ -223,14 +288,16 @@ static int make_union(compiler *c, int *b, int n) {
     }
     if (no) b[m++] = no == 1 ? objs[0] : object_union(c, objs, no);
     /* Branches a first byte cannot tell apart: a string with nothing more
-     * to it stands for every string and string enum (it is their union);
-     * of the others, the first listed stays and the later ones go (what is
-     * written is a value of the union still, if not any of them). */
+     * to it stands for every string and string enum (it is their union),
+     * patterns and enums are one alternation; of the others, the first
+     * listed stays and the later ones go (what is written is a value of the
+     * union still, if not any of them). */
     int plain = -1;
     for (int i = 0; i < m && plain < 0; i++) {
         const js_node *k = &c->s->nodes[b[i]];
         if (k->kind == K_STRING && !k->re && !k->lo && k->hi == UINT32_MAX) plain = b[i];
     }
+    if (plain < 0) m = merge_strings(c, b, m);
     bool seen[256] = {0};
     n = 0;
     for (int i = 0; i < m; i++) {
@@ -338,9 +405,15 @@ static int string_node(compiler *c, const json_t *j) {
     size_t len = p ? json_string_length(pat) : 0;
     const char *format = json_string_value(json_object_get(j, "format"));
     if (!p && format && (p = jr_format(format))) len = strlen(p);
+    return n && p ? with_pattern(c, n, p, len) : n;
+}
+
+/* String node n held to pattern p (len bytes); returns n, or 0 (a free
+ * value) where no value fits both it and n's length range. */
+static int with_pattern(compiler *c, int n, const char *p, size_t len) {
     jg_schema *s = c->s;
     int room = MAX_SCHEMA_STATES - s->res_states;
-    if (!n || !p || room <= 0 || s->n_res == UINT16_MAX - 1) return n;
+    if (room <= 0 || s->n_res == UINT16_MAX - 1) return n;
     char why[128];
     jr_dfa *d =
         jr_compile(p, len, room < MAX_PATTERN_STATES ? room : MAX_PATTERN_STATES, why, sizeof why);
@@ -368,6 +441,10 @@ static int string_node(compiler *c, const json_t *j) {
     s->res = di_realloc(s->res, sizeof *s->res * (size_t)(s->n_res + 1));
     s->lens = di_realloc(s->lens, sizeof *s->lens * (size_t)(s->n_res + 1));
     s->lens[s->n_res] = l;
+    c->src = di_realloc(c->src, sizeof *c->src * (size_t)(s->n_res + 1));
+    c->src[s->n_res] = di_malloc(len + 1);
+    memcpy(c->src[s->n_res], p, len);
+    c->src[s->n_res][len] = 0;
     s->res[s->n_res++] = d;
     s->res_states += jr_states(d);
     k->re = (uint16_t)s->n_res;
@@ -504,6 +581,8 @@ jg_schema *jg_schema_compile(const char *text, size_t len, char *why, size_t cap
     new_node(&c, K_ANY); /* node 0: a free value */
     s->root = (uint16_t)compile(&c, doc, 0);
     json_decref(doc);
+    for (int i = 0; i < s->n_res; i++) free(c.src[i]);
+    free(c.src);
     int k = s->nodes[s->root].kind;
     if (k != K_OBJECT && k != K_ANYOBJ) {
         snprintf(why, cap, "the schema does not describe an object this decoder can hold");

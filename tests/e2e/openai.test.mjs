@@ -174,8 +174,9 @@ test('response_format json_schema: replies follow the schema', async () => {
   }
   // Patterns, formats and ranges: JavaScript's RegExp (the patterns' own dialect) judges the reply.
   const patterned = {
-    type: 'object', required: ['id', 'day', 'tag', 'stars', 'delta', 'p'],
+    type: 'object', required: ['id', 'day', 'tag', 'stars', 'delta', 'p', 'when'],
     properties: {
+      when: { anyOf: [{ type: 'string', format: 'date' }, { type: 'string', format: 'date-time' }] },
       p: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
       stars: { type: 'integer', minimum: 1, maximum: 5 }, delta: { type: 'integer', exclusiveMinimum: -20, exclusiveMaximum: -9 },
       id: { type: 'string', pattern: '^[A-Z]{2}-\\d{3}$' }, day: { type: 'string', format: 'date' },
@@ -197,6 +198,7 @@ test('response_format json_schema: replies follow the schema', async () => {
     assert.ok(Number.isInteger(o.stars) && o.stars >= 1 && o.stars <= 5, text);
     assert.ok(Number.isInteger(o.delta) && o.delta > -20 && o.delta < -9, text);
     assert.ok(typeof o.p === 'number' && o.p > 0 && o.p <= 1, text);
+    assert.match(o.when, /^\d{4}-\d\d-\d\d(T\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d))?$/, text);
   }
   // A discriminated union of objects: the reply is one branch, whole.
   const branches = [

@@ -352,19 +352,36 @@ TEST(json_schema_refs_recurse_and_unsupported_parts_are_free) {
     CHECK(!schema_accepts(sc, "{\"v\":1,\"kids\":[{\"w\":2}]}"));
     jg_schema_free(sc);
     /* branches that start alike and are not objects cannot be told apart
-     * by a byte: the first listed stays (a value of the union still), but
-     * a plain string stands for every string branch (their union) */
+     * by a byte: a plain string stands for every string branch (their
+     * union), patterns and string enums are one alternation, and of the
+     * others the first listed stays (a value of the union still) */
     sc = schema_of("{\"type\":\"object\",\"properties\":{\"u\":{\"anyOf\":[{\"type\":\"array\","
                    "\"items\":{\"type\":\"string\"}},{\"type\":\"array\",\"items\":{\"type\":"
                    "\"null\"}}]},\"m\":{\"anyOf\":[{\"const\":\"auto\"},{\"type\":\"string\"},{"
                    "\"type\":\"integer\",\"minimum\":5},{\"type\":\"integer\",\"maximum\":0}]},"
-                   "\"e\":{\"anyOf\":[{\"enum\":[\"a\",\"b\"]},{\"type\":\"string\",\"pattern\":"
-                   "\"^x+$\"}]}}}");
+                   "\"e\":{\"anyOf\":[{\"enum\":[\"a.b\",\"c|\\n\"]},{\"const\":1},{\"enum\":["
+                   "\"q\"]},{\"type\":"
+                   "\"string\",\"pattern\":\"^x+$\"}]},\"d\":{\"anyOf\":[{\"type\":\"string\","
+                   "\"format\":\"date\"},{\"type\":\"string\",\"format\":\"date-time\"}]}}}");
     CHECK(sc);
-    const char *ok[] = {"{\"u\":[\"x\"]}", "{\"m\":\"auto\"}", "{\"m\":\"other\"}", "{\"m\":7}",
-                        "{\"e\":\"b\"}"};
-    const char *bad[] = {"{\"u\":[null]}", "{\"u\":{\"c\":[1]}}", "{\"m\":-3}", "{\"e\":\"xx\"}",
-                         "{\"e\":\"c\"}"};
+    const char *ok[] = {"{\"u\":[\"x\"]}",
+                        "{\"m\":\"auto\"}",
+                        "{\"m\":\"other\"}",
+                        "{\"m\":7}",
+                        "{\"e\":\"a.b\"}",
+                        "{\"e\":\"c|\\n\"}",
+                        "{\"e\":1}",
+                        "{\"e\":\"q\"}",
+                        "{\"e\":\"xx\"}",
+                        "{\"d\":\"2024-01-02\"}",
+                        "{\"d\":\"2024-01-02T03:04:05Z\"}"};
+    const char *bad[] = {"{\"u\":[null]}",
+                         "{\"u\":{\"c\":[1]}}",
+                         "{\"m\":-3}",
+                         "{\"e\":\"axb\"}",
+                         "{\"e\":\"c|n\"}",
+                         "{\"e\":\"qq\"}",
+                         "{\"d\":\"2024-01-02 03:04:05Z\"}"};
     CHECK_LISTS(sc, ok, bad);
     jg_schema_free(sc);
     /* a union that reaches itself through a $ref: bounded, not a loop */
