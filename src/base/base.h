@@ -59,6 +59,13 @@ static inline void di_buf_putc(di_buf *b, char c) {
 }
 void di_buf_free(di_buf *b);
 
+/* A hex digit's value, or -1. */
+static inline int di_hexval(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    c |= 0x20;
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
 /* Large, long-lived buffers (model weights, the KV pool): anonymous memory
  * aligned to 2 MiB and advised for transparent huge pages, so a weight
  * stream crosses a page (and a TLB entry) every 2 MiB instead of every

@@ -7,9 +7,9 @@
  * characters (an escape is one, a surrogate pair's two escapes one) as the
  * core reads them; an array frame counts its items; a string's pattern DFA
  * steps over the value's bytes, escapes undone. */
-#include <ctype.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "engine/json_internal.h"
 
 void jg_init_schema(jg_state *s, const jg_schema *schema) {
@@ -283,10 +283,10 @@ static bool pattern_step(jg_state *s, const jg_core *before, uint8_t c, uint32_t
     case M_UHEX: {
         /* the code points the digits so far leave open must hold one the
          * pattern takes: a high surrogate's, those of the pairs it starts */
-        if (!isxdigit(c)) break;
+        int h = di_hexval(c);
+        if (h < 0) break;
         int rest = 4 * (3 - before->sub);
-        uint32_t v =
-            (uint32_t)before->cp << 4 | (uint32_t)(isdigit(c) ? c - '0' : (c | 0x20) - 'a' + 10);
+        uint32_t v = (uint32_t)before->cp << 4 | (uint32_t)h;
         uint32_t lo = v << rest, hi = lo | ((1u << rest) - 1);
         uint32_t base = 0x10000 + ((uint32_t)(*high - 0xD800) << 10);
         if (before->low) { /* the low half: its pairs */

@@ -89,13 +89,6 @@ static bool start_value(jg_core *s, uint8_t c) {
     }
 }
 
-static int hexval(uint8_t c) {
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
 /* A number's next byte: a digit, '.', 'e', a sign where one fits, or (in
  * an accepting state) anything else, which ends it and is read after it. */
 static bool number_step(jg_core *s, uint8_t c) {
@@ -158,7 +151,7 @@ static bool string_step(jg_core *s, uint8_t c) {
 }
 
 static bool hex_step(jg_core *s, uint8_t c) {
-    int h = hexval(c);
+    int h = di_hexval(c);
     if (h < 0) return false;
     s->cp = (uint16_t)(s->cp << 4 | h);
     /* no prefix that only a lone or a missing low surrogate could finish */

@@ -106,16 +106,10 @@ static void add_class_escape(rx_set *s, char e) {
     s->ascii[0] |= t.ascii[0], s->ascii[1] |= t.ascii[1], s->na |= t.na;
 }
 
-static int hexval(uint8_t c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    c |= 0x20;
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 static int hex_digits(parser *ps, int n) {
     int v = 0;
     for (int k = 0; k < n; k++) {
-        int h = ps->i < ps->n ? hexval(ps->p[ps->i]) : -1;
+        int h = ps->i < ps->n ? di_hexval(ps->p[ps->i]) : -1;
         if (h < 0) return ps->err = "a malformed \\x or \\u escape", -1;
         v = v << 4 | h;
         ps->i++;

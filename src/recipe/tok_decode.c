@@ -164,13 +164,6 @@ static void flush_run(tok_stream *st, int k) {
     }
 }
 
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 static void feed(tok_stream *st, int k, const char *s, size_t n) {
     const tokenizer *t = st->t;
     if (k == t->n_decs) {
@@ -206,7 +199,7 @@ static void feed(tok_stream *st, int k, const char *s, size_t n) {
     case TD_BYTEFALLBACK: {
         int h1, h2;
         if (!st->fused[k] && n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' &&
-            (h1 = hexval(s[3])) >= 0 && (h2 = hexval(s[4])) >= 0) {
+            (h1 = di_hexval((uint8_t)s[3])) >= 0 && (h2 = di_hexval((uint8_t)s[4])) >= 0) {
             di_buf_putc(&st->pend[k], (char)(h1 * 16 + h2));
             st->runlen[k]++;
             return;
