@@ -8,6 +8,7 @@
  * core reads them; an array frame counts its items; a string's pattern DFA
  * steps over the value's bytes, escapes undone. */
 #include <string.h>
+#include <utf8proc.h>
 
 #include "base/base.h"
 #include "engine/json_internal.h"
@@ -294,7 +295,7 @@ static bool pattern_step(jg_state *s, const jg_core *before, uint8_t c, uint32_t
             uint32_t a = base + (lo > 0xDC00 ? lo - 0xDC00 : 0);
             if (rest)
                 return jr_takes_any(d, *st, a, base + (hi < 0xDFFF ? hi : 0xDFFF) - 0xDC00, l, len);
-            n = jr_utf8(a, b);
+            n = (int)utf8proc_encode_char((utf8proc_int32_t)a, b);
             break;
         }
         if (lo <= 0xDBFF && hi >= 0xD800) {
@@ -305,7 +306,7 @@ static bool pattern_step(jg_state *s, const jg_core *before, uint8_t c, uint32_t
             if (pairs) return true;
         }
         if (rest) return jr_takes_any(d, *st, lo, hi, l, len);
-        n = jr_utf8(v, b);
+        n = (int)utf8proc_encode_char((utf8proc_int32_t)v, b);
         break;
     }
     default:

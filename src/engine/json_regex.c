@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "base/base.h"
 
@@ -117,13 +118,16 @@ static int hex_digits(parser *ps, int n) {
     return v;
 }
 
-/* The code point at i (UTF-8; a pattern from JSON text is valid UTF-8). */
+/* The code point at i (0, with err, where the UTF-8 is not valid). */
 static uint32_t next_cp(parser *ps) {
-    uint8_t c = ps->p[ps->i++];
-    int more = c < 0x80 ? 0 : c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
-    uint32_t cp = more ? c & (0x3F >> more) : c;
-    for (; more && ps->i < ps->n; more--) cp = cp << 6 | (ps->p[ps->i++] & 0x3F);
-    return cp;
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t k = utf8proc_iterate(ps->p + ps->i, (utf8proc_ssize_t)(ps->n - ps->i), &cp);
+    if (k <= 0) {
+        ps->i = ps->n;
+        return ps->err = "the pattern is not valid UTF-8", 0;
+    }
+    ps->i += (size_t)k;
+    return (uint32_t)cp;
 }
 
 /* After a backslash: a class escape (added to s, returns -2) or one code
@@ -440,13 +444,6 @@ static void range_edge(nfa *f, int from, int lo, int hi, int to) {
     byte_edge(f, from, set, to);
 }
 
-int jr_utf8(uint32_t cp, uint8_t b[4]) {
-    int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-    b[0] = n == 1 ? (uint8_t)cp : (uint8_t)((0xFF00 >> n) | cp >> (6 * (n - 1)));
-    for (int k = 1; k < n; k++) b[k] = (uint8_t)(0x80 | (cp >> (6 * (n - 1 - k)) & 0x3F));
-    return n;
-}
-
 /* Non-ASCII characters in UTF-8, a row per kind of lead byte: its range,
  * the second byte's range, and the continuation bytes (80-BF) after that.
  * All of them; and a subset without the Unicode spaces (lead bytes C2, E1,
@@ -491,7 +488,7 @@ static void utf8_rows(nfa *f, const utf8_row *rows, int n, int in, int out) {
 
 static void cp_seq(nfa *f, int in, uint32_t cp, int out) {
     uint8_t b[4];
-    int n = jr_utf8(cp, b), x = in;
+    int n = (int)utf8proc_encode_char((utf8proc_int32_t)cp, b), x = in;
     for (int k = 0; k < n; k++) {
         int y = k == n - 1 ? out : new_state(f);
         range_edge(f, x, b[k], b[k], y);
@@ -790,8 +787,8 @@ bool jr_takes_any(const jr_dfa *d, int st, uint32_t lo, uint32_t hi, const jr_le
         return (lo < 0xD800 && jr_takes_any(d, st, lo, 0xD7FF, l, len)) ||
                (hi > 0xDFFF && jr_takes_any(d, st, 0xE000, hi, l, len));
     uint8_t a[4], b[4];
-    int n = jr_utf8(lo, a);
-    jr_utf8(hi, b);
+    int n = (int)utf8proc_encode_char((utf8proc_int32_t)lo, a);
+    utf8proc_encode_char((utf8proc_int32_t)hi, b);
     for (int i = 1; i < n; i++) {
         uint32_t m = (1u << (6 * i)) - 1;
         if ((lo & ~m) == (hi & ~m)) continue;

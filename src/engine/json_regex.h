@@ -64,8 +64,6 @@ int jr_step_class(const jr_dfa *d, int state, int k);
 jr_lengths *jr_lengths_new(const jr_dfa *d, uint32_t lo, uint32_t hi, size_t max_bits, bool *none);
 void jr_lengths_free(jr_lengths *l);
 bool jr_lengths_ok(const jr_lengths *l, int state, uint32_t len);
-/* cp's UTF-8 bytes in b; returns how many. */
-int jr_utf8(uint32_t cp, uint8_t b[4]);
 /* The pattern standing for a JSON schema format ("date", "date-time",
  * "time", "uuid", "email", "ipv4", "hostname", "uri"), or NULL. */
 const char *jr_format(const char *name);
