@@ -63,6 +63,8 @@ int jr_step_class(const jr_dfa *d, int state, int k);
  * value from the start fits at all. */
 jr_lengths *jr_lengths_new(const jr_dfa *d, uint32_t lo, uint32_t hi, size_t max_bits, bool *none);
 void jr_lengths_free(jr_lengths *l);
+/* The bits l holds (what max_bits bounds). */
+size_t jr_lengths_bits(const jr_lengths *l);
 bool jr_lengths_ok(const jr_lengths *l, int state, uint32_t len);
 /* The pattern standing for a JSON schema format ("date", "date-time",
  * "time", "uuid", "email", "ipv4", "hostname", "uri"), or NULL. */

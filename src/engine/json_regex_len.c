@@ -71,6 +71,10 @@ void jr_lengths_free(jr_lengths *l) {
     free(l);
 }
 
+size_t jr_lengths_bits(const jr_lengths *l) {
+    return ((size_t)l->top + 1) * l->words * 64;
+}
+
 bool jr_lengths_ok(const jr_lengths *l, int state, uint32_t len) {
     if (len > l->top) {
         if (l->hi != UINT32_MAX) return false;

@@ -433,8 +433,7 @@ static int with_pattern(compiler *c, int n, const char *p, size_t len) {
             return 0;
         }
         if (l)
-            s->lens_bits +=
-                ((size_t)(k->hi != UINT32_MAX ? k->hi : k->lo) + 1) * (size_t)jr_states(d);
+            s->lens_bits += jr_lengths_bits(l);
         else
             k->lo = 0, k->hi = UINT32_MAX;
     }
