@@ -33,6 +33,10 @@ SPECIAL_TOKENS = [
     "<｜Assistant｜>",
     "<think>",
     "</think>",
+    # DeepSeek's fill-in-the-middle markers (completions' suffix)
+    "<｜fim▁hole｜>",
+    "<｜fim▁begin｜>",
+    "<｜fim▁end｜>",
 ]
 BOS, EOS = SPECIAL_TOKENS[0], SPECIAL_TOKENS[1]
 

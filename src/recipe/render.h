@@ -63,4 +63,13 @@ char *render_to_string(const render_segs *s, size_t *len);
  * marker if a non-soft one is missing), TEXT by tok_encode_text. */
 int render_to_ids(const tokenizer *t, const render_segs *s, tok_ids *out, di_err *err);
 
+/* Fill-in-the-middle (render_fim.c): appends BOS (where the tokenizer has
+ * one) and the prefix and suffix around the model family's infilling
+ * markers (DeepSeek, Qwen-Coder, StarCoder, Codestral), the texts as
+ * untrusted text; the model continues with the middle. Error if the
+ * tokenizer has no family's markers. */
+bool render_fim_supported(const tokenizer *t);
+int render_fim(const tokenizer *t, const char *prefix, size_t plen, const char *suffix, size_t slen,
+               tok_ids *out, di_err *err);
+
 #endif

@@ -82,12 +82,18 @@ static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
                                   f))
         return -1;
     if (r->max_tokens == 0) r->prompt_only = true;
-    /* Said rather than ignored: a reply that silently drops it is wrong */
-    const char *suffix = NULL;
-    if (srv_get_str(body, "suffix", &suffix, f)) return -1;
-    if (suffix && *suffix)
-        return srv_failf(f, 400, "suffix",
-                         "suffix: not supported (no fill-in-the-middle); leave it out or empty");
+    /* suffix: fill in the middle between the prompt and it (srv_prepare) */
+    const json_t *suffix = json_object_get(body, "suffix");
+    if (suffix && !json_is_null(suffix)) {
+        if (!json_is_string(suffix))
+            return srv_failf(f, 400, "suffix", "suffix: expected a string");
+        if (r->echo)
+            return srv_failf(f, 400, "suffix",
+                             "suffix: not with echo (the prompt is not one text)");
+        r->suffix_len = json_string_length(suffix);
+        r->suffix = di_malloc(r->suffix_len + 1);
+        memcpy(r->suffix, json_string_value(suffix), r->suffix_len + 1);
+    }
     /* best_of: that many generated, the n best returned (OpenAI's rules) */
     int best_of = r->n;
     if (srv_get_int(body, "best_of", 1, lim->max_n, &best_of, f)) return -1;

@@ -189,6 +189,7 @@ void srv_req_free(srv_req *r) {
     free(r->model);
     if (r->conv) conv_free(r->conv);
     free(r->prompt);
+    free(r->suffix);
     tok_ids_free(&r->prompt_ids);
     for (int i = 0; i < r->n_more; i++) {
         free(r->more[i].text);

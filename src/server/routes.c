@@ -84,11 +84,19 @@ void srv_json_constraint(const srv_req *r, bool think_opened, const tokenizer *t
 }
 
 /* A completions prompt's ids: BOS and the text as untrusted text, or the
- * ids as given (in the vocabulary). Errors name param, and the prompt as
- * name. */
-static int prompt_ids(const tokenizer *tok, const srv_prompt *p, const char *param,
-                      const char *name, tok_ids *out, srv_fail *f) {
-    if (p->text) {
+ * ids as given (in the vocabulary); with a suffix (r->suffix), the text
+ * and it around the model's fill-in-the-middle markers (render_fim). Errors name param,
+ * and the prompt as name. */
+static int prompt_ids(const tokenizer *tok, const srv_req *r, const srv_prompt *p,
+                      const char *param, const char *name, tok_ids *out, srv_fail *f) {
+    /* an empty suffix where the model has no markers: a plain completion */
+    if (r->suffix && tok && (r->suffix_len > 0 || render_fim_supported(tok))) {
+        di_err err = {{0}};
+        if (!p->text)
+            return srv_failf(f, 400, "suffix", "suffix: %s must be text, not token ids", name);
+        if (render_fim(tok, p->text, p->len, r->suffix, r->suffix_len, out, &err))
+            return srv_failf(f, 400, "suffix", "suffix: %s", err.msg);
+    } else if (p->text) {
         di_err err = {{0}};
         int bos = tok ? tok_bos_id(tok) : -1;
         if (bos >= 0) tok_ids_push(out, bos);
@@ -172,13 +180,13 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
     } else {
         const char *field = api == &srv_api_detokenize ? "tokens" : "prompt";
         srv_prompt first = {r->prompt, r->prompt_len, r->prompt_ids};
-        if (prompt_ids(tok, &first, field, field, &out->ids, f)) goto done;
+        if (prompt_ids(tok, r, &first, field, field, &out->ids, f)) goto done;
         if (r->n_more) out->more = di_calloc((size_t)r->n_more, sizeof *out->more);
         out->n_more = r->n_more;
         for (int i = 0; i < r->n_more; i++) {
             char name[32];
             snprintf(name, sizeof name, "prompt[%d]", i + 1);
-            if (prompt_ids(tok, &r->more[i], field, name, &out->more[i], f)) goto done;
+            if (prompt_ids(tok, r, &r->more[i], field, name, &out->more[i], f)) goto done;
         }
     }
     rc = 0;

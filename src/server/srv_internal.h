@@ -61,7 +61,9 @@ typedef struct srv_req {
     char *prompt;       /* completions: text prompt (NULL if ids) */
     size_t prompt_len;
     tok_ids prompt_ids; /* completions: token-id prompt */
-    srv_prompt *more;   /* completions: a batch's prompts after the first */
+    char *suffix;       /* completions: the text after the hole to fill (NULL: none) */
+    size_t suffix_len;
+    srv_prompt *more; /* completions: a batch's prompts after the first */
     int n_more;
     /* Responses: this request's own input items (an array), the response it
      * continues, and whether its response is kept (store, default true). */

@@ -1,14 +1,16 @@
 // openai.test.mjs — `deepinfer serve` driven by the official `openai` SDK:
 // chat completions (streamed and not, n > 1, logprobs and their bytes, usage with cached
 // tokens), completions (greedy output equals `deepinfer generate`; echo + logprobs
-// scoring the prompt; a batch of prompts; vLLM's prompt_logprobs), responses
+// scoring the prompt; a batch of prompts; vLLM's prompt_logprobs; fill-in-the-middle), responses
 // (streamed and not, logprobs, previous_response_id), JSON-constrained replies, a tool-result
 // round trip, forced tool_choice, and errors (401, 404, 400 naming the
 // field, context overflow) in OpenAI's error shape.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { startServer, offlineGreedy, MODEL } from './server.mjs';
+import fs from 'node:fs';
+import path from 'node:path';
+import { startServer, offlineGreedy, MODEL, MODEL_DIR } from './server.mjs';
 
 const KEY = 'test-key';
 let srv, client;
@@ -383,6 +385,35 @@ test('completions: best_of returns the n best of best_of, by mean token logprob'
     (e) => e.status === 400 && e.param === 'best_of');
   await assert.rejects(client.completions.create({ ...req, n: 3, best_of: 2 }),
     (e) => e.status === 400 && /best_of: 2 is less than n \(3\)/.test(e.message));
+});
+
+test('completions: suffix fills in the middle, in the model\'s infilling format', async () => {
+  const tokenize = async (prompt) => {
+    const res = await fetch(`${srv.url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ prompt }) });
+    return (await res.json()).tokens;
+  };
+  const added = JSON.parse(fs.readFileSync(path.join(MODEL_DIR, 'tokenizer.json'), 'utf8')).added_tokens;
+  const id = (content) => added.find((t) => t.content === content).id;
+  // DeepSeek's format: BOS <｜fim▁begin｜> prefix <｜fim▁hole｜> suffix <｜fim▁end｜>, the texts as text
+  const pre = 'def add(a, b):\n    <｜fim▁hole｜>', suf = '\n    return c\n';
+  const [p, s] = [await tokenize(pre), (await tokenize(suf)).slice(1)];
+  const ids = [p[0], id('<｜fim▁begin｜>'), ...p.slice(1), id('<｜fim▁hole｜>'), ...s, id('<｜fim▁end｜>')];
+  const req = { model: MODEL, max_tokens: 8, temperature: 0 };
+  const want = await client.completions.create({ ...req, prompt: ids });
+  const r = await client.completions.create({ ...req, prompt: pre, suffix: suf });
+  assert.equal(r.usage.prompt_tokens, ids.length);
+  assert.equal(r.choices[0].text, want.choices[0].text);
+  const b = await client.completions.create({ ...req, prompt: [pre, 'x = '], suffix: suf, stream: true });
+  const texts = ['', ''];
+  for await (const ch of b) for (const c of ch.choices) texts[c.index] += c.text;
+  assert.equal(texts[0], want.choices[0].text, 'each prompt of a batch around the suffix');
+  const plain = await client.completions.create({ ...req, prompt: 'x = ' });
+  const fim = await client.completions.create({ ...req, prompt: 'x = ', suffix: '' });
+  assert.equal(fim.usage.prompt_tokens, plain.usage.prompt_tokens + 3, 'an empty suffix still infills');
+  await assert.rejects(client.completions.create({ ...req, prompt: ids, suffix: suf }),
+    (e) => e.status === 400 && e.param === 'suffix' && /token ids/.test(e.message));
+  await assert.rejects(client.completions.create({ ...req, prompt: pre, suffix: suf, echo: true }),
+    (e) => e.status === 400 && e.param === 'suffix');
 });
 
 test('responses: body and stream events', async () => {

@@ -389,6 +389,124 @@ TEST(render_to_ids_tiny_tokenizer) {
     tok_free(t);
 }
 
+/* The tiny models' tokenizer with its DeepSeek infilling markers renamed
+ * (begin, hole, end -> the given contents) in a fresh directory, without
+ * tokenizer_config.json (so no BOS); NULL contents keep the marker. */
+static tokenizer *fim_tokenizer(const char *begin, const char *hole, const char *end) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/dsv3-tiny/tokenizer.json", harness_model_dir());
+    di_err err = {{0}};
+    size_t len;
+    char *json = di_read_file(path, &len, &err);
+    if (!json) return NULL;
+    static const char *from[3] = {"<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"};
+    const char *to[3] = {begin, hole, end};
+    di_buf b = {0};
+    for (const char *q = json; *q;) {
+        int k = 0;
+        while (k < 3 && strncmp(q, from[k], strlen(from[k]))) k++;
+        if (k < 3) {
+            di_buf_adds(&b, to[k] ? to[k] : from[k]);
+            q += strlen(from[k]);
+        } else {
+            di_buf_putc(&b, *q++);
+        }
+    }
+    di_buf_putc(&b, 0);
+    free(json);
+    char tmp[] = "/tmp/di_fim_XXXXXX";
+    tokenizer *t = NULL;
+    if (mkdtemp(tmp)) {
+        snprintf(path, sizeof path, "%s/tokenizer.json", tmp);
+        FILE *fp = fopen(path, "w");
+        if (fp) {
+            fputs(b.p, fp);
+            fclose(fp);
+            t = tok_load(tmp, &err);
+            remove(path);
+        }
+        rmdir(tmp);
+    }
+    di_buf_free(&b);
+    return t;
+}
+
+/* Appends the ids of a marker (by content) or of untrusted text. */
+static void fim_push(const tokenizer *t, tok_ids *ids, const char *marker, const char *text) {
+    di_err err = {{0}};
+    if (marker) tok_ids_push(ids, tok_control_id(t, marker));
+    if (text) tok_encode_text(t, text, strlen(text), ids, &err);
+}
+
+static bool fim_same(const tok_ids *a, const tok_ids *b) {
+    return a->n == b->n && !memcmp(a->v, b->v, a->n * sizeof(int));
+}
+
+/* render_fim: each family's markers in its order around the two texts, by
+ * id (text spelling a marker stays text); BOS where the tokenizer has one;
+ * a tokenizer without markers is an error. */
+TEST(render_fim_families) {
+    static const char *pre = "def add(a, b):\n    <｜fim▁hole｜>", *suf = "\n    return c\n";
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/dsv3-tiny", harness_model_dir());
+    di_err err = {{0}};
+    tokenizer *t = tok_load(dir, &err);
+    CHECKF(t, "%s", err.msg);
+    tok_ids got = {0}, want = {0};
+    CHECK(render_fim_supported(t));
+    CHECKF(!render_fim(t, pre, strlen(pre), suf, strlen(suf), &got, &err), "%s", err.msg);
+    tok_ids_push(&want, tok_bos_id(t));
+    fim_push(t, &want, "<｜fim▁begin｜>", pre);
+    fim_push(t, &want, "<｜fim▁hole｜>", suf);
+    fim_push(t, &want, "<｜fim▁end｜>", NULL);
+    CHECKF(fim_same(&got, &want) && tok_bos_id(t) >= 0, "DeepSeek: %zu ids for %zu", got.n, want.n);
+    int controls = 0;
+    for (size_t i = 0; i < got.n; i++) controls += tok_is_control(t, got.v[i]);
+    CHECKF(controls == 4, "%d control ids (BOS and three markers)", controls);
+    tok_free(t);
+
+    static const struct {
+        const char *begin, *hole, *end; /* the DeepSeek markers renamed */
+        const char *m[3];               /* then in prompt order, each with */
+        int text[3];                    /* 1 prefix, 2 suffix, 0 nothing */
+    } fams[] = {
+        {"<|fim_prefix|>",
+         "<|fim_suffix|>",
+         "<|fim_middle|>",
+         {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"},
+         {1, 2, 0}},
+        {"<fim_prefix>",
+         "<fim_suffix>",
+         "<fim_middle>",
+         {"<fim_prefix>", "<fim_suffix>", "<fim_middle>"},
+         {1, 2, 0}},
+        {"[PREFIX]", "[SUFFIX]", NULL, {"[SUFFIX]", "[PREFIX]", NULL}, {2, 1, 0}},
+    };
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+        t = fim_tokenizer(fams[f].begin, fams[f].hole, fams[f].end);
+        CHECK(t);
+        got.n = want.n = 0;
+        CHECKF(!render_fim(t, pre, strlen(pre), suf, strlen(suf), &got, &err), "%s", err.msg);
+        for (int k = 0; k < 3; k++)
+            fim_push(t, &want, fams[f].m[k],
+                     fams[f].text[k] == 1   ? pre
+                     : fams[f].text[k] == 2 ? suf
+                                            : NULL);
+        CHECKF(tok_bos_id(t) < 0 && fim_same(&got, &want), "family %zu: %zu ids for %zu", f, got.n,
+               want.n);
+        tok_free(t);
+    }
+    /* Codestral's two markers need both: [SUFFIX] alone is no family */
+    t = fim_tokenizer("<x>", "[SUFFIX]", "<y>");
+    CHECK(t && !render_fim_supported(t));
+    got.n = 0;
+    CHECK(render_fim(t, pre, strlen(pre), suf, strlen(suf), &got, &err) == -1 && got.n == 0);
+    CHECKF(strstr(err.msg, "fill-in-the-middle"), "%s", err.msg);
+    tok_free(t);
+    tok_ids_free(&got);
+    tok_ids_free(&want);
+}
+
 /* Malformed and odd input: byte-mutated conversations must parse or fail
  * with a message, and whatever parses must render (or fail) cleanly in every
  * format — under ASan/UBSan this is a small fuzzer with a fixed seed. */

@@ -403,8 +403,10 @@ TEST(server_bad_requests_name_the_field_in_the_protocol_shape) {
                 "prompt[1][1]: expected a token id", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":[[1],{}]}", 400, "prompt[1]: expected", oa,
                 &bad);
-    expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"suffix\":\"y\"}", 400, "suffix", oa,
-                &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"suffix\":1}", 400,
+                "suffix: expected a string", oa, &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"suffix\":\"y\",\"echo\":true}", 400,
+                "suffix: not with echo", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"n\":2,\"best_of\":1}", 400,
                 "best_of: 1 is less than n (2)", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"best_of\":2,\"stream\":true}", 400,
