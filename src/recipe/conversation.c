@@ -286,6 +286,14 @@ conversation *conv_parse_json(const char *json, size_t len, di_err *err) {
         }
         c->add_generation_prompt = json_is_true(agp);
     }
+    json_t *cont = json_object_get(root, "continue_final_message");
+    if (cont && !json_is_null(cont)) {
+        if (!json_is_boolean(cont)) {
+            di_errf(err, "continue_final_message: expected a boolean");
+            goto fail;
+        }
+        c->continue_final = json_is_true(cont);
+    }
     if (think && !json_is_null(think)) {
         if (!json_is_boolean(think)) {
             di_errf(err, "thinking: expected a boolean");

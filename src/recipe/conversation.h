@@ -20,7 +20,8 @@
  *                                  "function": {"name":..., "arguments": string | object}}],
  *                  "tool_call_id": ..., "reasoning_content": string | null}],
  *    "tools": [{"type":"function", "function": {"name", "description", "parameters"}}],
- *    "add_generation_prompt": bool (default true), "thinking": bool (default unset),
+ *    "add_generation_prompt": bool (default true), "continue_final_message": bool
+ *    (default false), "thinking": bool (default unset),
  *    "reasoning_effort": string} */
 #ifndef DI_CONVERSATION_H
 #define DI_CONVERSATION_H
@@ -73,6 +74,9 @@ typedef struct conversation {
     conv_tool *tools;
     size_t n_tools;
     bool add_generation_prompt;
+    /* The last message, an assistant's, is continued (a prefill): rendered
+     * up to the end of its text, no generation prompt (render_conversation) */
+    bool continue_final;
     conv_thinking thinking;
     char *reasoning_effort; /* NULL if absent */
 } conversation;

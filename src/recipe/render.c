@@ -109,7 +109,7 @@ int render_format_guess(const char *model_dir, render_format *out, di_err *err) 
                    model_dir);
 }
 
-int render_conversation(render_format f, const conversation *c, render_segs *out, di_err *err) {
+static int render_format_of(render_format f, const conversation *c, render_segs *out, di_err *err) {
     switch (f) {
     case RENDER_DEEPSEEK_V3:
         return render_deepseek_v3(c, out, err);
@@ -121,6 +121,59 @@ int render_conversation(render_format f, const conversation *c, render_segs *out
         return render_llama3(c, out, err);
     }
     return di_errf(err, "render: unknown format %d", (int)f);
+}
+
+/* c->continue_final: see render.h. Only the TEXT segments are searched, so
+ * a text that a closing marker happens to spell is not cut inside it. */
+static int render_continued(render_format f, const conversation *c, render_segs *out, di_err *err) {
+    const conv_message *last = c->n_msgs ? &c->msgs[c->n_msgs - 1] : NULL;
+    if (!last || last->role != CONV_ASSISTANT || last->n_tool_calls)
+        return di_errf(err, "continue_final_message: the last message must be the assistant's, "
+                            "without tool calls");
+    /* the last text part with more than whitespace */
+    const char *s = "", *t = s;
+    size_t n = 0, m = 0;
+    for (size_t i = last->n_parts; i-- > 0 && !m;) {
+        if (last->parts[i].kind != CONV_PART_TEXT) continue;
+        s = t = last->parts[i].text, n = m = last->parts[i].len;
+        rstr_strip_ws(&t, &m); /* Python's str.strip(), as Hugging Face's */
+    }
+    conversation cc = *c;
+    cc.continue_final = false;
+    if (!m && conv_message_has_image(last))
+        return di_errf(err, "continue_final_message: the last message has no text to continue");
+    if (!m) { /* nothing to continue: the assistant's turn opened */
+        cc.n_msgs--;
+        cc.add_generation_prompt = true;
+        return render_format_of(f, &cc, out, err);
+    }
+    cc.add_generation_prompt = false;
+    size_t first = out->n;
+    if (render_format_of(f, &cc, out, err)) return -1;
+    char *needle = di_malloc(m + 1);
+    memcpy(needle, t, m);
+    needle[m] = 0;
+    for (size_t i = out->n; i-- > first;) {
+        render_seg *g = &out->v[i];
+        const char *hit = g->kind == RENDER_TEXT ? rstr_rfind(g->s, g->len, needle) : NULL;
+        if (!hit) continue;
+        size_t at = (size_t)(hit - g->s), keep = m;
+        if (t == s && at + n <= g->len && !memcmp(hit, s, n)) keep = n; /* its spaces kept */
+        g->len = at + keep;
+        g->s[g->len] = 0;
+        for (size_t k = i + 1; k < out->n; k++) free(out->v[k].s);
+        out->n = i + 1;
+        free(needle);
+        return 0;
+    }
+    free(needle);
+    return di_errf(err,
+                   "continue_final_message: the %s template leaves out the last message's text",
+                   render_format_name(f));
+}
+
+int render_conversation(render_format f, const conversation *c, render_segs *out, di_err *err) {
+    return c->continue_final ? render_continued(f, c, out, err) : render_format_of(f, c, out, err);
 }
 
 void render_segs_free(render_segs *s) {

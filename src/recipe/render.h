@@ -53,7 +53,14 @@ const char *render_format_name(render_format f);
 int render_format_guess(const char *model_dir, render_format *out, di_err *err);
 
 /* Renders c into out (appended). Errors name the message (e.g. "messages[2]:
- * llama3 has no image token"). */
+ * llama3 has no image token"). With c->continue_final the prompt ends where
+ * the last message's last text part does, as Hugging Face's
+ * continue_final_message cuts it: rendered without a generation prompt, cut
+ * after the last occurrence of its last text part (one with more than
+ * whitespace) stripped of surrounding whitespace (its trailing whitespace
+ * kept where the template kept it and the text has no leading whitespace); a
+ * last message of whitespace alone is left out and the generation prompt
+ * added. */
 int render_conversation(render_format f, const conversation *c, render_segs *out, di_err *err);
 void render_segs_free(render_segs *s);
 

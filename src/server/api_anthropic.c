@@ -128,6 +128,21 @@ static int msg_fields(const json_t *body, srv_req *r, const srv_limits *lim, boo
     const json_t *m;
     json_array_foreach(msgs, i, m) if (parse_message(m, r->conv, i, f)) return -1;
     if (!json_array_size(msgs)) return srv_failf(f, 400, "messages", "messages: must not be empty");
+    /* a last assistant message is a prefill the reply continues (without
+     * trailing whitespace, as Anthropic asks) */
+    const conv_message *last = &r->conv->msgs[r->conv->n_msgs - 1];
+    if (last->role == CONV_ASSISTANT) {
+        size_t n = 0;
+        char *t = conv_message_text(last, &n);
+        bool trailing = n && strchr(" \t\n\r\f\v", t[n - 1]);
+        free(t);
+        if (trailing)
+            return srv_failf(
+                f, 400, "messages",
+                "messages: final assistant content cannot end with trailing whitespace");
+        r->conv->continue_final = true;
+        r->conv->add_generation_prompt = false;
+    }
 
     const json_t *tools = json_object_get(body, "tools");
     if (tools && !json_is_null(tools)) {

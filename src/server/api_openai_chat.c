@@ -297,6 +297,37 @@ int srv_parse_response_format(const json_t *rf, const char *name, srv_req *r, sr
     return 0;
 }
 
+/* Continuing the last message, an assistant's (a prefill): vLLM's
+ * continue_final_message, or DeepSeek's "prefix": true on that message;
+ * vLLM's add_generation_prompt (false: the prompt ends with the last
+ * message's turn), not true beside a continuation. */
+static int parse_continuation(const json_t *body, const json_t *msgs, conversation *c,
+                              srv_fail *f) {
+    bool cont = false, agp = true, prefix = false;
+    const json_t *agp_set = json_object_get(body, "add_generation_prompt");
+    if (srv_get_bool(body, "continue_final_message", &cont, f) ||
+        srv_get_bool(body, "add_generation_prompt", &agp, f))
+        return -1;
+    size_t n = json_array_size(msgs), i;
+    const json_t *m;
+    json_array_foreach(msgs, i, m) {
+        char where[64];
+        snprintf(where, sizeof where, "messages[%zu].prefix", i);
+        bool p = false;
+        if (srv_get_bool(m, "prefix", &p, f)) return -1;
+        if (p && (i + 1 < n || c->msgs[i].role != CONV_ASSISTANT))
+            return srv_failf(f, 400, where,
+                             "%s: only the last message, an assistant's, is a prefix", where);
+        prefix = prefix || p;
+    }
+    if ((cont || prefix) && agp && agp_set && !json_is_null(agp_set))
+        return srv_failf(f, 400, "add_generation_prompt",
+                         "add_generation_prompt: not true beside continue_final_message");
+    c->continue_final = cont || prefix;
+    c->add_generation_prompt = agp && !c->continue_final;
+    return 0;
+}
+
 static int chat_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
     const json_t *msgs = json_object_get(body, "messages");
     if (!json_is_array(msgs))
@@ -307,7 +338,8 @@ static int chat_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
     size_t i;
     const json_t *m;
     json_array_foreach(msgs, i, m) if (parse_message(m, r->conv, i, f)) return -1;
-    if (srv_parse_tools(json_object_get(body, "tools"), r->conv, f) ||
+    if (parse_continuation(body, msgs, r->conv, f) ||
+        srv_parse_tools(json_object_get(body, "tools"), r->conv, f) ||
         srv_parse_tool_choice(json_object_get(body, "tool_choice"), r, f) ||
         srv_apply_tool_choice(r, f) || srv_parse_thinking(body, r->conv, f) ||
         srv_parse_response_format(json_object_get(body, "response_format"), "response_format", r,

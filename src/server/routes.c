@@ -158,6 +158,14 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
     }
     r->model = di_strdup(model ? model : lim->model_name ? lim->model_name : "deepinfer");
     if (api->parse(j, r, lim, f)) goto done;
+    if (r->conv && r->conv->continue_final &&
+        (r->json_mode || r->tool_choice == SRV_TC_REQUIRED || r->tool_choice == SRV_TC_NAMED)) {
+        /* their constraints start a reply afresh, not inside a message */
+        srv_failf(f, 400, "messages",
+                  "messages: a continued last message cannot be JSON-constrained or a forced "
+                  "tool call");
+        goto done;
+    }
 
     di_err err = {{0}};
     if (r->conv) {

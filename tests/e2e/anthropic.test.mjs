@@ -1,7 +1,7 @@
 // anthropic.test.mjs — `deepinfer serve` driven by the official
 // `@anthropic-ai/sdk`: messages (streamed with the SDK's stream helper and
 // not), usage with cache reads, stop sequences, thinking, a tool_use /
-// tool_result round trip, count_tokens, models.retrieve, and errors in
+// tool_result round trip, an assistant prefill, count_tokens, models.retrieve, and errors in
 // Anthropic's error shape.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -99,6 +99,30 @@ test('count_tokens counts what messages would read; models retrieve', async () =
   await assert.rejects(client.messages.countTokens({ model: 'claude-nope', messages: user('x') }), (e) => e instanceof Anthropic.NotFoundError);
   assert.equal((await client.models.retrieve(MODEL)).id, MODEL);
   await assert.rejects(client.models.retrieve('claude-nope'), (e) => e instanceof Anthropic.NotFoundError);
+});
+
+test('a last assistant message is a prefill the reply continues', async () => {
+  const post = async (path, body) => {
+    const res = await fetch(`${srv.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify(body) });
+    return res.json();
+  };
+  const prefill = 'Hello, my';
+  const messages = [...user('Write a greeting'), { role: 'assistant', content: prefill }];
+  // the prompt: the turn opened as for a plain reply, then the prefill's text
+  const open = await post('/tokenize', { model: MODEL, messages: user('Write a greeting') });
+  const text = (await post('/tokenize', { prompt: prefill })).tokens.slice(1); // no BOS
+  const ids = [...open.tokens, ...text];
+  const count = await client.messages.countTokens({ model: MODEL, messages });
+  assert.equal(count.input_tokens, ids.length);
+  const m = await client.messages.create({ model: MODEL, max_tokens: 8, temperature: 0, messages });
+  assert.equal(m.usage.input_tokens, ids.length);
+  const c = await post('/v1/completions', { model: MODEL, prompt: ids, max_tokens: 8, temperature: 0 });
+  assert.equal(m.content[0].text, c.choices[0].text, 'the reply continues the prefill, not a new turn');
+  // an empty prefill opens the turn as no prefill does
+  const empty = await client.messages.create({ model: MODEL, max_tokens: 8, temperature: 0, messages: [...user('Write a greeting'), { role: 'assistant', content: '' }] });
+  assert.equal(empty.usage.input_tokens, open.count);
+  await assert.rejects(client.messages.create({ model: MODEL, max_tokens: 4, messages: [...user('x'), { role: 'assistant', content: 'ends with a space ' }] }),
+    (e) => e.status === 400 && /trailing whitespace/.test(e.message));
 });
 
 test('errors in the Anthropic shape', async () => {

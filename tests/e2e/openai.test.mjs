@@ -1,7 +1,8 @@
 // openai.test.mjs — `deepinfer serve` driven by the official `openai` SDK:
 // chat completions (streamed and not, n > 1, logprobs and their bytes, usage with cached
 // tokens), completions (greedy output equals `deepinfer generate`; echo + logprobs
-// scoring the prompt; a batch of prompts; vLLM's prompt_logprobs; fill-in-the-middle), responses
+// scoring the prompt; a batch of prompts; vLLM's prompt_logprobs; fill-in-the-middle), chat
+// continuing an assistant message, responses
 // (streamed and not, logprobs, previous_response_id), JSON-constrained replies, a tool-result
 // round trip, forced tool_choice, and errors (401, 404, 400 naming the
 // field, context overflow) in OpenAI's error shape.
@@ -414,6 +415,32 @@ test('completions: suffix fills in the middle, in the model\'s infilling format'
     (e) => e.status === 400 && e.param === 'suffix' && /token ids/.test(e.message));
   await assert.rejects(client.completions.create({ ...req, prompt: pre, suffix: suf, echo: true }),
     (e) => e.status === 400 && e.param === 'suffix');
+});
+
+test("chat: continuing the last assistant message (vLLM's continue_final_message, DeepSeek's prefix)", async () => {
+  const messages = [...user('Write a greeting'), { role: 'assistant', content: 'Hello, my' }];
+  const req = { model: MODEL, max_tokens: 8, temperature: 0 };
+  const tok = await fetch(`${srv.url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ model: MODEL, messages, continue_final_message: true, add_generation_prompt: false }) });
+  const ids = (await tok.json()).tokens;
+  const want = (await client.completions.create({ ...req, prompt: ids })).choices[0].text;
+  const cont = await client.chat.completions.create({ ...req, messages, continue_final_message: true, add_generation_prompt: false });
+  assert.equal(cont.choices[0].message.content, want);
+  assert.equal(cont.usage.prompt_tokens, ids.length);
+  const prefix = await client.chat.completions.create({ ...req, messages: [messages[0], { ...messages[1], prefix: true }], stream: true });
+  let text = '';
+  for await (const ch of prefix) text += ch.choices[0]?.delta?.content ?? '';
+  assert.equal(text, want, 'DeepSeek\'s prefix: true the same, streamed');
+  // vLLM's add_generation_prompt: false alone ends the prompt after the last turn
+  const closed = await client.chat.completions.create({ ...req, messages, add_generation_prompt: false });
+  assert.ok(closed.usage.prompt_tokens > ids.length);
+  await assert.rejects(client.chat.completions.create({ ...req, messages: [{ ...messages[0], prefix: true }, messages[1]] }),
+    (e) => e.status === 400 && e.param === 'messages[0].prefix');
+  await assert.rejects(client.chat.completions.create({ ...req, messages, continue_final_message: true, add_generation_prompt: true }),
+    (e) => e.status === 400 && e.param === 'add_generation_prompt');
+  await assert.rejects(client.chat.completions.create({ ...req, messages, continue_final_message: true, response_format: { type: 'json_object' } }),
+    (e) => e.status === 400 && /continued/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ ...req, messages: user('x'), continue_final_message: true }),
+    (e) => e.status === 400 && /assistant's/.test(e.message));
 });
 
 test('responses: body and stream events', async () => {

@@ -389,6 +389,50 @@ TEST(render_to_ids_tiny_tokenizer) {
     tok_free(t);
 }
 
+/* The conversation's prompt as a string (NULL on a render error, err set). */
+static char *render_str(render_format f, const conversation *c, di_err *err) {
+    render_segs s = {0};
+    char *out = render_conversation(f, c, &s, err) ? NULL : render_to_string(&s, NULL);
+    render_segs_free(&s);
+    return out;
+}
+
+/* continue_final: where the template writes an assistant's text right after
+ * the generation prompt (DeepSeek V3, Llama 3), the continued prompt is the
+ * prompt without the message plus its text (trailing spaces as the template
+ * keeps them: Llama 3 trims); a last message of whitespace opens the turn;
+ * a last message not the assistant's, or with tool calls, is an error. (The
+ * cut itself against Hugging Face's, on the real templates: the render
+ * conformance tests.) */
+TEST(render_continue_final_message) {
+    static const render_format fmts[] = {RENDER_DEEPSEEK_V3, RENDER_LLAMA3};
+    static const char *texts[] = {"Sure, here", "Sure, here  ", " \n\t"};
+    static const char *kept[2][3] = {{"Sure, here", "Sure, here  ", ""},
+                                     {"Sure, here", "Sure, here", ""}};
+    di_err err = {{0}};
+    for (int fi = 0; fi < 2; fi++)
+        for (int k = 0; k < 3; k++) {
+            conversation *c = conv_new();
+            conv_message_add_text(conv_add_message(c, CONV_USER), "hi", 2);
+            char *open = render_str(fmts[fi], c, &err);
+            conv_message *m = conv_add_message(c, CONV_ASSISTANT);
+            conv_message_add_text(m, texts[k], strlen(texts[k]));
+            c->continue_final = true;
+            char *got = render_str(fmts[fi], c, &err);
+            CHECKF(got && open, "%s", err.msg);
+            size_t no = strlen(open);
+            CHECKF(got && !strncmp(got, open, no) && !strcmp(got + no, kept[fi][k]),
+                   "%s, text %d: %s", render_format_name(fmts[fi]), k, got ? got : err.msg);
+            free(got);
+            conv_message_add_tool_call(m, "c1", "f", "{}");
+            CHECK(!render_str(fmts[fi], c, &err) && strstr(err.msg, "tool calls"));
+            conv_add_message(c, CONV_USER);
+            CHECK(!render_str(fmts[fi], c, &err) && strstr(err.msg, "assistant's"));
+            free(open);
+            conv_free(c);
+        }
+}
+
 /* The tiny models' tokenizer with its DeepSeek infilling markers renamed
  * (begin, hole, end -> the given contents) in a fresh directory, without
  * tokenizer_config.json (so no BOS); NULL contents keep the marker. */

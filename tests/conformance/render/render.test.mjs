@@ -8,7 +8,7 @@
 // (multi-turn, system prompts, tools, tool results, empty content, unicode,
 // with and without add_generation_prompt, thinking on/off/unset for Qwen3):
 // `deepinfer render --model DIR --format F` must print exactly what the
-// template renders. Injection: content spelling control tokens must come out
+// template renders; continue_final_message cuts it where Hugging Face's does. Injection: content spelling control tokens must come out
 // as TEXT segments and, with --ids, never as a control token id; the ids of
 // benign prompts must equal the HF tokenizer's ids of the template's string.
 import { test } from 'node:test';
@@ -90,6 +90,41 @@ for (const [family, { pkg, format }] of Object.entries(FAMILIES)) {
     const conv = conversation(family, 3);
     const dir = modelDir(pkg);
     assert.equal(render(dir, conv), render(dir, conv, ['--format', format]));
+  });
+}
+
+// continue_final_message (a prefill) as Hugging Face cuts it
+// (transformers' render_jinja_template): the template rendered without a
+// generation prompt, cut after the last occurrence of the final message's
+// text stripped by Python's str.strip(), its trailing whitespace kept where
+// the rendered text has the message whole.
+const PY_WS = '\t\n\v\f\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000';
+const pyLstrip = (s) => s.replace(new RegExp(`^[${PY_WS}]+`), '');
+const pyStrip = (s) => pyLstrip(s).replace(new RegExp(`[${PY_WS}]+$`), '');
+function hfContinue(t, conv) {
+  const rendered = jinjaRender(t, { ...conv, add_generation_prompt: false });
+  const final = conv.messages.at(-1).content, stripped = pyStrip(final);
+  const loc = rendered.lastIndexOf(stripped);
+  assert.ok(loc >= 0, 'the final message appears in the render');
+  const whole = pyLstrip(final).length;
+  return rendered.slice(0, loc + (rendered.slice(loc, loc + whole) === final ? whole : stripped.length));
+}
+const PREFILLS = ['The answer is', 'Sure, ', '  padded both sides \n', 'tail\n\n', 'ünïcödé\u3000', '{"a": ', 'x'];
+
+for (const [family, { pkg, format }] of Object.entries(FAMILIES)) {
+  test(`${format}: continue_final_message cuts the prompt where Hugging Face does (${N} conversations)`, () => {
+    const t = templateOf(pkg);
+    const dir = modelDir(pkg);
+    for (let seed = 1; seed <= N; seed++) {
+      const base = conversation(family, seed);
+      // Qwen3's template lstrips '\n' off the text, and @huggingface/jinja's
+      // lstrip(chars) strips every space (Python's only those chars): no
+      // leading spaces for it
+      const content = PREFILLS[seed % PREFILLS.length].replace(family === 'qwen3' ? /^\s+/ : /$^/, '');
+      const conv = { ...base, messages: [...base.messages, { role: 'assistant', content }], continue_final_message: true, add_generation_prompt: false };
+      const got = render(dir, conv, ['--format', format]);
+      assert.equal(got, hfContinue(t, conv), `${family} seed ${seed}: ${JSON.stringify(conv)}`);
+    }
   });
 }
 
