@@ -389,6 +389,7 @@ static ereq *copy_request(const engine_request *q) {
     }
     r->r.stop.strs = (const char *const *)r->stop_strs;
     r->r.json_schema = NULL; /* compiled into r->schema */
+    r->r.regex = NULL;       /* ... r->regex */
     if (q->prompt_logprobs) {
         r->plp = di_calloc((size_t)q->n_prompt, sizeof *r->plp);
         r->plp[0] = (samp_out){.token = q->prompt[0], .logprob = NAN};
@@ -404,8 +405,18 @@ uint64_t engine_submit(engine *e, const engine_request *q, di_err *err) {
         schema = jg_schema_compile(q->json_schema, strlen(q->json_schema), why, sizeof why);
         if (!schema) return di_errf(err, "request: json_schema: %s", why), 0;
     }
+    jr_dfa *regex = NULL;
+    if (q->json && q->regex) {
+        char why[160];
+        regex = jr_compile(q->regex, strlen(q->regex), JR_MAX_STATES, why, sizeof why);
+        if (!regex) {
+            jg_schema_free(schema);
+            return di_errf(err, "request: regex: %s", why), 0;
+        }
+    }
     ereq *r = copy_request(q);
     r->schema = schema;
+    r->regex = regex;
     if (q->sampling.min_tokens > 0) { /* held off: the EOS ids (unless ignored), the stop ids */
         int n = (q->stop.ignore_eos ? 0 : e->run.n_eos) + q->stop.n_ids;
         r->ends = di_malloc(sizeof(int) * (size_t)(n ? n : 1));

@@ -100,6 +100,10 @@ typedef struct engine_request {
     /* With json: a JSON schema (its text, json_grammar.h) the object
      * follows; NULL: any object. One the decoder cannot hold is refused. */
     const char *json_schema;
+    /* With json, instead of an object: plain text that this pattern
+     * (json_regex.h's syntax, anchors included) matches; refused where it
+     * does not compile. */
+    const char *regex;
     /* Score the prompt: each prompt token's logprob given those before it,
      * with prompt_top alternatives (0..SAMP_MAX_TOP), on each branch's first
      * event. The prompt is then computed whole, without the prefix cache

@@ -71,7 +71,10 @@ static void seq_setup(engine *e, ereq *r, seq *q, int branch) {
         if (!e->jv) /* once per engine: every token's bytes, sorted */
             e->jv = jg_vocab_new(e->run.vocab, e->detok.token_bytes, e->detok.ctx, e->run.eos_ids,
                                  e->run.n_eos);
-        jg_init_schema(&q->json, r->schema);
+        if (r->regex)
+            jg_init_regex(&q->json, r->regex);
+        else
+            jg_init_schema(&q->json, r->schema);
     }
     e->run.seq_init(e->run.ctx, &q->mseq);
     r->seqs[branch] = q;
@@ -109,6 +112,7 @@ void engine_free_req(ereq *r) {
     for (int i = 0; i < r->r.stop.n_strs; i++) free(r->stop_strs[i]);
     free(r->stop_strs);
     jg_schema_free(r->schema);
+    jr_free(r->regex);
     free(r->plp);
     free(r);
 }

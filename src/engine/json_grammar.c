@@ -21,7 +21,13 @@ void jg_init(jg_state *s) {
     s->c.mode = M_START;
 }
 
+void jg_init_regex(jg_state *s, const jr_dfa *re) {
+    jg_init(s);
+    s->raw = re;
+}
+
 bool jg_done(const jg_state *s) {
+    if (s->raw) return jr_accepts(s->raw, s->rstate);
     return s->schema ? s->done : s->c.mode == M_DONE;
 }
 
@@ -31,6 +37,11 @@ bool jg_core_number_ends(const jg_core *s) {
 }
 
 static bool jg_step(jg_state *s, uint8_t c) {
+    if (s->raw) {
+        int next = jr_step(s->raw, s->rstate, c);
+        s->rstate = (uint16_t)next;
+        return jr_live(next);
+    }
     return s->schema ? jg_schema_step(s, c) : jg_core_step(&s->c, c);
 }
 
@@ -369,18 +380,20 @@ static void walk(const jg_vocab *v, const jg_walk *w, const jg_state *s, unsigne
     }
 }
 
-/* Marks the plain tokens (their bytes the value's own) that a string's
- * pattern, in DFA state st, can take with room characters left (and, with
- * lens, len characters written so far: its length range's table): the DFA
- * walked as walk() walks the automaton, a dead prefix skipped whole. */
-static void walk_pattern(const jg_vocab *v, const jr_dfa *re, const jr_lengths *lens, int st,
-                         uint32_t len, uint32_t room, unsigned char *ok) {
+/* Marks the tokens of w (the plain ones: their bytes the value's own; or
+ * all, for plain text) that a pattern, in DFA state st, can take with room
+ * characters left (and, with lens, len characters written so far: its
+ * length range's table): the DFA walked as walk() walks the automaton, a
+ * dead prefix skipped whole. */
+static void walk_pattern(const jg_vocab *v, const jg_walk *w, const jr_dfa *re,
+                         const jr_lengths *lens, int st, uint32_t len, uint32_t room,
+                         unsigned char *ok) {
     int at[JG_MAX_TOKEN + 1];
     uint32_t chars[JG_MAX_TOKEN + 1]; /* the length at each byte */
     at[0] = st, chars[0] = len;
     int good = 0;
-    for (int k = 0; k < v->plain.n; k++) {
-        int id = v->plain.id[k], l = v->plain.lcp[k], n = v->len[id];
+    for (int k = 0; k < w->n; k++) {
+        int id = w->id[k], l = w->lcp[k], n = v->len[id];
         if (l > good) continue;
         const uint8_t *b = (const uint8_t *)v->blob + v->off[id];
         int d = l;
@@ -391,17 +404,19 @@ static void walk_pattern(const jg_vocab *v, const jr_dfa *re, const jr_lengths *
                 break;
         }
         good = d;
-        ok[id] = d == n && v->plain_chars[id] <= room;
+        ok[id] = d == n && (room == UINT32_MAX || v->plain_chars[id] <= room);
     }
 }
 
 int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
     unsigned char *ok = di_calloc((size_t)(v->vocab ? v->vocab : 1), 1);
-    if ((!s->schema || s->what == W_CORE) && s->c.mode == M_STRING && !s->c.utf8) {
+    if (s->raw) {
+        walk_pattern(v, &v->all, s->raw, NULL, s->rstate, 0, UINT32_MAX, ok);
+    } else if ((!s->schema || s->what == W_CORE) && s->c.mode == M_STRING && !s->c.utf8) {
         uint32_t room = jg_string_room(s); /* a schema's maxLength */
         const jr_dfa *re = jg_string_pattern(s);
         if (re)
-            walk_pattern(v, re, jg_string_lengths(s), s->rstate, s->slen, room, ok);
+            walk_pattern(v, &v->plain, re, jg_string_lengths(s), s->rstate, s->slen, room, ok);
         else
             for (int k = 0; k < v->plain.n; k++)
                 ok[v->plain.id[k]] = v->plain_chars[v->plain.id[k]] <= room;

@@ -14,7 +14,8 @@
  * 128k tokens: about 1 ms a mask in any state, 4-8 ms walking them all
  * inside strings). Whitespace outside strings is
  * bounded (JG_MAX_WS bytes in a row) so that a model cannot pad forever;
- * once the object closes only an end-of-sequence token is allowed. */
+ * once the object closes only an end-of-sequence token is allowed. The same
+ * mask holds plain text to a pattern (jg_init_regex). */
 #ifndef DI_JSON_GRAMMAR_H
 #define DI_JSON_GRAMMAR_H
 
@@ -61,8 +62,11 @@ typedef struct jg_num {
     bool neg, dot;
 } jg_num;
 
+typedef struct jr_dfa jr_dfa; /* json_regex.h */
+
 typedef struct jg_state {
     jg_core c;
+    const jr_dfa *raw;       /* not JSON: text matching this pattern whole, in rstate */
     const jg_schema *schema; /* NULL: any JSON object */
     uint8_t depth;           /* frames open */
     uint8_t what;            /* what is being read below the frames (json_internal.h) */
@@ -85,6 +89,10 @@ typedef struct jg_state {
 /* Any JSON object, or one that schema (borrowed) describes. */
 void jg_init(jg_state *s);
 void jg_init_schema(jg_state *s, const jg_schema *schema);
+/* Not JSON: text the pattern's automaton (borrowed; its state 0 the start)
+ * takes whole, bytes as they are (structured outputs' regex and choice);
+ * complete where the automaton accepts. */
+void jg_init_regex(jg_state *s, const jr_dfa *re);
 /* Compiles a JSON schema (its text): objects (properties in any order, the
  * required ones before the object closes, no others), arrays of items,
  * strings, numbers, integers, booleans, null, enum / const values, anyOf /

@@ -818,6 +818,20 @@ int jr_step_class(const jr_dfa *d, int state, int k) {
     return d->next[(size_t)state * d->n_cls + k];
 }
 
+void jr_escape_literal(di_buf *b, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint8_t ch = (uint8_t)s[i];
+        if (ch < 0x20 || ch == 0x7f) {
+            char esc[8];
+            snprintf(esc, sizeof esc, "\\x%02x", ch);
+            di_buf_adds(b, esc);
+            continue;
+        }
+        if (strchr("\\^$.|?*+()[]{}/-", ch)) di_buf_putc(b, '\\');
+        di_buf_putc(b, (char)ch);
+    }
+}
+
 /* ---- formats ---- */
 #define DATE "\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])"
 #define TIME                                                                                       \

@@ -24,7 +24,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base.h"
+
 #define JR_DEAD 0xFFFF
+/* The most states for a pattern that is a request's whole constraint
+ * (structured outputs' regex and choice); a schema's own have less. */
+#define JR_MAX_STATES 16384
 
 typedef struct jr_dfa jr_dfa;
 
@@ -66,6 +71,9 @@ void jr_lengths_free(jr_lengths *l);
 /* The bits l holds (what max_bits bounds). */
 size_t jr_lengths_bits(const jr_lengths *l);
 bool jr_lengths_ok(const jr_lengths *l, int state, uint32_t len);
+/* Appends to b a pattern matching exactly the n bytes of s (a literal:
+ * the syntax's special characters escaped, control bytes as \xHH). */
+void jr_escape_literal(di_buf *b, const char *s, size_t n);
 /* The pattern standing for a JSON schema format ("date", "date-time",
  * "time", "uuid", "email", "ipv4", "hostname", "uri"), or NULL. */
 const char *jr_format(const char *name);

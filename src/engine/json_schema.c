@@ -221,17 +221,7 @@ static char *branch_pattern(const compiler *c, int node) {
         json_t *v = json_loads(c->s->texts[k->first + i].p, JSON_DECODE_ANY, NULL);
         const char *t = json_string_value(v);
         if (i) di_buf_putc(&b, '|');
-        for (size_t x = 0; t && x < json_string_length(v); x++) {
-            uint8_t ch = (uint8_t)t[x];
-            char esc[8];
-            if (ch < 0x20 || ch == 0x7f) {
-                snprintf(esc, sizeof esc, "\\x%02x", ch);
-                di_buf_adds(&b, esc);
-                continue;
-            }
-            if (strchr("\\^$.|?*+()[]{}/-", ch)) di_buf_putc(&b, '\\');
-            di_buf_putc(&b, (char)ch);
-        }
+        if (t) jr_escape_literal(&b, t, json_string_length(v));
         json_decref(v);
     }
     di_buf_adds(&b, ")$");

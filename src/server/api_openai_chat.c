@@ -286,13 +286,19 @@ int srv_parse_response_format(const json_t *rf, const char *name, srv_req *r, sr
     const json_t *sch = json_object_get(json_object_get(rf, "json_schema"), "schema");
     if (!sch) sch = json_object_get(rf, "schema");
     if (strcmp(t, "json_schema") || !sch || json_is_null(sch)) return 0;
+    return srv_set_json_schema(r, sch, name, "json_schema: ", f);
+}
+
+int srv_set_json_schema(srv_req *r, const json_t *sch, const char *name, const char *what,
+                        srv_fail *f) {
     char *text = json_dumps(sch, JSON_COMPACT | JSON_ENCODE_ANY), why[160] = "unreadable";
     jg_schema *ok = text ? jg_schema_compile(text, strlen(text), why, sizeof why) : NULL;
     if (!ok) {
         free(text);
-        return srv_failf(f, 400, name, "%s: json_schema: %s", name, why);
+        return srv_failf(f, 400, name, "%s: %s%s", name, what, why);
     }
     jg_schema_free(ok);
+    r->json_mode = true;
     r->json_schema = text;
     return 0;
 }
@@ -344,8 +350,8 @@ static int chat_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
         srv_apply_tool_choice(r, f) || srv_parse_thinking(body, r->conv, f) ||
         srv_parse_response_format(json_object_get(body, "response_format"), "response_format", r,
                                   f) ||
-        srv_get_sampling(body, r, 2.0f, f) || srv_get_stops(body, "stop", r, lim, f) ||
-        srv_get_bool(body, "stream", &r->stream, f) ||
+        srv_parse_structured(body, r, f) || srv_get_sampling(body, r, 2.0f, f) ||
+        srv_get_stops(body, "stop", r, lim, f) || srv_get_bool(body, "stream", &r->stream, f) ||
         srv_get_int(body, "n", 1, lim->max_n, &r->n, f) ||
         srv_get_int(body, "max_tokens", 1, 1 << 30, &r->max_tokens, f) ||
         srv_get_int(body, "max_completion_tokens", 1, 1 << 30, &r->max_tokens, f) ||

@@ -79,7 +79,8 @@ static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
         srv_get_bool(body, "echo", &r->echo, f) ||
         srv_get_int(body, "prompt_logprobs", 0, SAMP_MAX_TOP, &r->prompt_logprobs, f) ||
         srv_parse_response_format(json_object_get(body, "response_format"), "response_format", r,
-                                  f))
+                                  f) ||
+        srv_parse_structured(body, r, f))
         return -1;
     if (r->max_tokens == 0) r->prompt_only = true;
     /* suffix: fill in the middle between the prompt and it (srv_prepare) */

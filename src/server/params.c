@@ -200,6 +200,7 @@ void srv_req_free(srv_req *r) {
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->tool_name);
     free(r->json_schema);
+    free(r->regex);
     json_decref(r->resp_input);
     free(r->resp_prev);
     *r = (srv_req){0};

@@ -84,6 +84,7 @@ typedef struct srv_req {
     int top_logprobs;
     bool json_mode;
     char *json_schema; /* json_schema's schema (compact JSON), or NULL */
+    char *regex;       /* not JSON: the reply matches this pattern whole (structured.c) */
     srv_tool_choice tool_choice;
     char *tool_name; /* SRV_TC_NAMED */
     /* Set by srv_prepare: tool_choice required/named is enforced by ending the
@@ -279,6 +280,13 @@ int srv_parse_tool_choice(const json_t *tc, srv_req *r, srv_fail *f);
 int srv_apply_tool_choice(srv_req *r, srv_fail *f);
 int srv_parse_thinking(const json_t *body, conversation *c, srv_fail *f);
 int srv_parse_response_format(const json_t *rf, const char *name, srv_req *r, srv_fail *f);
+/* r held to one JSON object following schema sch (json_mode, json_schema);
+ * a 400 naming name (and what) where the decoder cannot hold it. */
+int srv_set_json_schema(srv_req *r, const json_t *sch, const char *name, const char *what,
+                        srv_fail *f);
+/* vLLM's and SGLang's structured outputs (structured.c), chat and
+ * completions: a schema, or plain text held to a pattern (r->regex). */
+int srv_parse_structured(const json_t *body, srv_req *r, srv_fail *f);
 int srv_parse_tools(const json_t *tools, conversation *c, srv_fail *f);
 
 extern const srv_api srv_api_chat, srv_api_completions, srv_api_responses, srv_api_messages,
@@ -313,7 +321,8 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
 int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *err);
 
 /* How the engine holds a reply to one JSON object (response_format
- * json_object / json_schema; sets er->json and its wait): where the answer
+ * json_object / json_schema) or to a pattern (structured.c's regex and
+ * choice; sets er->json, er->regex and the wait): where the answer
  * is all the output after any reasoning (no tools offered), from the first
  * token, or after the reasoning's "</think>" where the prompt opened it and
  * the tokenizer has that as one token (else the reply is left free). */

@@ -2,7 +2,7 @@
 // chat completions (streamed and not, n > 1, logprobs and their bytes, usage with cached
 // tokens), completions (greedy output equals `deepinfer generate`; echo + logprobs
 // scoring the prompt; a batch of prompts; vLLM's prompt_logprobs; fill-in-the-middle), chat
-// continuing an assistant message, responses
+// continuing an assistant message, vLLM's and SGLang's structured outputs, responses
 // (streamed and not, logprobs, previous_response_id), JSON-constrained replies, a tool-result
 // round trip, forced tool_choice, and errors (401, 404, 400 naming the
 // field, context overflow) in OpenAI's error shape.
@@ -441,6 +441,34 @@ test("chat: continuing the last assistant message (vLLM's continue_final_message
     (e) => e.status === 400 && /continued/.test(e.message));
   await assert.rejects(client.chat.completions.create({ ...req, messages: user('x'), continue_final_message: true }),
     (e) => e.status === 400 && /assistant's/.test(e.message));
+});
+
+test("vLLM's and SGLang's structured outputs: guided_choice, guided_regex, guided_json, structured_outputs, regex", async () => {
+  const req = { model: MODEL, max_tokens: 24, temperature: 1.2 };
+  const labels = ['positive', 'negative', 'neutral', 'a|b (c)'];
+  for (const seed of [1, 2, 3]) {
+    const c = await client.chat.completions.create({ ...req, seed, n: 3, messages: user('Sentiment?'), guided_choice: labels });
+    for (const ch of c.choices) assert.ok(labels.includes(ch.message.content), `choice: ${ch.message.content}`);
+    const nested = await client.chat.completions.create({ ...req, seed, messages: user('Sentiment?'), structured_outputs: { choice: labels } });
+    assert.ok(labels.includes(nested.choices[0].message.content));
+    const phone = /^\(\d{3}\) \d{3}-\d{4}$/;
+    const r = await client.completions.create({ ...req, seed, n: 3, prompt: 'Call me at ', guided_regex: '^\\(\\d{3}\\) \\d{3}-\\d{4}$' });
+    for (const ch of r.choices) assert.match(ch.text, phone);
+    const s = await client.completions.create({ ...req, seed, prompt: 'Call me at ', regex: '\\(\\d{3}\\) \\d{3}-\\d{4}', stream: true });
+    let text = '';
+    for await (const ch of s) text += ch.choices[0]?.text ?? '';
+    assert.match(text, phone, 'SGLang\'s regex, streamed, anchored here');
+    const j = await client.chat.completions.create({ ...req, max_tokens: 200, seed, messages: user('JSON please'), guided_json: { type: 'object', properties: { n: { type: 'integer', minimum: 1, maximum: 9 } }, required: ['n'] } });
+    const o = JSON.parse(j.choices[0].message.content);
+    assert.ok(Number.isInteger(o.n) && o.n >= 1 && o.n <= 9, j.choices[0].message.content);
+  }
+  const bad = (body, param, re) => assert.rejects(client.completions.create({ ...req, prompt: 'x', ...body }),
+    (e) => e.status === 400 && e.param === param && re.test(e.message));
+  await bad({ guided_regex: '(a' }, 'guided_regex', /unclosed/);
+  await bad({ guided_regex: 'a', guided_choice: ['a'] }, 'guided_choice', /only one/);
+  await bad({ response_format: { type: 'json_object' }, structured_outputs: { regex: 'a' } }, 'structured_outputs.regex', /only one/);
+  await bad({ guided_choice: [] }, 'guided_choice', /1 to 1024 strings/);
+  await bad({ guided_json: 'not json' }, 'guided_json', /JSON schema/);
 });
 
 test('responses: body and stream events', async () => {

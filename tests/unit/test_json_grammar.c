@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/json_grammar.h"
+#include "engine/json_regex.h"
 #include "harness.h"
 
 static bool accepts(const char *t, size_t n) {
@@ -822,4 +823,68 @@ TEST(json_schema_mask_equals_feeding_each_token_with_lengths) {
                 "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":1,"
                 "\"maxLength\":3},\"maxItems\":2}},\"required\":[\"a\",\"b\"]}",
                 23, 8, "length walk");
+}
+
+/* Plain text held to a whole pattern (structured outputs' regex and
+ * choice: jg_init_regex): random walks through the tokens the mask allows,
+ * the mask checked at every step against feeding each token (bytes as they
+ * are, no JSON: quotes, backslashes, partial characters), each walk ending
+ * only where the text written matches, which the automaton then accepts
+ * (or where this small vocabulary has no token to go on). */
+TEST(json_regex_raw_text_mask_equals_feeding_each_token) {
+    static const char *const patterns[] = {
+        "^(?:-?\\d+(\\.\\d+)?(e1)?)$",
+        "^(?:true|null|tr|a\"b|\\{\\})$", /* a choice: literals escaped */
+        "^(?:[ab\"\\\\{}:]{2,6})$",
+        "^(?:(\xC3\xA9|a)+\\n?)$",
+    };
+    int eos = 0, pick[NV], n = 0, dead_ends = 0;
+    jg_vocab *v = jg_vocab_new(NV, vocab_bytes, NULL, &eos, 1);
+    for (size_t p = 0; p < sizeof patterns / sizeof *patterns; p++) {
+        char why[160];
+        jr_dfa *re = jr_compile(patterns[p], strlen(patterns[p]), JR_MAX_STATES, why, sizeof why);
+        CHECKF(re, "%s: %s", patterns[p], why);
+        if (!re) continue;
+        jg_state s;
+        jg_init_regex(&s, re);
+        CHECK(!jg_done(&s) || p == 3);
+        uint64_t x = 0x9e3779b97f4a7c15ull + p;
+        int completed = 0, steps = 0;
+        char text[256];
+        size_t len = 0;
+        for (; steps < 3000 && completed < 20; steps++) {
+            check_mask(v, &s, eos, pick, &n, &dead_ends, patterns[p]);
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            int id = n ? pick[x % (uint64_t)n] : eos;
+            if (id == eos && !jg_done(&s)) { /* a dead end of this vocabulary ("nu", no "l") */
+                jg_init_regex(&s, re);
+                len = 0;
+                continue;
+            }
+            if (id == eos || len + 8 > sizeof text) {
+                CHECKF(jg_done(&s) || len + 8 > sizeof text, "%s: ended on '%.*s'", patterns[p],
+                       (int)len, text);
+                if (!jg_done(&s)) { /* too long to keep: start over */
+                    jg_init_regex(&s, re);
+                    len = 0;
+                    continue;
+                }
+                /* the automaton from the start agrees: it takes the text */
+                int st = 0;
+                for (size_t i = 0; i < len && jr_live(st); i++)
+                    st = jr_step(re, st, (uint8_t)text[i]);
+                CHECK(jr_live(st) && jr_accepts(re, st));
+                completed++;
+                jg_init_regex(&s, re);
+                len = 0;
+                continue;
+            }
+            CHECK(jg_feed_token(v, &s, id));
+            memcpy(text + len, VOCAB[id], strlen(VOCAB[id]));
+            len += strlen(VOCAB[id]);
+        }
+        CHECKF(completed == 20, "%s: %d texts in %d steps", patterns[p], completed, steps);
+        jr_free(re);
+    }
+    jg_vocab_free(v);
 }
