@@ -252,16 +252,16 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
     samp_params sp = r->samp;
     sp.logprobs = r->logprobs || r->best_keep; /* best_of ranks the branches by them */
     sp.top_logprobs = r->top_logprobs;
-    engine_request er = {.sampling = sp,
-                         .stop = {.ignore_eos = r->ignore_eos},
-                         .n = g->per,
-                         .prompt_logprobs = (r->echo && r->logprobs) || r->prompt_logprobs >= 0,
-                         .prompt_top = scored_top(r),
-                         .prompt_only = r->prompt_only,
-                         .traffic = k->api->proto == SRV_COMPLETIONS ? ENGINE_TRAFFIC_AGENT
-                                                                     : ENGINE_TRAFFIC_CHAT,
-                         .on_event = gen_on_engine_event,
-                         .user = g};
+    engine_request er = {
+        .sampling = sp,
+        .stop = {.ignore_eos = r->ignore_eos, .ids = r->stop_ids, .n_ids = r->n_stop_ids},
+        .n = g->per,
+        .prompt_logprobs = (r->echo && r->logprobs) || r->prompt_logprobs >= 0,
+        .prompt_top = scored_top(r),
+        .prompt_only = r->prompt_only,
+        .traffic = k->api->proto == SRV_COMPLETIONS ? ENGINE_TRAFFIC_AGENT : ENGINE_TRAFFIC_CHAT,
+        .on_event = gen_on_engine_event,
+        .user = g};
     srv_json_constraint(r, p.think_opened, s->tok, &er);
     gen_begin(g);
     di_err err = {{0}};

@@ -128,6 +128,23 @@ int srv_get_sampling(const json_t *o, srv_req *r, float max_temperature, srv_fai
         srv_get_int(o, "min_tokens", 0, 1 << 30, &s->min_tokens, f) ||
         srv_get_bool(o, "ignore_eos", &r->ignore_eos, f))
         return -1;
+    const json_t *ids = field(o, "stop_token_ids"); /* vLLM's */
+    if (ids) {
+        if (!json_is_array(ids) || json_array_size(ids) > SRV_MAX_STOP_IDS)
+            return srv_failf(f, 400, "stop_token_ids",
+                             "stop_token_ids: expected an array of at most %d token ids",
+                             SRV_MAX_STOP_IDS);
+        r->stop_ids = di_calloc(json_array_size(ids) + 1, sizeof *r->stop_ids);
+        size_t i;
+        const json_t *id;
+        json_array_foreach(ids, i, id) {
+            json_int_t x = json_is_integer(id) ? json_integer_value(id) : -1;
+            if (x < 0 || x > 1 << 30)
+                return srv_failf(f, 400, "stop_token_ids",
+                                 "stop_token_ids[%zu]: expected a token id", i);
+            r->stop_ids[r->n_stop_ids++] = (int)x;
+        }
+    }
     const json_t *lb = field(o, "logit_bias");
     if (lb) {
         if (!json_is_object(lb))
@@ -197,6 +214,7 @@ void srv_req_free(srv_req *r) {
     }
     free(r->more);
     free(r->bias);
+    free(r->stop_ids);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->tool_name);
     free(r->json_schema);

@@ -45,7 +45,8 @@ char *srv_error_body(srv_proto p, const srv_fail *f);
 /* --- the protocol-neutral request ---------------------------------------- */
 typedef enum { SRV_TC_AUTO = 0, SRV_TC_NONE, SRV_TC_REQUIRED, SRV_TC_NAMED } srv_tool_choice;
 
-#define SRV_MAX_STOPS 64
+#define SRV_MAX_STOPS    64
+#define SRV_MAX_STOP_IDS 64 /* stop_token_ids */
 
 /* A completions prompt: text, or token ids when text is NULL. */
 typedef struct srv_prompt {
@@ -96,7 +97,9 @@ typedef struct srv_req {
     /* completions: max_tokens 0, nothing generated (with echo and logprobs:
      * the prompt scored, what evaluation harnesses ask for) */
     bool prompt_only;
-    bool ignore_eos;     /* vLLM extension: keep going past EOS */
+    bool ignore_eos; /* vLLM extension: keep going past EOS */
+    int *stop_ids;   /* vLLM's stop_token_ids: tokens that end the reply (left out of it) */
+    int n_stop_ids;
     int prompt_logprobs; /* vLLM's: alternatives per prompt token, -1 unset */
 } srv_req;
 

@@ -471,6 +471,32 @@ test("vLLM's and SGLang's structured outputs: guided_choice, guided_regex, guide
   await bad({ guided_json: 'not json' }, 'guided_json', /JSON schema/);
 });
 
+test("vLLM's stop_token_ids end the reply at the first one generated, left out of it", async () => {
+  const tokenize = async (prompt) => {
+    const res = await fetch(`${srv.url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ prompt }) });
+    return (await res.json()).tokens.slice(1); // no BOS
+  };
+  const req = { model: MODEL, prompt: 'Once upon a time', max_tokens: 16, temperature: 0, logprobs: 0 };
+  const free = await client.completions.create(req);
+  const toks = free.choices[0].logprobs.tokens;
+  // a generated token whose text is that one token alone: its id
+  let k = 1, id;
+  for (; k < toks.length; k++) {
+    const ids = await tokenize(toks[k]);
+    if (ids.length === 1 && toks.indexOf(toks[k]) === k) { id = ids[0]; break; }
+  }
+  assert.ok(id !== undefined, 'a token to stop on');
+  const r = await client.completions.create({ ...req, stop_token_ids: [id] });
+  assert.equal(r.choices[0].text, toks.slice(0, k).join(''));
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  const c = await client.chat.completions.create({ model: MODEL, messages: user('Hi'), max_tokens: 4, stop_token_ids: [] });
+  assert.ok(c.choices[0].message.content.length >= 0);
+  await assert.rejects(client.completions.create({ ...req, stop_token_ids: [1 << 29] }),
+    (e) => e.status === 400 && e.param === 'stop_token_ids' && /outside the vocabulary/.test(e.message));
+  await assert.rejects(client.completions.create({ ...req, stop_token_ids: ['x'] }),
+    (e) => e.status === 400 && e.param === 'stop_token_ids');
+});
+
 test('responses: body and stream events', async () => {
   const r = await client.responses.create({ model: MODEL, input: 'Hello', max_output_tokens: 8, temperature: 0 });
   assert.equal(r.object, 'response');

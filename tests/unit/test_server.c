@@ -403,6 +403,11 @@ TEST(server_bad_requests_name_the_field_in_the_protocol_shape) {
                 "prompt[1][1]: expected a token id", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":[[1],{}]}", 400, "prompt[1]: expected", oa,
                 &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"stop_token_ids\":[2,-1]}", 400,
+                "stop_token_ids[1]: expected a token id", oa, &bad);
+    expect_fail(&srv_api_chat,
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop_token_ids\":3}", 400,
+                "stop_token_ids: expected an array", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"suffix\":1}", 400,
                 "suffix: expected a string", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"suffix\":\"y\",\"echo\":true}", 400,
