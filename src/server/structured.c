@@ -9,7 +9,7 @@
  * look-around and flags), a choice the alternation of its strings as
  * literals; compiled here once so that a pattern the decoder cannot hold is
  * a 400 naming the field, not an engine error. At most one constraint a
- * request. */
+ * request; a grammar (guided_grammar, SGLang's ebnf) is a 400. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +109,19 @@ int srv_parse_structured(const json_t *body, srv_req *r, srv_fail *f) {
         {"regex", "regex", true},
         {"choice", "choice", true},
     };
+    /* said rather than ignored: a reply that drops its constraint is wrong */
+    static const char *const grammars[] = {"guided_grammar", "ebnf", "grammar"};
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *g = json_object_get(i < 2 ? body : so, grammars[i]);
+        if (g && !json_is_null(g)) {
+            char name[64];
+            snprintf(name, sizeof name, "%s%s", i < 2 ? "" : "structured_outputs.", grammars[i]);
+            return srv_failf(f, 400, name,
+                             "%s: grammars are not supported (a regex, a choice or a JSON schema "
+                             "are)",
+                             name);
+        }
+    }
     char taken[64] = "";
     if (r->json_mode) snprintf(taken, sizeof taken, "response_format");
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {

@@ -408,6 +408,13 @@ TEST(server_bad_requests_name_the_field_in_the_protocol_shape) {
     expect_fail(&srv_api_chat,
                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop_token_ids\":3}", 400,
                 "stop_token_ids: expected an array", oa, &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"guided_grammar\":\"root ::= x\"}", 400,
+                "guided_grammar: grammars are not supported", oa, &bad);
+    expect_fail(&srv_api_completions,
+                "{\"prompt\":\"x\",\"structured_outputs\":{\"grammar\":\"g\"}}", 400,
+                "structured_outputs.grammar: grammars", oa, &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"guided_choice\":[\"a\",1]}", 400,
+                "guided_choice[1]: expected a string", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"suffix\":1}", 400,
                 "suffix: expected a string", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"suffix\":\"y\",\"echo\":true}", 400,
