@@ -1,7 +1,8 @@
 /* fuzz_json.c — libFuzzer target over JSON-constrained decoding
  * (src/engine/json_grammar.c, json_schema.c): a schema's text, a NUL, then
  * bytes fed to a state that follows the schema (or any object, where the
- * schema does not compile), byte by byte, the mask of a small fixed
+ * schema does not compile; with '~' first, plain text held to the rest as
+ * a pattern, where it compiles), byte by byte, the mask of a small fixed
  * vocabulary taken at every step and checked against feeding each token
  * alone, and some byte continuing every state short of a complete object
  * (no dead end). Must never crash, loop or disagree.
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "engine/json_grammar.h"
+#include "engine/json_regex.h"
 
 static const char *const VOCAB[] = {NULL,   "{",    "}",      "[",  "]",     "\"",   ":",
                                     ",",    " ",    "a",      "1",  "-",     ".",    "e",
@@ -35,9 +37,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *sep = memchr(data, 0, size);
     size_t slen = sep ? (size_t)(sep - data) : size;
     char why[160];
-    jg_schema *sc = jg_schema_compile((const char *)data, slen, why, sizeof why);
+    jg_schema *sc = NULL;
+    jr_dfa *re = NULL;
     jg_state s;
-    jg_init_schema(&s, sc);
+    if (slen && data[0] == '~') /* a pattern the text is held to whole (structured outputs) */
+        re = jr_compile((const char *)data + 1, slen - 1, JR_MAX_STATES, why, sizeof why);
+    else
+        sc = jg_schema_compile((const char *)data, slen, why, sizeof why);
+    if (re)
+        jg_init_regex(&s, re);
+    else
+        jg_init_schema(&s, sc);
     const uint8_t *out = sep ? sep + 1 : data + size;
     size_t n = (size_t)(data + size - out);
     for (size_t i = 0; i <= n; i++) {
@@ -58,5 +68,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (i == n || !jg_feed(&s, (const char *)out + i, 1)) break;
     }
     jg_schema_free(sc);
+    jr_free(re);
     return 0;
 }
