@@ -390,7 +390,7 @@ static bool step_answer(outp_parser *p, bool final) {
         return true;
     }
     if (r == OUTP_SCAN_FOUND) {
-        outp_emit_answer(p, b, at);
+        outp_emit_answer(p, b, p->cfg.keep_stop ? at + p->amk[w].len : at);
         json_flush(p);
         outp_consume(p, outp_avail(p));
         p->sum.stop_index = p->stop_of[w];

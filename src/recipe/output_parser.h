@@ -104,6 +104,7 @@ typedef struct outp_config {
     bool json_mode;           /* response_format json_object: see the top comment */
     const char *const *stops; /* stop strings (UTF-8, NUL-terminated; copied; "" ignored) */
     size_t n_stops;           /* at most OUTP_MAX_STOPS */
+    bool keep_stop;           /* the stop string that ends the answer is part of it (vLLM's) */
     uint64_t id_seed;         /* tool-call ids derive from it; 0: seeded from the clock */
     /* Forced tool calls (the prompt itself ended by opening the block, see
      * below). start_in_block: the output starts inside a tool-call block, as

@@ -138,6 +138,7 @@ srv_gen *gen_new(const gen_env *env, const srv_api *api, srv_req *req, int promp
                        .json_mode = req->json_mode,
                        .stops = (const char *const *)req->stops,
                        .n_stops = (size_t)req->n_stops,
+                       .keep_stop = req->keep_stop,
                        .id_seed = x | 1,
                        .start_in_block = req->tool_forced,
                        .start_invoke = req->tool_forced && req->tool_choice == SRV_TC_NAMED

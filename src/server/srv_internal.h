@@ -100,6 +100,7 @@ typedef struct srv_req {
     bool ignore_eos; /* vLLM extension: keep going past EOS */
     int *stop_ids;   /* vLLM's stop_token_ids: tokens that end the reply (left out of it) */
     int n_stop_ids;
+    bool keep_stop;      /* vLLM's include_stop_str_in_output */
     int prompt_logprobs; /* vLLM's: alternatives per prompt token, -1 unset */
 } srv_req;
 

@@ -497,6 +497,19 @@ test("vLLM's stop_token_ids end the reply at the first one generated, left out o
     (e) => e.status === 400 && e.param === 'stop_token_ids');
 });
 
+test("vLLM's include_stop_str_in_output keeps the stop string that ended the reply", async () => {
+  const req = { model: MODEL, prompt: 'Once upon a time', max_tokens: 24, temperature: 0 };
+  const free = (await client.completions.create(req)).choices[0].text;
+  const stop = free.slice(6, 9), at = free.indexOf(stop);
+  assert.ok(stop.length === 3 && at >= 0, `a stop string from ${JSON.stringify(free)}`);
+  const cut = await client.completions.create({ ...req, stop: [stop] });
+  assert.equal(cut.choices[0].text, free.slice(0, at));
+  const kept = await client.completions.create({ ...req, stop: [stop], include_stop_str_in_output: true, stream: true });
+  let text = '';
+  for await (const ch of kept) text += ch.choices[0]?.text ?? '';
+  assert.equal(text, free.slice(0, at + stop.length));
+});
+
 test('responses: body and stream events', async () => {
   const r = await client.responses.create({ model: MODEL, input: 'Hello', max_output_tokens: 8, temperature: 0 });
   assert.equal(r.object, 'response');

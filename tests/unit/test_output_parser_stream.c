@@ -192,6 +192,7 @@ TEST(outp_randomized_chunkings) {
         if (f & 256) {
             cfg.stops = stops;
             cfg.n_stops = 3;
+            cfg.keep_stop = f & 512;
         }
         uint64_t seed = outpt_rng(&rng);
         const char *why = outpt_all_modes(&cfg, o.p, false, NULL, NULL, 4, seed);
