@@ -243,10 +243,10 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
             q ? &r->more[q - 1] : &(srv_prompt){.text = r->prompt, .len = r->prompt_len};
         const tok_ids *ids = srv_prepared_ids(&p, q);
         gen_prompt *gp = &g->prompts[q];
-        if (pr->text) {
+        if (pr->text && !r->truncate_prompt) {
             gp->echo = di_strdup(pr->text);
             gp->echo_len = pr->len;
-        } else if (s->tok) /* a token-id prompt: its text */
+        } else if (s->tok) /* a token-id or truncated prompt: its text */
             gp->echo = tok_decode(s->tok, ids->v, ids->n, false, &gp->echo_len);
     }
     samp_params sp = r->samp;

@@ -127,7 +127,8 @@ int srv_get_sampling(const json_t *o, srv_req *r, float max_temperature, srv_fai
         srv_get_num(o, "repetition_penalty", 0, 10, &s->repetition_penalty, f) ||
         srv_get_int(o, "min_tokens", 0, 1 << 30, &s->min_tokens, f) ||
         srv_get_bool(o, "ignore_eos", &r->ignore_eos, f) ||
-        srv_get_bool(o, "include_stop_str_in_output", &r->keep_stop, f))
+        srv_get_bool(o, "include_stop_str_in_output", &r->keep_stop, f) ||
+        srv_get_int(o, "truncate_prompt_tokens", 1, 1 << 30, &r->truncate_prompt, f))
         return -1;
     const json_t *ids = field(o, "stop_token_ids"); /* vLLM's */
     if (ids) {

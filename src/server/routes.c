@@ -206,6 +206,13 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
             if (prompt_ids(tok, r, &r->more[i], field, name, &out->more[i], f)) goto done;
         }
     }
+    for (int q = 0; r->truncate_prompt > 0 && q <= out->n_more; q++) { /* the last tokens kept */
+        tok_ids *ids = q ? &out->more[q - 1] : &out->ids;
+        size_t k = (size_t)r->truncate_prompt;
+        if (ids->n <= k) continue;
+        memmove(ids->v, ids->v + ids->n - k, k * sizeof *ids->v);
+        ids->n = k;
+    }
     rc = 0;
 done:
     json_decref(j);

@@ -102,6 +102,7 @@ typedef struct srv_req {
     int n_stop_ids;
     bool keep_stop;      /* vLLM's include_stop_str_in_output */
     int prompt_logprobs; /* vLLM's: alternatives per prompt token, -1 unset */
+    int truncate_prompt; /* vLLM's truncate_prompt_tokens: the prompt's last ones kept; 0 off */
 } srv_req;
 
 /* Limits the parsers enforce (from srv_opts). */

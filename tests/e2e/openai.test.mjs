@@ -510,6 +510,27 @@ test("vLLM's include_stop_str_in_output keeps the stop string that ended the rep
   assert.equal(text, free.slice(0, at + stop.length));
 });
 
+test("vLLM's truncate_prompt_tokens keeps the prompt's last tokens", async () => {
+  const prompt = 'The quick brown fox jumps over the lazy dog, and then it runs away';
+  const res = await fetch(`${srv.url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ prompt }) });
+  const ids = (await res.json()).tokens;
+  assert.ok(ids.length > 6);
+  const req = { model: MODEL, max_tokens: 8, temperature: 0 };
+  const want = await client.completions.create({ ...req, prompt: ids.slice(-5) });
+  const r = await client.completions.create({ ...req, prompt, truncate_prompt_tokens: 5 });
+  assert.equal(r.usage.prompt_tokens, 5);
+  assert.equal(r.choices[0].text, want.choices[0].text);
+  const whole = await client.completions.create({ ...req, prompt, truncate_prompt_tokens: 1000 });
+  assert.equal(whole.usage.prompt_tokens, ids.length, 'a prompt already shorter is kept whole');
+  const echo = await client.completions.create({ ...req, prompt, truncate_prompt_tokens: 5, echo: true, max_tokens: 0, logprobs: 0 });
+  assert.equal(echo.choices[0].logprobs.tokens.length, 5, 'the truncated prompt scored');
+  assert.equal(echo.choices[0].text, echo.choices[0].logprobs.tokens.join(''), 'and echoed');
+  const chat = await client.chat.completions.create({ ...req, messages: user(prompt), truncate_prompt_tokens: 3 });
+  assert.equal(chat.usage.prompt_tokens, 3);
+  await assert.rejects(client.completions.create({ ...req, prompt, truncate_prompt_tokens: 0 }),
+    (e) => e.status === 400 && e.param === 'truncate_prompt_tokens');
+});
+
 test('responses: body and stream events', async () => {
   const r = await client.responses.create({ model: MODEL, input: 'Hello', max_output_tokens: 8, temperature: 0 });
   assert.equal(r.object, 'response');
