@@ -404,7 +404,7 @@ static void walk_pattern(const jg_vocab *v, const jg_walk *w, const jr_dfa *re,
                 break;
         }
         good = d;
-        ok[id] = d == n && (room == UINT32_MAX || v->plain_chars[id] <= room);
+        ok[id] = d == n && v->plain_chars[id] <= room; /* 0 for a token not plain */
     }
 }
 
