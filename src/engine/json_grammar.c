@@ -26,8 +26,14 @@ void jg_init_regex(jg_state *s, const jr_dfa *re) {
     s->raw = re;
 }
 
+void jg_init_grammar(jg_state *s, gr_matcher *m) {
+    jg_init(s);
+    s->gram = m;
+}
+
 bool jg_done(const jg_state *s) {
     if (s->raw) return jr_accepts(s->raw, s->rstate);
+    if (s->gram) return gr_done(s->gram);
     return s->schema ? s->done : s->c.mode == M_DONE;
 }
 
@@ -238,6 +244,7 @@ bool jg_core_step(jg_core *s, uint8_t c) {
 }
 
 bool jg_feed(jg_state *s, const char *b, size_t n) {
+    if (s->gram) return gr_feed(s->gram, b, n);
     for (size_t i = 0; i < n; i++)
         if (!jg_step(s, (uint8_t)b[i])) return false;
     return true;
@@ -408,9 +415,29 @@ static void walk_pattern(const jg_vocab *v, const jg_walk *w, const jr_dfa *re,
     }
 }
 
+/* Marks the tokens of w that grammar matcher m can take next: its states
+ * walked as walk() walks the automaton. */
+static void walk_grammar(const jg_vocab *v, const jg_walk *w, gr_matcher *m, unsigned char *ok) {
+    int at[JG_MAX_TOKEN + 1];
+    at[0] = gr_current(m);
+    int good = 0;
+    for (int k = 0; k < w->n; k++) {
+        int id = w->id[k], l = w->lcp[k], n = v->len[id];
+        if (l > good) continue;
+        const uint8_t *b = (const uint8_t *)v->blob + v->off[id];
+        int d = l;
+        for (; d < n && (at[d + 1] = gr_next(m, at[d], b[d])) >= 0; d++) {
+        }
+        good = d;
+        ok[id] = d == n;
+    }
+}
+
 int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
     unsigned char *ok = di_calloc((size_t)(v->vocab ? v->vocab : 1), 1);
-    if (s->raw) {
+    if (s->gram) {
+        walk_grammar(v, &v->all, s->gram, ok);
+    } else if (s->raw) {
         walk_pattern(v, &v->all, s->raw, NULL, s->rstate, 0, UINT32_MAX, ok);
     } else if ((!s->schema || s->what == W_CORE) && s->c.mode == M_STRING && !s->c.utf8) {
         uint32_t room = jg_string_room(s); /* a schema's maxLength */

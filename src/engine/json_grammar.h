@@ -15,7 +15,8 @@
  * inside strings). Whitespace outside strings is
  * bounded (JG_MAX_WS bytes in a row) so that a model cannot pad forever;
  * once the object closes only an end-of-sequence token is allowed. The same
- * mask holds plain text to a pattern (jg_init_regex). */
+ * mask holds plain text to a pattern (jg_init_regex) or to a grammar
+ * (jg_init_grammar). */
 #ifndef DI_JSON_GRAMMAR_H
 #define DI_JSON_GRAMMAR_H
 
@@ -62,11 +63,13 @@ typedef struct jg_num {
     bool neg, dot;
 } jg_num;
 
-typedef struct jr_dfa jr_dfa; /* json_regex.h */
+typedef struct jr_dfa jr_dfa;         /* json_regex.h */
+typedef struct gr_matcher gr_matcher; /* grammar.h */
 
 typedef struct jg_state {
     jg_core c;
     const jr_dfa *raw;       /* not JSON: text matching this pattern whole, in rstate */
+    gr_matcher *gram;        /* not JSON: text this grammar matches whole (the caller's) */
     const jg_schema *schema; /* NULL: any JSON object */
     uint8_t depth;           /* frames open */
     uint8_t what;            /* what is being read below the frames (json_internal.h) */
@@ -93,6 +96,10 @@ void jg_init_schema(jg_state *s, const jg_schema *schema);
  * takes whole, bytes as they are (structured outputs' regex and choice);
  * complete where the automaton accepts. */
 void jg_init_regex(jg_state *s, const jr_dfa *re);
+/* Not JSON: text the grammar takes whole, through matcher m (the caller
+ * owns it and frees it after s; s's copies share it, so one of them a
+ * matcher); complete where the grammar's root can end. */
+void jg_init_grammar(jg_state *s, gr_matcher *m);
 /* Compiles a JSON schema (its text): objects (properties in any order, the
  * required ones before the object closes, no others), arrays of items,
  * strings, numbers, integers, booleans, null, enum / const values, anyOf /

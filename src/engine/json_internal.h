@@ -4,6 +4,7 @@
 #ifndef DI_JSON_INTERNAL_H
 #define DI_JSON_INTERNAL_H
 
+#include "engine/grammar.h"
 #include "engine/json_grammar.h"
 #include "engine/json_regex.h"
 
