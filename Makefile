@@ -68,13 +68,13 @@ $(BUILD)/fuzz/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CSTD) -Wall -Wextra -Wno-unused-parameter $(INC) $(FUZZFL) $(call ISA,$<) -c $< -o $@
 
-FUZZ_SRC  := $(filter src/base/% src/recipe/% src/server/% src/engine/json_%,$(LIB_SRC)) \
+FUZZ_SRC  := $(filter src/base/% src/recipe/% src/server/% src/engine/json_% src/engine/grammar%,$(LIB_SRC)) \
              tests/fuzz/fuzz_request.c tests/fuzz/engine_stub.c
 $(BUILD)/fuzz/fuzz_request: $(call obj,$(BUILD)/fuzz,$(FUZZ_SRC))
 	$(FUZZ_CC) $(FUZZFL) -fsanitize=fuzzer -pthread $^ -o $@ $(LIBS)
 
-# JSON-constrained decoding: schemas and the bytes that follow them.
-$(BUILD)/fuzz/fuzz_json: $(call obj,$(BUILD)/fuzz,$(filter src/base/% src/engine/json_%,$(LIB_SRC)) \
+# Constrained decoding: schemas, patterns and grammars and the bytes that follow them.
+$(BUILD)/fuzz/fuzz_json: $(call obj,$(BUILD)/fuzz,$(filter src/base/% src/engine/json_% src/engine/grammar%,$(LIB_SRC)) \
                           tests/fuzz/fuzz_json.c)
 	$(FUZZ_CC) $(FUZZFL) -fsanitize=fuzzer -pthread $^ -o $@ $(LIBS)
 

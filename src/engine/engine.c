@@ -390,6 +390,7 @@ static ereq *copy_request(const engine_request *q) {
     r->r.stop.strs = (const char *const *)r->stop_strs;
     r->r.json_schema = NULL; /* compiled into r->schema */
     r->r.regex = NULL;       /* ... r->regex */
+    r->r.grammar = NULL;     /* ... r->grammar */
     if (q->prompt_logprobs) {
         r->plp = di_calloc((size_t)q->n_prompt, sizeof *r->plp);
         r->plp[0] = (samp_out){.token = q->prompt[0], .logprob = NAN};
@@ -414,9 +415,20 @@ uint64_t engine_submit(engine *e, const engine_request *q, di_err *err) {
             return di_errf(err, "request: regex: %s", why), 0;
         }
     }
+    gr_grammar *grammar = NULL;
+    if (q->json && q->grammar) {
+        char why[200];
+        grammar = gr_compile(q->grammar, strlen(q->grammar), why, sizeof why);
+        if (!grammar) {
+            jg_schema_free(schema);
+            jr_free(regex);
+            return di_errf(err, "request: grammar: %s", why), 0;
+        }
+    }
     ereq *r = copy_request(q);
     r->schema = schema;
     r->regex = regex;
+    r->grammar = grammar;
     if (q->sampling.min_tokens > 0) { /* held off: the EOS ids (unless ignored), the stop ids */
         int n = (q->stop.ignore_eos ? 0 : e->run.n_eos) + q->stop.n_ids;
         r->ends = di_malloc(sizeof(int) * (size_t)(n ? n : 1));

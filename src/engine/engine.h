@@ -104,6 +104,9 @@ typedef struct engine_request {
      * (json_regex.h's syntax, anchors included) matches; refused where it
      * does not compile. */
     const char *regex;
+    /* With json, instead: plain text that this grammar (grammar.h's GBNF,
+     * its rule root) matches whole; refused where it does not compile. */
+    const char *grammar;
     /* Score the prompt: each prompt token's logprob given those before it,
      * with prompt_top alternatives (0..SAMP_MAX_TOP), on each branch's first
      * event. The prompt is then computed whole, without the prefix cache

@@ -8,6 +8,7 @@
 
 #include "engine/block_manager.h"
 #include "engine/engine.h"
+#include "engine/grammar.h"
 #include "engine/json_regex.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -23,9 +24,10 @@ typedef struct ereq {
     int *stop_ids;
     int *ends; /* min_tokens: the ids held off until then (EOS, stop ids) */
     char **stop_strs;
-    jg_schema *schema; /* compiled r.json_schema */
-    jr_dfa *regex;     /* compiled r.regex */
-    samp_out *plp;     /* with prompt_logprobs: n_prompt entries (engine_event.prompt_lp) */
+    jg_schema *schema;   /* compiled r.json_schema */
+    jr_dfa *regex;       /* compiled r.regex */
+    gr_grammar *grammar; /* compiled r.grammar */
+    samp_out *plp;       /* with prompt_logprobs: n_prompt entries (engine_event.prompt_lp) */
     seq *seqs[ENGINE_MAX_N];
     int n_seqs, n_live;
     bool forked;

@@ -71,7 +71,9 @@ static void seq_setup(engine *e, ereq *r, seq *q, int branch) {
         if (!e->jv) /* once per engine: every token's bytes, sorted */
             e->jv = jg_vocab_new(e->run.vocab, e->detok.token_bytes, e->detok.ctx, e->run.eos_ids,
                                  e->run.n_eos);
-        if (r->regex)
+        if (r->grammar) /* the branch's own matcher, freed with it */
+            jg_init_grammar(&q->json, gr_matcher_new(r->grammar));
+        else if (r->regex)
             jg_init_regex(&q->json, r->regex);
         else
             jg_init_schema(&q->json, r->schema);
@@ -113,6 +115,7 @@ void engine_free_req(ereq *r) {
     free(r->stop_strs);
     jg_schema_free(r->schema);
     jr_free(r->regex);
+    gr_free(r->grammar);
     free(r->plp);
     free(r);
 }

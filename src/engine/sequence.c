@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "engine/grammar.h"
 
 seq *seq_new(uint64_t id, const int *prompt, int n_prompt, int priority, uint64_t arrival) {
     seq *s = di_calloc(1, sizeof *s);
@@ -38,6 +39,7 @@ void seq_free(seq *s) {
     free(s->run_blocks);
     free(s->swap_buf);
     free(s->tokens);
+    gr_matcher_free(s->json.gram);
     free(s);
 }
 

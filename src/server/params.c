@@ -221,6 +221,7 @@ void srv_req_free(srv_req *r) {
     free(r->tool_name);
     free(r->json_schema);
     free(r->regex);
+    free(r->grammar);
     json_decref(r->resp_input);
     free(r->resp_prev);
     *r = (srv_req){0};

@@ -75,9 +75,10 @@ int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *er
 
 void srv_json_constraint(const srv_req *r, bool think_opened, const tokenizer *tok,
                          engine_request *er) {
-    er->json = (r->json_mode || r->regex) && !(r->conv && r->conv->n_tools > 0);
+    er->json = (r->json_mode || r->regex || r->grammar) && !(r->conv && r->conv->n_tools > 0);
     er->json_schema = r->json_schema;
     er->regex = r->regex;
+    er->grammar = r->grammar;
     if (!er->json || !think_opened) return;
     er->json_wait_for = tok ? tok_control_id(tok, "</think>") : -1;
     er->json_wait = er->json_wait_for >= 0;
@@ -160,7 +161,7 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
     r->model = di_strdup(model ? model : lim->model_name ? lim->model_name : "deepinfer");
     if (api->parse(j, r, lim, f)) goto done;
     if (r->conv && r->conv->continue_final &&
-        (r->json_mode || r->regex || r->tool_choice == SRV_TC_REQUIRED ||
+        (r->json_mode || r->regex || r->grammar || r->tool_choice == SRV_TC_REQUIRED ||
          r->tool_choice == SRV_TC_NAMED)) {
         /* their constraints start a reply afresh, not inside a message */
         srv_failf(f, 400, "messages",

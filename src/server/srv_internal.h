@@ -86,6 +86,7 @@ typedef struct srv_req {
     bool json_mode;
     char *json_schema; /* json_schema's schema (compact JSON), or NULL */
     char *regex;       /* not JSON: the reply matches this pattern whole (structured.c) */
+    char *grammar;     /* ... or this grammar (GBNF, grammar.h) */
     srv_tool_choice tool_choice;
     char *tool_name; /* SRV_TC_NAMED */
     /* Set by srv_prepare: tool_choice required/named is enforced by ending the

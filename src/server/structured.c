@@ -1,19 +1,23 @@
-/* structured.c — vLLM's and SGLang's structured-output parameters for
- * chat and completions, beside OpenAI's response_format: guided_json,
- * guided_regex and guided_choice (vLLM), the same as structured_outputs'
- * json, regex and choice (vLLM's newer form), and regex (SGLang).
+/* structured.c — vLLM's, SGLang's and llama.cpp's structured-output
+ * parameters for chat and completions, beside OpenAI's response_format:
+ * guided_json, guided_regex, guided_choice and guided_grammar (vLLM), the
+ * same as structured_outputs' json, regex, choice and grammar (vLLM's
+ * newer form), regex and ebnf (SGLang), grammar and json_schema
+ * (llama.cpp).
  *
  * A schema goes where response_format's does. A regex or a choice holds the
  * reply, as plain text, to a whole match: the pattern anchored at both
  * ends (json_regex.h's syntax: ECMAScript's, less back-references,
  * look-around and flags), a choice the alternation of its strings as
- * literals; compiled here once so that a pattern the decoder cannot hold is
- * a 400 naming the field, not an engine error. At most one constraint a
- * request; a grammar (guided_grammar, SGLang's ebnf) is a 400. */
+ * literals; a grammar (GBNF, grammar.h) to a text its root matches.
+ * Each is compiled here once so that one the decoder cannot hold is a 400
+ * naming the field, not an engine error. At most one constraint a
+ * request. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/grammar.h"
 #include "engine/json_regex.h"
 #include "server/srv_internal.h"
 
@@ -57,6 +61,27 @@ static char *choices(const json_t *v, const char *name, srv_fail *f) {
     return b.p;
 }
 
+/* A grammar's text v, named name, onto r. */
+static int take_grammar(srv_req *r, const json_t *v, const char *name, srv_fail *f) {
+    if (!json_is_string(v)) return srv_failf(f, 400, name, "%s: expected a string", name);
+    const char *text = json_string_value(v);
+    size_t len = json_string_length(v);
+    char why[200];
+    gr_grammar *g = gr_compile(text, len, why, sizeof why);
+    if (!g) {
+        /* Lark's rules read `name: ...`; vLLM's other backends take those */
+        bool lark = !memmem(text, len, "::=", 3) &&
+                    (memmem(text, len, "start:", 6) || memmem(text, len, "%import", 7));
+        return srv_failf(f, 400, name, "%s: %s", name,
+                         lark ? "Lark grammars are not supported (GBNF / EBNF, rules as "
+                                "name ::= ..., are)"
+                              : why);
+    }
+    gr_free(g);
+    r->grammar = di_strdup(text); /* no NUL inside: gr_compile refuses one */
+    return 0;
+}
+
 /* One constraint's value v, named name, onto r. */
 static int take(srv_req *r, const char *kind, const json_t *v, const char *name, srv_fail *f) {
     if (!strcmp(kind, "json")) {
@@ -67,6 +92,7 @@ static int take(srv_req *r, const char *kind, const json_t *v, const char *name,
         json_decref(parsed);
         return rc;
     }
+    if (!strcmp(kind, "grammar")) return take_grammar(r, v, name, f);
     char *p = NULL;
     if (!strcmp(kind, "choice"))
         p = choices(v, name, f);
@@ -104,24 +130,16 @@ int srv_parse_structured(const json_t *body, srv_req *r, srv_fail *f) {
         {"guided_json", "json", false},
         {"guided_regex", "regex", false},
         {"guided_choice", "choice", false},
+        {"guided_grammar", "grammar", false},
         {"regex", "regex", false},
+        {"ebnf", "grammar", false},
+        {"grammar", "grammar", false},
+        {"json_schema", "json", false},
         {"json", "json", true},
         {"regex", "regex", true},
         {"choice", "choice", true},
+        {"grammar", "grammar", true},
     };
-    /* said rather than ignored: a reply that drops its constraint is wrong */
-    static const char *const grammars[] = {"guided_grammar", "ebnf", "grammar"};
-    for (size_t i = 0; i < 3; i++) {
-        const json_t *g = json_object_get(i < 2 ? body : so, grammars[i]);
-        if (g && !json_is_null(g)) {
-            char name[64];
-            snprintf(name, sizeof name, "%s%s", i < 2 ? "" : "structured_outputs.", grammars[i]);
-            return srv_failf(f, 400, name,
-                             "%s: grammars are not supported (a regex, a choice or a JSON schema "
-                             "are)",
-                             name);
-        }
-    }
     char taken[64] = "";
     if (r->json_mode) snprintf(taken, sizeof taken, "response_format");
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {

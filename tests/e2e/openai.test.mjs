@@ -471,6 +471,60 @@ test("vLLM's and SGLang's structured outputs: guided_choice, guided_regex, guide
   await bad({ guided_json: 'not json' }, 'guided_json', /JSON schema/);
 });
 
+test("grammars: vLLM's guided_grammar and structured_outputs.grammar, SGLang's ebnf, llama.cpp's grammar", async () => {
+  // a finite language (so every reply ends), checked by a regular expression written apart
+  const sum = [
+    'root ::= term (op term){0,3}',
+    'op ::= "+" | "-"',
+    'term ::= num | "(" num (op num){0,2} ")"',
+    'num ::= [1-9] [0-9]{0,2}',
+  ].join('\n');
+  const num = '[1-9][0-9]{0,2}';
+  const term = `(?:${num}|\\(${num}(?:[+-]${num}){0,2}\\))`;
+  const whole = new RegExp(`^${term}(?:[+-]${term}){0,3}$`);
+  const req = { model: MODEL, max_tokens: 120, temperature: 1.2 };
+  let texts = [];
+  for (const seed of [1, 2, 3]) {
+    const c = await client.chat.completions.create({ ...req, seed, n: 2, messages: user('Add some numbers'), guided_grammar: sum });
+    texts.push(...c.choices.map((ch) => [ch.message.content, ch.finish_reason]));
+    const e = await client.chat.completions.create({ ...req, seed, messages: user('Add'), ebnf: sum });
+    texts.push([e.choices[0].message.content, e.choices[0].finish_reason]);
+    const n = await client.completions.create({ ...req, seed, prompt: '2+2=', structured_outputs: { grammar: sum } });
+    texts.push([n.choices[0].text, n.choices[0].finish_reason]);
+    const s = await client.completions.create({ ...req, seed, prompt: 'Sum: ', grammar: sum, stream: true });
+    let text = '', finish = null;
+    for await (const ch of s) {
+      text += ch.choices[0]?.text ?? '';
+      finish = ch.choices[0]?.finish_reason ?? finish;
+    }
+    texts.push([text, finish]);
+  }
+  for (const [text, finish] of texts) {
+    assert.equal(finish, 'stop', text);
+    assert.match(text, whole);
+  }
+  assert.ok(new Set(texts.map((t) => t[0])).size > 3, 'sampled replies differ');
+  // recursion: nested lists of letters, checked by a stack
+  const nested = 'root ::= list\nlist ::= "[" (item ("," item)*)? "]"\nitem ::= [a-c] | list';
+  const r = await client.completions.create({ ...req, max_tokens: 60, seed: 9, n: 3, prompt: 'Lists: ', guided_grammar: nested });
+  for (const ch of r.choices) {
+    let depth = 0, ok = true;
+    for (const c of ch.text) {
+      if (c === '[') depth++;
+      else if (c === ']') ok &&= depth-- > 0;
+      else ok &&= /[a-c,]/.test(c);
+    }
+    assert.ok(ok && (ch.finish_reason === 'length' || depth === 0), ch.text);
+    assert.ok(ch.text.startsWith('['), ch.text);
+  }
+  const bad = (body, param, re) => assert.rejects(client.completions.create({ ...req, prompt: 'x', ...body }),
+    (e) => e.status === 400 && e.param === param && re.test(e.message));
+  await bad({ guided_grammar: 'root ::= x' }, 'guided_grammar', /rule 'x' is used and not defined/);
+  await bad({ grammar: 'root ::= "a"\nroot ::= "b"' }, 'grammar', /line 2: rule 'root' is defined twice/);
+  await bad({ guided_grammar: 'start: "a"' }, 'guided_grammar', /Lark grammars are not supported/);
+  await bad({ guided_regex: 'a', ebnf: sum }, 'ebnf', /only one/);
+});
+
 test("vLLM's stop_token_ids end the reply at the first one generated, left out of it", async () => {
   const tokenize = async (prompt) => {
     const res = await fetch(`${srv.url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ prompt }) });

@@ -409,10 +409,22 @@ TEST(server_bad_requests_name_the_field_in_the_protocol_shape) {
                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop_token_ids\":3}", 400,
                 "stop_token_ids: expected an array", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"guided_grammar\":\"root ::= x\"}", 400,
-                "guided_grammar: grammars are not supported", oa, &bad);
+                "guided_grammar: line 1: rule 'x' is used and not defined", oa, &bad);
     expect_fail(&srv_api_completions,
                 "{\"prompt\":\"x\",\"structured_outputs\":{\"grammar\":\"g\"}}", 400,
-                "structured_outputs.grammar: grammars", oa, &bad);
+                "structured_outputs.grammar: line 1: expected a rule", oa, &bad);
+    expect_fail(&srv_api_chat,
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"ebnf\":\"root ::= "
+                "\\\"a\",\"grammar\":1}",
+                400, "ebnf: line 1: a string literal is not closed", oa, &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"grammar\":[]}", 400,
+                "grammar: expected a string", oa, &bad);
+    expect_fail(&srv_api_completions,
+                "{\"prompt\":\"x\",\"guided_grammar\":\"start: \\\"a\\\"\\n%import common.WS\"}",
+                400, "guided_grammar: Lark grammars are not supported", oa, &bad);
+    expect_fail(&srv_api_completions,
+                "{\"prompt\":\"x\",\"guided_regex\":\"a\",\"grammar\":\"root ::= \\\"a\\\"\"}", 400,
+                "grammar: only one structured output a request (guided_regex is set)", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"guided_choice\":[\"a\",1]}", 400,
                 "guided_choice[1]: expected a string", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"suffix\":1}", 400,
