@@ -8,7 +8,12 @@
  * layer while the prefill of the rest runs (model_seq.kv_wait), sliding-
  * window rings are rebuilt by exact replay, and the prompt's new full blocks
  * are written to the store (chat class); stderr says how many prompt tokens
- * came from the store and how many were computed. */
+ * came from the store and how many were computed.
+ *
+ * --grammar TEXT / --grammar-file FILE (llama.cpp's): the continuation is
+ * held to a GBNF grammar (grammar.h) by masking, before each draw, the
+ * tokens that cannot continue a text its root matches; it ends with the
+ * end of sequence once complete (or at --max-tokens). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +22,8 @@
 #include "cli/cli.h"
 #include "engine/block_manager.h"
 #include "engine/engine.h"
+#include "engine/grammar.h"
+#include "engine/json_grammar.h"
 #include "engine/sampler.h"
 #include "recipe/tokenizer.h"
 
@@ -82,6 +89,45 @@ static bool is_eos(const model_info *info, const tokenizer *tok, int id) {
     return id == tok_eos_id(tok);
 }
 
+/* The continuation held to a grammar: its matcher and the vocabulary's
+ * bytes for the mask. */
+typedef struct held {
+    gr_grammar *g;
+    gr_matcher *m;
+    jg_vocab *v;
+    jg_state s;
+} held;
+
+static char *token_bytes(void *tok, int id, size_t *len) {
+    return tok_is_control(tok, id) ? NULL : tok_token_bytes(tok, id, len);
+}
+
+/* Compiles the grammar (text, or the file's) for the model's vocabulary. */
+static int held_init(held *h, const char *text, const char *file, tokenizer *tok,
+                     const model_info *info, di_err *err) {
+    size_t len = 0;
+    char *owned = file ? di_read_file(file, &len, err) : NULL;
+    if (file && !owned) return -1;
+    if (!file) len = strlen(text);
+    char why[200];
+    h->g = gr_compile(owned ? owned : text, len, why, sizeof why);
+    free(owned);
+    if (!h->g) return di_errf(err, "%s: %s", file ? file : "--grammar", why);
+    int eos[16], n_eos = 0;
+    for (int i = 0; i < info->n_eos && n_eos < 15; i++) eos[n_eos++] = info->eos_ids[i];
+    if (tok_eos_id(tok) >= 0) eos[n_eos++] = tok_eos_id(tok);
+    h->v = jg_vocab_new(info->vocab_size, token_bytes, tok, eos, n_eos);
+    h->m = gr_matcher_new(h->g);
+    jg_init_grammar(&h->s, h->m);
+    return 0;
+}
+
+static void held_free(held *h) {
+    gr_matcher_free(h->m);
+    gr_free(h->g);
+    jg_vocab_free(h->v);
+}
+
 int cmd_generate(int argc, char **argv) {
     int pack_weights = 0;
     const char *pack_cache = NULL;
@@ -89,7 +135,7 @@ int cmd_generate(int argc, char **argv) {
     int max_tokens = 128, threads = 0, top_k = 0, ignore_eos = 0, no_bos = 0;
     float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f;
     uint64_t seed = 0;
-    const char *kv_store = NULL, *kv_capacity = NULL;
+    const char *kv_store = NULL, *kv_capacity = NULL, *grammar = NULL, *grammar_file = NULL;
     float ttl_chat_h = -1, ttl_agent_h = -1;
     const cli_opt opts[] = {
         {"--model", OPT_STR, &dir, "checkpoint directory (Hugging Face layout)"},
@@ -106,6 +152,9 @@ int cmd_generate(int argc, char **argv) {
         {"--kv-dtype", OPT_STR, &kv_dtype, CLI_KV_DTYPE_HELP},
         {"--ignore-eos", OPT_FLAG, &ignore_eos, "keep going past end-of-sequence"},
         {"--no-bos", OPT_FLAG, &no_bos, "do not start with the BOS token"},
+        {"--grammar", OPT_STR, &grammar,
+         "GBNF grammar the continuation is held to (its rule root)"},
+        {"--grammar-file", OPT_STR, &grammar_file, "... read from this file"},
         {"--kv-store", OPT_STR, &kv_store, "persistent KV block store directory (default: none)"},
         {"--kv-store-capacity", OPT_STR, &kv_capacity,
          "store size bound: bytes, or with a K/M/G/T suffix (default unbounded)"},
@@ -125,6 +174,12 @@ int cmd_generate(int argc, char **argv) {
     if (max_tokens < 0 || temperature < 0 || top_p <= 0 || top_p > 1 || top_k < 0) {
         fprintf(stderr, "deepinfer generate: --max-tokens, --temperature, --top-p or --top-k out "
                         "of range\n");
+        return 2;
+    }
+
+    if ((grammar && grammar_file) || ((grammar || grammar_file) && ignore_eos)) {
+        fprintf(stderr, "deepinfer generate: --grammar and --grammar-file are one option, and a "
+                        "grammar ends the text with end-of-sequence (not with --ignore-eos)\n");
         return 2;
     }
 
@@ -153,6 +208,14 @@ int cmd_generate(int argc, char **argv) {
         return 1;
     }
 
+    held h = {0};
+    if ((grammar || grammar_file) && held_init(&h, grammar, grammar_file, tok, info, &err)) {
+        fprintf(stderr, "deepinfer generate: %s\n", err.msg);
+        if (store) kvs_close(store);
+        model_free(m);
+        tok_free(tok);
+        return 1;
+    }
     tok_ids ids = {0};
     int bos = no_bos ? -1 : tok_bos_id(tok);
     if (bos >= 0) tok_ids_push(&ids, bos);
@@ -197,9 +260,11 @@ int cmd_generate(int argc, char **argv) {
     int generated = 0, steps = 0;
     t0 = di_now();
     while (!rc && generated < max_tokens) {
+        if (h.v) jg_mask(h.v, &h.s, logits);
         int next = sampler_sample(&smp, logits);
         generated++;
         if (!ignore_eos && is_eos(info, tok, next)) break;
+        if (h.v) jg_feed_token(h.v, &h.s, next);
         size_t len;
         const char *piece = tok_stream_push(ts, next, &len);
         fwrite(piece, 1, len, stdout);
@@ -224,6 +289,7 @@ int cmd_generate(int argc, char **argv) {
                 t_decode, steps / (t_decode > 0 ? t_decode : 1e-9));
 
     tok_stream_free(ts);
+    held_free(&h);
     sampler_free(&smp);
     free(logits);
     model_seq_free(m, kv, &seq);
