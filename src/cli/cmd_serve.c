@@ -27,7 +27,7 @@ int cmd_serve(int argc, char **argv) {
     const char *dir = NULL, *host = "127.0.0.1", *api_key = NULL, *name = NULL, *dtype = "bf16",
                *kv_dtype = "auto";
     const char *format = NULL, *swa_replay = "bounded";
-    const char *kv_store = NULL, *kv_capacity = NULL;
+    const char *kv_store = NULL, *kv_capacity = NULL, *policy = "fcfs";
     float ttl_chat_h = -1, ttl_agent_h = -1;
     int batch_invariant = 0;
     int port = 8000, threads = 0, kv_mib = 0, kv_blocks = 0, max_running = 0, max_len = 0;
@@ -76,6 +76,8 @@ int cmd_serve(int argc, char **argv) {
         {"--response-store-mib", OPT_INT, &store_mib,
          "memory for stored Responses API responses (previous_response_id; default 64, 0: none)"},
         {"--timeout", OPT_INT, &timeout, "idle connection timeout in s (default 600)"},
+        {"--scheduling-policy", OPT_STR, &policy,
+         "fcfs (default: a request's priority must be 0) | priority (vLLM's: lower first)"},
         {"--verbose", OPT_FLAG, &verbose, "log debug lines"},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
@@ -93,6 +95,11 @@ int cmd_serve(int argc, char **argv) {
         conns <= 0 || def_max <= 0 || max_n <= 0 || max_batch <= 0 || store_mib < 0 ||
         timeout <= 0) {
         fprintf(stderr, "deepinfer serve: a numeric option is out of range\n");
+        return 2;
+    }
+    if (strcmp(policy, "fcfs") && strcmp(policy, "priority")) {
+        fprintf(stderr, "deepinfer serve: --scheduling-policy is fcfs or priority, not '%s'\n",
+                policy);
         return 2;
     }
     /* The mode packs the copies --pack-weights would (and more where that
@@ -213,6 +220,7 @@ int cmd_serve(int argc, char **argv) {
                    .max_connections = conns,
                    .default_max_tokens = def_max,
                    .max_n = max_n,
+                   .priority = !strcmp(policy, "priority"),
                    .max_batch = max_batch,
                    .response_store_mib = store_mib ? store_mib : -1,
                    .request_timeout_s = timeout};

@@ -352,7 +352,7 @@ static int chat_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
                                   f) ||
         srv_parse_structured(body, r, f) || srv_get_sampling(body, r, 2.0f, f) ||
         srv_get_stops(body, "stop", r, lim, f) || srv_get_bool(body, "stream", &r->stream, f) ||
-        srv_get_int(body, "n", 1, lim->max_n, &r->n, f) ||
+        srv_get_int(body, "n", 1, lim->max_n, &r->n, f) || srv_get_priority(body, r, lim, f) ||
         srv_get_int(body, "max_tokens", 1, 1 << 30, &r->max_tokens, f) ||
         srv_get_int(body, "max_completion_tokens", 1, 1 << 30, &r->max_tokens, f) ||
         srv_get_bool(body, "logprobs", &r->logprobs, f) ||

@@ -73,7 +73,7 @@ static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
     int lp = -1;
     if (srv_get_sampling(body, r, 2.0f, f) || srv_get_stops(body, "stop", r, lim, f) ||
         srv_get_bool(body, "stream", &r->stream, f) ||
-        srv_get_int(body, "n", 1, lim->max_n, &r->n, f) ||
+        srv_get_int(body, "n", 1, lim->max_n, &r->n, f) || srv_get_priority(body, r, lim, f) ||
         srv_get_int(body, "max_tokens", 0, 1 << 30, &r->max_tokens, f) ||
         srv_get_int(body, "logprobs", 0, SAMP_MAX_TOP, &lp, f) ||
         srv_get_bool(body, "echo", &r->echo, f) ||

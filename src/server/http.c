@@ -259,6 +259,7 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
         .prompt_logprobs = (r->echo && r->logprobs) || r->prompt_logprobs >= 0,
         .prompt_top = scored_top(r),
         .prompt_only = r->prompt_only,
+        .priority = r->priority,
         .traffic = k->api->proto == SRV_COMPLETIONS ? ENGINE_TRAFFIC_AGENT : ENGINE_TRAFFIC_CHAT,
         .on_event = gen_on_engine_event,
         .user = g};
@@ -486,7 +487,8 @@ srv *srv_start(engine *e, tokenizer *tok, const srv_opts *opts, di_err *err) {
                           .responses = s->responses,
                           .max_stops = o->max_stops,
                           .max_json_depth = o->max_json_depth,
-                          .model_name = o->model_name};
+                          .model_name = o->model_name,
+                          .priority = o->priority};
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
     if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1) {
         di_errf(err, "serve: --host '%s' is not an IPv4 address", o->host);

@@ -115,6 +115,15 @@ int srv_get_stops(const json_t *o, const char *key, srv_req *r, const srv_limits
     return 0;
 }
 
+int srv_get_priority(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
+    if (srv_get_int(body, "priority", -(1 << 30), 1 << 30, &r->priority, f)) return -1;
+    if (r->priority && !lim->priority)
+        return srv_failf(f, 400, "priority",
+                         "priority: scheduling by priority is off (the server takes it with "
+                         "--scheduling-policy priority)");
+    return 0;
+}
+
 int srv_get_sampling(const json_t *o, srv_req *r, float max_temperature, srv_fail *f) {
     samp_params *s = &r->samp;
     s->temperature = 1.0f;

@@ -37,6 +37,7 @@ typedef struct srv_opts {
     int max_batch;            /* prompts in one completions request (0: 32) */
     int response_store_mib;   /* Responses kept, MiB (0: 64; < 0: none) */
     int max_stops;            /* cap on stop strings (0: 16) */
+    bool priority;            /* requests' priority taken (vLLM's --scheduling-policy priority) */
     double request_timeout_s; /* idle connection timeout (0: 600) */
 } srv_opts;
 

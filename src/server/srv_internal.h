@@ -104,6 +104,7 @@ typedef struct srv_req {
     bool keep_stop;      /* vLLM's include_stop_str_in_output */
     int prompt_logprobs; /* vLLM's: alternatives per prompt token, -1 unset */
     int truncate_prompt; /* vLLM's truncate_prompt_tokens: the prompt's last ones kept; 0 off */
+    int priority;        /* vLLM's: lower is served first (engine_request.priority) */
 } srv_req;
 
 /* Limits the parsers enforce (from srv_opts). */
@@ -112,6 +113,7 @@ typedef struct srv_limits {
     int max_batch;          /* prompts in one completions request (0: 1) */
     resp_store *responses;  /* Responses: what previous_response_id continues (NULL: none) */
     const char *model_name; /* requests naming another model get 404 (NULL: any) */
+    bool priority;          /* vLLM's priority field taken (else only 0) */
 } srv_limits;
 
 void srv_req_free(srv_req *r);
@@ -293,6 +295,9 @@ int srv_set_json_schema(srv_req *r, const json_t *sch, const char *name, const c
 /* vLLM's and SGLang's structured outputs (structured.c), chat and
  * completions: a schema, or plain text held to a pattern (r->regex). */
 int srv_parse_structured(const json_t *body, srv_req *r, srv_fail *f);
+/* vLLM's priority (chat and completions): an integer, lower served first,
+ * preempting later classes; other than 0 only where lim->priority. */
+int srv_get_priority(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f);
 int srv_parse_tools(const json_t *tools, conversation *c, srv_fail *f);
 
 extern const srv_api srv_api_chat, srv_api_completions, srv_api_responses, srv_api_messages,

@@ -417,6 +417,11 @@ TEST(server_bad_requests_name_the_field_in_the_protocol_shape) {
                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"ebnf\":\"root ::= "
                 "\\\"a\",\"grammar\":1}",
                 400, "ebnf: line 1: a string literal is not closed", oa, &bad);
+    expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"priority\":-1}", 400,
+                "priority: scheduling by priority is off", oa, &bad);
+    expect_fail(&srv_api_chat,
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"priority\":\"high\"}", 400,
+                "priority: expected", oa, &bad);
     expect_fail(&srv_api_completions, "{\"prompt\":\"x\",\"grammar\":[]}", 400,
                 "grammar: expected a string", oa, &bad);
     expect_fail(&srv_api_completions,
