@@ -366,6 +366,13 @@ static int check_request(engine *e, const engine_request *q, di_err *err) {
     return 0;
 }
 
+static int *copy_ints(const int *v, int n) {
+    if (n <= 0) return NULL;
+    int *c = di_malloc(sizeof(int) * (size_t)n);
+    memcpy(c, v, sizeof(int) * (size_t)n);
+    return c;
+}
+
 static ereq *copy_request(const engine_request *q) {
     ereq *r = di_calloc(1, sizeof *r);
     r->r = *q;
@@ -378,10 +385,11 @@ static ereq *copy_request(const engine_request *q) {
         memcpy(r->bias, q->sampling.bias, sizeof *r->bias * (size_t)q->sampling.n_bias);
     }
     r->r.sampling.bias = r->bias;
-    if (q->stop.n_ids > 0) {
-        r->stop_ids = di_malloc(sizeof(int) * (size_t)q->stop.n_ids);
-        memcpy(r->stop_ids, q->stop.ids, sizeof(int) * (size_t)q->stop.n_ids);
-    }
+    r->allowed = copy_ints(q->sampling.allowed, q->sampling.n_allowed);
+    r->r.sampling.allowed = r->allowed;
+    r->bad = copy_ints(q->sampling.bad, q->sampling.n_bad);
+    r->r.sampling.bad = r->bad;
+    r->stop_ids = copy_ints(q->stop.ids, q->stop.n_ids);
     r->r.stop.ids = r->stop_ids;
     if (q->stop.n_strs > 0) {
         r->stop_strs = di_calloc((size_t)q->stop.n_strs, sizeof(char *));

@@ -22,7 +22,8 @@ typedef struct ereq {
     int *prompt;
     samp_bias *bias;
     int *stop_ids;
-    int *ends; /* min_tokens: the ids held off until then (EOS, stop ids) */
+    int *allowed, *bad; /* r.sampling's */
+    int *ends;          /* min_tokens: the ids held off until then (EOS, stop ids) */
     char **stop_strs;
     jg_schema *schema;   /* compiled r.json_schema */
     jr_dfa *regex;       /* compiled r.regex */

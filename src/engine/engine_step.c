@@ -109,6 +109,8 @@ void engine_ingest(engine *e, ereq *r) {
 void engine_free_req(ereq *r) {
     free(r->prompt);
     free(r->bias);
+    free(r->allowed);
+    free(r->bad);
     free(r->stop_ids);
     free(r->ends);
     for (int i = 0; i < r->r.stop.n_strs; i++) free(r->stop_strs[i]);

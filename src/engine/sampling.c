@@ -62,6 +62,24 @@ int samp_params_check(const samp_params *p, int vocab, di_err *err) {
             return di_errf(err, "sampling: logit_bias of token %d out of range [-100, 100]",
                            p->bias[i].id);
     }
+    if (p->n_allowed < 0 || p->n_allowed > vocab || (p->n_allowed > 0 && !p->allowed))
+        return di_errf(err, "sampling: %d allowed token ids (at most the vocabulary, %d)",
+                       p->n_allowed, vocab);
+    for (int i = 0; i < p->n_allowed; i++)
+        if (p->allowed[i] < 0 || p->allowed[i] >= vocab)
+            return di_errf(err, "sampling: allowed token %d outside the vocabulary (%d)",
+                           p->allowed[i], vocab);
+    if (p->n_bad < 0 || p->n_bad > SAMP_MAX_BAD || (p->n_bad > 0 && !p->bad))
+        return di_errf(err, "sampling: bad words of %d ints (at most %d)", p->n_bad, SAMP_MAX_BAD);
+    for (int i = 0; i < p->n_bad; i += 1 + p->bad[i]) {
+        if (p->bad[i] < 1 || p->bad[i] >= p->n_bad - i)
+            return di_errf(err, "sampling: a bad word's length %d at %d is malformed", p->bad[i],
+                           i);
+        for (int k = 1; k <= p->bad[i]; k++)
+            if (p->bad[i + k] < 0 || p->bad[i + k] >= vocab)
+                return di_errf(err, "sampling: bad word token %d outside the vocabulary (%d)",
+                               p->bad[i + k], vocab);
+    }
     if (p->min_tokens < 0)
         return di_errf(err, "sampling: min_tokens %d is negative", p->min_tokens);
     if (p->top_logprobs < 0 || p->top_logprobs > SAMP_MAX_TOP)
@@ -129,6 +147,25 @@ void samp_score(samp_ctx *c, const float *logits, int token, int k, samp_out *ou
     out->rank = 1 + above;
 }
 
+/* Only the allowed ids keep their logits (c->prob holds them meanwhile). */
+static void keep_only(samp_ctx *c, float *row, const int *allowed, int n) {
+    for (int i = 0; i < n; i++) c->prob[i] = row[allowed[i]];
+    for (int i = 0; i < c->vocab; i++) row[i] = -INFINITY;
+    for (int i = 0; i < n; i++) row[allowed[i]] = c->prob[i];
+}
+
+/* Bans each bad sequence's last id where the generated tokens (gen, n)
+ * end with the ids before it. */
+static void ban_bad(float *row, const int *bad, int n_bad, const int *gen, int n) {
+    for (int i = 0; i < n_bad; i += 1 + bad[i]) {
+        int len = bad[i], before = len - 1;
+        if (before > n) continue;
+        bool match = true;
+        for (int k = 0; k < before && match; k++) match = gen[n - before + k] == bad[i + 1 + k];
+        if (match) row[bad[i + len]] = -INFINITY;
+    }
+}
+
 void samp_next(samp_ctx *c, const samp_params *p, uint64_t *rng, const float *logits,
                const int *tokens, int n_prompt, int n_tokens, const jg_vocab *jv,
                const jg_state *js, samp_out *out) {
@@ -136,10 +173,13 @@ void samp_next(samp_ctx *c, const samp_params *p, uint64_t *rng, const float *lo
     bool penal = (p->repetition_penalty > 0 && p->repetition_penalty != 1) ||
                  p->presence_penalty != 0 || p->frequency_penalty != 0;
     bool hold = !js && n_tokens - n_prompt < p->min_tokens && p->n_ends > 0;
-    if (penal || p->n_bias > 0 || js || hold) {
+    if (penal || p->n_bias > 0 || p->n_allowed > 0 || p->n_bad > 0 || js || hold) {
         memcpy(c->work, logits, sizeof(float) * (size_t)c->vocab);
         if (penal) apply_penalties(c, p, c->work, tokens, n_prompt, n_tokens);
         for (int i = 0; i < p->n_bias; i++) c->work[p->bias[i].id] += p->bias[i].bias;
+        if (p->n_allowed > 0) keep_only(c, c->work, p->allowed, p->n_allowed);
+        if (p->n_bad > 0)
+            ban_bad(c->work, p->bad, p->n_bad, tokens + n_prompt, n_tokens - n_prompt);
         for (int i = 0; hold && i < p->n_ends; i++) c->work[p->ends[i]] = -INFINITY;
         if (js) jg_mask(jv, js, c->work);
         row = c->work;

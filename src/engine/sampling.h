@@ -21,6 +21,7 @@
 
 #define SAMP_MAX_TOP  20
 #define SAMP_MAX_BIAS 1024
+#define SAMP_MAX_BAD  4096 /* ints in samp_params.bad */
 
 typedef struct samp_bias {
     int id;
@@ -36,6 +37,14 @@ typedef struct samp_params {
     float presence_penalty, frequency_penalty;
     const samp_bias *bias; /* added to the logits (-100 / +100 ban / force) */
     int n_bias;
+    /* vLLM's allowed_token_ids: only these are drawn (n_allowed 0: any). */
+    const int *allowed;
+    int n_allowed;
+    /* vLLM's bad_words as token sequences, each its length then its ids
+     * (n_bad ints in all): a sequence's last id is not drawn where the
+     * generated tokens end with the ids before it. */
+    const int *bad;
+    int n_bad;
     uint64_t seed;
     bool logprobs;    /* report the chosen token's logprob */
     int top_logprobs; /* and this many alternatives (0..SAMP_MAX_TOP) */

@@ -124,6 +124,98 @@ int srv_get_priority(const json_t *body, srv_req *r, const srv_limits *lim, srv_
     return 0;
 }
 
+/* vLLM's arrays of token ids (at most max) under key. */
+static int get_token_ids(const json_t *o, const char *key, size_t max, int **out, int *n,
+                         srv_fail *f) {
+    const json_t *ids = field(o, key);
+    if (!ids) return 0;
+    if (!json_is_array(ids) || json_array_size(ids) > max)
+        return srv_failf(f, 400, key, "%s: expected an array of at most %zu token ids", key, max);
+    *out = di_calloc(json_array_size(ids) + 1, sizeof **out);
+    size_t i;
+    const json_t *id;
+    json_array_foreach(ids, i, id) {
+        json_int_t x = json_is_integer(id) ? json_integer_value(id) : -1;
+        if (x < 0 || x > 1 << 30)
+            return srv_failf(f, 400, key, "%s[%zu]: expected a token id", key, i);
+        (*out)[(*n)++] = (int)x;
+    }
+    return 0;
+}
+
+/* vLLM's bad_words: strings, made token sequences by srv_prepare. */
+static int get_bad_words(const json_t *o, srv_req *r, srv_fail *f) {
+    const json_t *w = field(o, "bad_words");
+    if (!w) return 0;
+    if (!json_is_array(w) || json_array_size(w) > SRV_MAX_BAD_WORDS)
+        return srv_failf(f, 400, "bad_words", "bad_words: expected an array of at most %d strings",
+                         SRV_MAX_BAD_WORDS);
+    r->bad_words = di_calloc(json_array_size(w) + 1, sizeof *r->bad_words);
+    size_t i;
+    const json_t *s;
+    json_array_foreach(w, i, s) {
+        size_t len = json_string_length(s);
+        if (!json_is_string(s) || len == 0 || len > SRV_MAX_BAD_WORD ||
+            memchr(json_string_value(s), 0, len))
+            return srv_failf(f, 400, "bad_words",
+                             "bad_words[%zu]: expected a string of 1 to %d bytes (no NUL)", i,
+                             SRV_MAX_BAD_WORD);
+        r->bad_words[r->n_bad_words++] = di_strdup(json_string_value(s));
+    }
+    return 0;
+}
+
+static int in_vocab(const char *key, const int *ids, int n, int vocab, srv_fail *f) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= vocab)
+            return srv_failf(f, 400, key, "%s[%d]: token id %d is outside the vocabulary", key, i,
+                             ids[i]);
+    return 0;
+}
+
+int srv_vocab_params(srv_req *r, const tokenizer *tok, srv_fail *f) {
+    int vocab = tok_vocab_size(tok);
+    if (in_vocab("stop_token_ids", r->stop_ids, r->n_stop_ids, vocab, f) ||
+        in_vocab("allowed_token_ids", r->allowed_ids, r->n_allowed_ids, vocab, f))
+        return -1;
+    if (!r->n_bad_words) return 0;
+    di_buf words = {0}; /* ints: each sequence's length, then its ids */
+    int first = -1, first_len = 0;
+    for (int w = 0; w < r->n_bad_words; w++)
+        for (int spaced = 0; spaced < 2; spaced++) {
+            const char *word = r->bad_words[w];
+            while (*word == ' ' || *word == '\t' || *word == '\n' || *word == '\r') word++;
+            di_buf text = {0};
+            di_buf_adds(&text, spaced ? " " : "");
+            di_buf_adds(&text, word);
+            tok_ids ids = {0};
+            di_err err = {{0}};
+            int rc = text.n ? tok_encode_text(tok, text.p, text.n, &ids, &err) : 0;
+            di_buf_free(&text);
+            bool take =
+                !rc && ids.n > 0 && (!spaced || (ids.v[0] != first && (int)ids.n == first_len));
+            if (!spaced) first = ids.n ? ids.v[0] : -1, first_len = (int)ids.n;
+            if (take) {
+                int len = (int)ids.n;
+                di_buf_add(&words, &len, sizeof len);
+                di_buf_add(&words, ids.v, sizeof(int) * ids.n);
+            }
+            tok_ids_free(&ids);
+            if (rc) {
+                di_buf_free(&words);
+                return srv_failf(f, 400, "bad_words", "bad_words[%d]: %s", w, err.msg);
+            }
+        }
+    if (words.n / sizeof(int) > SAMP_MAX_BAD) {
+        di_buf_free(&words);
+        return srv_failf(f, 400, "bad_words", "bad_words: over %d tokens in all", SAMP_MAX_BAD);
+    }
+    r->bad_ids = (int *)words.p;
+    r->n_bad_ids = (int)(words.n / sizeof(int));
+    r->samp.bad = r->bad_ids, r->samp.n_bad = r->n_bad_ids;
+    return 0;
+}
+
 int srv_get_sampling(const json_t *o, srv_req *r, float max_temperature, srv_fail *f) {
     samp_params *s = &r->samp;
     s->temperature = 1.0f;
@@ -139,23 +231,14 @@ int srv_get_sampling(const json_t *o, srv_req *r, float max_temperature, srv_fai
         srv_get_bool(o, "include_stop_str_in_output", &r->keep_stop, f) ||
         srv_get_int(o, "truncate_prompt_tokens", 1, 1 << 30, &r->truncate_prompt, f))
         return -1;
-    const json_t *ids = field(o, "stop_token_ids"); /* vLLM's */
-    if (ids) {
-        if (!json_is_array(ids) || json_array_size(ids) > SRV_MAX_STOP_IDS)
-            return srv_failf(f, 400, "stop_token_ids",
-                             "stop_token_ids: expected an array of at most %d token ids",
-                             SRV_MAX_STOP_IDS);
-        r->stop_ids = di_calloc(json_array_size(ids) + 1, sizeof *r->stop_ids);
-        size_t i;
-        const json_t *id;
-        json_array_foreach(ids, i, id) {
-            json_int_t x = json_is_integer(id) ? json_integer_value(id) : -1;
-            if (x < 0 || x > 1 << 30)
-                return srv_failf(f, 400, "stop_token_ids",
-                                 "stop_token_ids[%zu]: expected a token id", i);
-            r->stop_ids[r->n_stop_ids++] = (int)x;
-        }
-    }
+    if (get_token_ids(o, "stop_token_ids", SRV_MAX_STOP_IDS, &r->stop_ids, &r->n_stop_ids, f) ||
+        get_token_ids(o, "allowed_token_ids", SRV_MAX_ALLOWED_IDS, &r->allowed_ids,
+                      &r->n_allowed_ids, f) ||
+        get_bad_words(o, r, f))
+        return -1;
+    if (field(o, "allowed_token_ids") && !r->n_allowed_ids)
+        return srv_failf(f, 400, "allowed_token_ids", "allowed_token_ids: empty (nothing to draw)");
+    s->allowed = r->allowed_ids, s->n_allowed = r->n_allowed_ids;
     const json_t *lb = field(o, "logit_bias");
     if (lb) {
         if (!json_is_object(lb))
@@ -226,6 +309,10 @@ void srv_req_free(srv_req *r) {
     free(r->more);
     free(r->bias);
     free(r->stop_ids);
+    free(r->allowed_ids);
+    for (int i = 0; i < r->n_bad_words; i++) free(r->bad_words[i]);
+    free(r->bad_words);
+    free(r->bad_ids);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->tool_name);
     free(r->json_schema);

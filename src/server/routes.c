@@ -170,13 +170,7 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
         goto done;
     }
 
-    for (int i = 0; tok && i < r->n_stop_ids; i++)
-        if (r->stop_ids[i] >= tok_vocab_size(tok)) {
-            srv_failf(f, 400, "stop_token_ids",
-                      "stop_token_ids[%d]: token id %d is outside the vocabulary", i,
-                      r->stop_ids[i]);
-            goto done;
-        }
+    if (tok && srv_vocab_params(r, tok, f)) goto done;
     di_err err = {{0}};
     if (r->conv) {
         render_segs segs = {0};

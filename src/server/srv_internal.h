@@ -45,8 +45,11 @@ char *srv_error_body(srv_proto p, const srv_fail *f);
 /* --- the protocol-neutral request ---------------------------------------- */
 typedef enum { SRV_TC_AUTO = 0, SRV_TC_NONE, SRV_TC_REQUIRED, SRV_TC_NAMED } srv_tool_choice;
 
-#define SRV_MAX_STOPS    64
-#define SRV_MAX_STOP_IDS 64 /* stop_token_ids */
+#define SRV_MAX_STOPS       64
+#define SRV_MAX_STOP_IDS    64        /* stop_token_ids */
+#define SRV_MAX_ALLOWED_IDS (1 << 18) /* allowed_token_ids */
+#define SRV_MAX_BAD_WORDS   64        /* bad_words, each at most SRV_MAX_BAD_WORD bytes */
+#define SRV_MAX_BAD_WORD    256
 
 /* A completions prompt: text, or token ids when text is NULL. */
 typedef struct srv_prompt {
@@ -105,6 +108,12 @@ typedef struct srv_req {
     int prompt_logprobs; /* vLLM's: alternatives per prompt token, -1 unset */
     int truncate_prompt; /* vLLM's truncate_prompt_tokens: the prompt's last ones kept; 0 off */
     int priority;        /* vLLM's: lower is served first (engine_request.priority) */
+    int *allowed_ids;    /* vLLM's allowed_token_ids */
+    int n_allowed_ids;
+    char **bad_words; /* vLLM's, as sent; srv_prepare makes them bad_ids */
+    int n_bad_words;
+    int *bad_ids; /* samp_params.bad */
+    int n_bad_ids;
 } srv_req;
 
 /* Limits the parsers enforce (from srv_opts). */
@@ -298,6 +307,11 @@ int srv_parse_structured(const json_t *body, srv_req *r, srv_fail *f);
 /* vLLM's priority (chat and completions): an integer, lower served first,
  * preempting later classes; other than 0 only where lim->priority. */
 int srv_get_priority(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f);
+/* The sampling fields that need the vocabulary: stop and allowed token ids
+ * inside it, and bad_words as vLLM tokenizes them (each word with its
+ * leading whitespace stripped, and again after a space where that is as
+ * many tokens and starts with another), into r->bad_ids / samp.bad. */
+int srv_vocab_params(srv_req *r, const tokenizer *tok, srv_fail *f);
 int srv_parse_tools(const json_t *tools, conversation *c, srv_fail *f);
 
 extern const srv_api srv_api_chat, srv_api_completions, srv_api_responses, srv_api_messages,

@@ -525,6 +525,34 @@ test("grammars: vLLM's guided_grammar and structured_outputs.grammar, SGLang's e
   await bad({ guided_regex: 'a', ebnf: sum }, 'ebnf', /only one/);
 });
 
+test("vLLM's allowed_token_ids and bad_words", async () => {
+  const post = async (path, body) => (await fetch(`${srv.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify(body) })).json();
+  const ids = [...new Set((await post('/tokenize', { prompt: ' yes no maybe!' })).tokens.slice(1))]; // no BOS
+  const pieces = await Promise.all(ids.map(async (id) => (await post('/detokenize', { tokens: [id] })).prompt));
+  const req = { model: MODEL, max_tokens: 12, logprobs: 0 };
+  const held = await client.completions.create({ ...req, prompt: 'Answer:', temperature: 1.5, seed: 4, n: 3, allowed_token_ids: ids });
+  for (const ch of held.choices) {
+    assert.equal(ch.logprobs.tokens.length, 12);
+    for (const t of ch.logprobs.tokens) assert.ok(pieces.includes(t), `token ${JSON.stringify(t)} not allowed`);
+  }
+  // a word the greedy reply writes as one token, banned: gone, and the reply changes
+  const free = await client.completions.create({ ...req, prompt: 'Once upon a time', max_tokens: 24, temperature: 0 });
+  let word = null;
+  for (const t of free.choices[0].logprobs.tokens) {
+    if (!/^ ?[A-Za-z]{2,}$/.test(t)) continue;
+    if ((await post('/tokenize', { prompt: t })).tokens.length === 2) { word = t; break; } // BOS and one
+  }
+  assert.ok(word, `a one-token word in ${JSON.stringify(free.choices[0].text)}`);
+  const banned = await client.completions.create({ ...req, prompt: 'Once upon a time', max_tokens: 24, temperature: 0, bad_words: [word.trim()] });
+  assert.ok(!banned.choices[0].logprobs.tokens.includes(word), `${JSON.stringify(word)} written anyway`);
+  assert.notEqual(banned.choices[0].text, free.choices[0].text);
+  const bad = (body, param, re) => assert.rejects(client.completions.create({ ...req, prompt: 'x', ...body }),
+    (e) => e.status === 400 && e.param === param && re.test(e.message));
+  await bad({ allowed_token_ids: [] }, 'allowed_token_ids', /empty/);
+  await bad({ allowed_token_ids: [1 << 29] }, 'allowed_token_ids', /outside the vocabulary/);
+  await bad({ bad_words: [''] }, 'bad_words', /1 to 256 bytes/);
+});
+
 test("vLLM's stop_token_ids end the reply at the first one generated, left out of it", async () => {
   const tokenize = async (prompt) => {
     const res = await fetch(`${srv.url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ prompt }) });

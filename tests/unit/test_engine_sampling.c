@@ -90,6 +90,42 @@ TEST(engine_sampling_bias_and_penalties) {
     samp_ctx_free(c);
 }
 
+/* vLLM's allowed_token_ids and bad_words (L0's order: 1, 5, 2, 0, 4, 6, 3, 7). */
+TEST(engine_sampling_allowed_ids_and_bad_words) {
+    samp_ctx *c = samp_ctx_new(V);
+    uint64_t rng = samp_rng_init(3, 0);
+    int none[1] = {0};
+    int allowed[3] = {6, 3, 6}; /* 0.0 > -1.0; a repeat changes nothing */
+    CHECK(draw(c, &(samp_params){.allowed = allowed, .n_allowed = 3}, &rng, none, 0, 0) == 6);
+    for (int i = 0; i < 200; i++) {
+        int t = draw(c, &(samp_params){.temperature = 20, .allowed = allowed, .n_allowed = 3}, &rng,
+                     none, 0, 0);
+        CHECK(t == 6 || t == 3);
+    }
+    /* a bias on a token not allowed does not bring it back */
+    samp_bias force = {1, 100};
+    CHECK(draw(c, &(samp_params){.bias = &force, .n_bias = 1, .allowed = allowed, .n_allowed = 2},
+               &rng, none, 0, 0) == 6);
+    /* bad words: {1} always, {4, 5} after a 4, {2, 4, 2} after 2 4 */
+    int bad[] = {1, 1, 2, 4, 5, 3, 2, 4, 2};
+    samp_params p = {.bad = bad, .n_bad = 9};
+    int gen[4] = {0, 3, 2, 4};                /* prompt {0}, generated {3, 2, 4} */
+    CHECK(draw(c, &p, &rng, gen, 1, 2) == 5); /* generated {3}: only {1} banned */
+    CHECK(draw(c, &p, &rng, gen, 1, 4) == 0); /* ... {3, 2, 4}: 1, 5 and 2 banned */
+    int prompt_4[2] = {4, 3};                 /* a 4 in the prompt is not generated */
+    CHECK(draw(c, &p, &rng, prompt_4, 2, 2) == 5);
+    CHECK(draw(c, &p, &rng, (int[]){4}, 0, 1) == 2); /* generated {4}: 1 and 5 banned */
+    di_err err;
+    CHECK(samp_params_check(&p, V, &err) == 0);
+    int bad_len[] = {3, 1, 2};
+    CHECK(samp_params_check(&(samp_params){.bad = bad_len, .n_bad = 3}, V, &err) &&
+          strstr(err.msg, "malformed"));
+    int outside[] = {9};
+    CHECK(samp_params_check(&(samp_params){.allowed = outside, .n_allowed = 1}, V, &err) &&
+          strstr(err.msg, "allowed token 9 outside"));
+    samp_ctx_free(c);
+}
+
 TEST(engine_sampling_logprobs) {
     samp_ctx *c = samp_ctx_new(V);
     uint64_t rng = 0;
