@@ -196,11 +196,17 @@ void gen_free(srv_gen *g) {
 
 /* A token's entry: `bytes` its raw bytes (a token holding part of a
  * character too, so that neighbours' bytes join into the text), `token`
- * those bytes as text. */
-static json_t *lp_entry(const tokenizer *tok, int id, float lp) {
+ * those bytes as text (with vLLM's return_tokens_as_token_ids, "token_id:N"). */
+static json_t *lp_entry(const srv_gen *g, int id, float lp) {
+    const tokenizer *tok = g->env.tok;
     size_t len = 0, tlen = 0;
     char *raw = tok ? tok_token_bytes(tok, id, &len) : NULL;
     char *text = raw ? tok_utf8_lossy(raw, len, &tlen) : NULL;
+    if (g->req->tokens_as_ids) {
+        free(text);
+        text = di_malloc(24);
+        tlen = (size_t)snprintf(text, 24, "token_id:%d", id);
+    }
     json_t *bytes = json_array();
     for (size_t i = 0; i < len; i++)
         json_array_append_new(bytes, json_integer((unsigned char)raw[i]));
@@ -217,11 +223,10 @@ static json_t *lp_entry(const tokenizer *tok, int id, float lp) {
 static json_t *prompt_entries(const srv_gen *g, const samp_out *lp, int n) {
     json_t *a = json_array();
     for (int i = 0; i < n; i++) {
-        json_t *e = lp_entry(g->env.tok, lp[i].token, lp[i].logprob);
+        json_t *e = lp_entry(g, lp[i].token, lp[i].logprob);
         json_t *tops = json_array();
         for (int k = 0; k < lp[i].n_top && k < g->req->top_logprobs; k++)
-            json_array_append_new(tops,
-                                  lp_entry(g->env.tok, lp[i].top[k].id, lp[i].top[k].logprob));
+            json_array_append_new(tops, lp_entry(g, lp[i].top[k].id, lp[i].top[k].logprob));
         json_object_set_new(e, "top_logprobs", tops);
         if (i == 0) { /* nothing precedes the first token */
             json_object_set_new(e, "logprob", json_null());
@@ -269,10 +274,10 @@ void gen_on_logprob(srv_gen *g, int bi, int token, float lp, const samp_logprob 
     pthread_mutex_lock(&g->mu);
     gen_branch *b = &g->b[bi];
     if (!b->stopped && !b->done) {
-        json_t *e = lp_entry(g->env.tok, token, lp);
+        json_t *e = lp_entry(g, token, lp);
         json_t *tops = json_array();
         for (int i = 0; i < n_top && i < g->req->top_logprobs; i++)
-            json_array_append_new(tops, lp_entry(g->env.tok, top[i].id, top[i].logprob));
+            json_array_append_new(tops, lp_entry(g, top[i].id, top[i].logprob));
         json_object_set_new(e, "top_logprobs", tops);
         gev ev = {.kind = GEV_LOGPROB, .logprob = e};
         dispatch(g, bi, &ev);

@@ -229,6 +229,7 @@ int srv_get_sampling(const json_t *o, srv_req *r, float max_temperature, srv_fai
         srv_get_int(o, "min_tokens", 0, 1 << 30, &s->min_tokens, f) ||
         srv_get_bool(o, "ignore_eos", &r->ignore_eos, f) ||
         srv_get_bool(o, "include_stop_str_in_output", &r->keep_stop, f) ||
+        srv_get_bool(o, "return_tokens_as_token_ids", &r->tokens_as_ids, f) ||
         srv_get_int(o, "truncate_prompt_tokens", 1, 1 << 30, &r->truncate_prompt, f))
         return -1;
     if (get_token_ids(o, "stop_token_ids", SRV_MAX_STOP_IDS, &r->stop_ids, &r->n_stop_ids, f) ||

@@ -108,6 +108,7 @@ typedef struct srv_req {
     int prompt_logprobs; /* vLLM's: alternatives per prompt token, -1 unset */
     int truncate_prompt; /* vLLM's truncate_prompt_tokens: the prompt's last ones kept; 0 off */
     int priority;        /* vLLM's: lower is served first (engine_request.priority) */
+    bool tokens_as_ids;  /* vLLM's return_tokens_as_token_ids: logprobs' tokens "token_id:N" */
     int *allowed_ids;    /* vLLM's allowed_token_ids */
     int n_allowed_ids;
     char **bad_words; /* vLLM's, as sent; srv_prepare makes them bad_ids */

@@ -525,7 +525,7 @@ test("grammars: vLLM's guided_grammar and structured_outputs.grammar, SGLang's e
   await bad({ guided_regex: 'a', ebnf: sum }, 'ebnf', /only one/);
 });
 
-test("vLLM's allowed_token_ids and bad_words", async () => {
+test("vLLM's allowed_token_ids, bad_words and return_tokens_as_token_ids", async () => {
   const post = async (path, body) => (await fetch(`${srv.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify(body) })).json();
   const ids = [...new Set((await post('/tokenize', { prompt: ' yes no maybe!' })).tokens.slice(1))]; // no BOS
   const pieces = await Promise.all(ids.map(async (id) => (await post('/detokenize', { tokens: [id] })).prompt));
@@ -534,6 +534,17 @@ test("vLLM's allowed_token_ids and bad_words", async () => {
   for (const ch of held.choices) {
     assert.equal(ch.logprobs.tokens.length, 12);
     for (const t of ch.logprobs.tokens) assert.ok(pieces.includes(t), `token ${JSON.stringify(t)} not allowed`);
+  }
+  // vLLM's return_tokens_as_token_ids: the same draws, each token named by its id
+  const asIds = await client.completions.create({ ...req, prompt: 'Answer:', temperature: 1.5, seed: 4, n: 3, allowed_token_ids: ids, return_tokens_as_token_ids: true });
+  asIds.choices.forEach((ch, k) => {
+    for (const t of ch.logprobs.tokens) assert.match(t, /^token_id:\d+$/);
+    assert.deepEqual(ch.logprobs.tokens.map((t) => pieces[ids.indexOf(Number(t.slice(9)))]), held.choices[k].logprobs.tokens);
+  });
+  const chat = await client.chat.completions.create({ model: MODEL, messages: user('Hi'), max_tokens: 4, logprobs: true, top_logprobs: 2, return_tokens_as_token_ids: true });
+  for (const e of chat.choices[0].logprobs.content) {
+    assert.match(e.token, /^token_id:\d+$/);
+    for (const t of e.top_logprobs) assert.match(t.token, /^token_id:\d+$/);
   }
   // a word the greedy reply writes as one token, banned: gone, and the reply changes
   const free = await client.completions.create({ ...req, prompt: 'Once upon a time', max_tokens: 24, temperature: 0 });
