@@ -12,11 +12,13 @@
  * rule reachable from root can be completed (productive), none can begin
  * with itself (left recursion, through rules that can be empty too). */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <utf8proc.h>
+#include <xxhash.h>
 
 #include "base/base.h"
 #include "engine/grammar_internal.h"
@@ -44,6 +46,8 @@ typedef struct parser {
     int n_sets, cap_sets;
     int *set_hash; /* open addressing: set + 1, 0 empty */
     int hash_cap;
+    int *name_hash; /* the named rules, the same way */
+    int name_cap, n_named;
     long total; /* elements so far */
     int cur;    /* the named rule being defined */
     int any;    /* the rule of the dot, once made */
@@ -86,14 +90,36 @@ static int new_rule(parser *ps, const char *name, int len) {
     return ps->n_rules++;
 }
 
-static int named_rule(parser *ps, const char *name, int len) {
-    for (int r = 0; r < ps->n_rules; r++)
-        if (ps->rules[r].name && ps->rules[r].len == len && !memcmp(ps->rules[r].name, name, len))
-            return r;
-    return new_rule(ps, name, len);
+static uint32_t name_key(const char *name, int len) {
+    return (uint32_t)XXH3_64bits(name, (size_t)len);
 }
 
+/* The rule named so (made where new). */
+static int named_rule(parser *ps, const char *name, int len) {
+    if (2 * (ps->n_named + 1) > ps->name_cap) {
+        free(ps->name_hash);
+        ps->name_cap = ps->name_cap ? 2 * ps->name_cap : 64;
+        ps->name_hash = di_calloc((size_t)ps->name_cap, sizeof(int));
+        for (int r = 0; r < ps->n_rules; r++) {
+            if (!ps->rules[r].name) continue;
+            uint32_t h = name_key(ps->rules[r].name, ps->rules[r].len);
+            while (ps->name_hash[h & (uint32_t)(ps->name_cap - 1)]) h++;
+            ps->name_hash[h & (uint32_t)(ps->name_cap - 1)] = r + 1;
+        }
+    }
+    uint32_t h = name_key(name, len);
+    for (int at; (at = ps->name_hash[h & (uint32_t)(ps->name_cap - 1)]); h++)
+        if (ps->rules[at - 1].len == len && !memcmp(ps->rules[at - 1].name, name, (size_t)len))
+            return at - 1;
+    int r = new_rule(ps, name, len);
+    ps->name_hash[h & (uint32_t)(ps->name_cap - 1)] = r + 1;
+    ps->n_named++;
+    return r;
+}
+
+/* Appends an element (arg -1: its set could not be made; failed). */
 static int push(parser *ps, seqv *s, int type, int arg) {
+    if (arg < 0) return -1;
     if (++ps->total > GR_MAX_ELEMS) return too_large(ps);
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 8;
@@ -122,7 +148,8 @@ static uint32_t set_hash(const uint64_t s[4]) {
     return (uint32_t)(h >> 32);
 }
 
-/* The index of byte set s (each set stored once). */
+/* The index of byte set s (each set stored once); -1 (failed) past
+ * GR_MAX_SETS. */
 static int set_id(parser *ps, const uint64_t s[4]) {
     if (2 * (ps->n_sets + 1) > ps->hash_cap) {
         free(ps->set_hash);
@@ -138,6 +165,8 @@ static int set_id(parser *ps, const uint64_t s[4]) {
     for (; ps->set_hash[h]; h = (h + 1) & (uint32_t)(ps->hash_cap - 1))
         if (!memcmp(ps->sets[ps->set_hash[h] - 1], s, sizeof(uint64_t[4])))
             return ps->set_hash[h] - 1;
+    if (ps->n_sets == GR_MAX_SETS)
+        return FAIL(ps, "over %d distinct byte sets (character classes' pieces)", GR_MAX_SETS);
     if (ps->n_sets == ps->cap_sets) {
         ps->cap_sets = ps->cap_sets ? 2 * ps->cap_sets : 64;
         ps->sets = di_realloc(ps->sets, sizeof *ps->sets * (size_t)ps->cap_sets);
@@ -597,21 +626,56 @@ static void flatten(const parser *ps, gr_grammar *g) {
     g->n_el = n_el;
 }
 
-/* Rules that can match the empty text (nullable) or some text (productive). */
-static void fixpoints(const gr_grammar *g, bool *nullable, bool *productive) {
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int r = 0; r < g->n_rules; r++)
-            for (int a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
-                bool nul = true, prod = true;
-                for (const gr_elem *e = g->el + g->alt_start[a]; e->type != GE_END; e++) {
-                    nul &= e->type == GE_REF && nullable[e->arg];
-                    prod &= e->type == GE_SET || productive[e->arg];
-                }
-                if (nul && !nullable[r]) nullable[r] = changed = true;
-                if (prod && !productive[r]) productive[r] = changed = true;
-            }
+/* Marks in flag the rules with an alternative whose need count reaches
+ * 0 (-1: never), counting down each alternative at its calls to rules
+ * marked (sites: by callee, the calling alternatives, one a call). */
+static void settle(const gr_grammar *g, const int32_t *owner, const int32_t *first,
+                   const int32_t *site, int32_t *need, bool *flag) {
+    int n_alts = g->rule_alt[g->n_rules], top = 0;
+    int32_t *todo = di_malloc(sizeof(int32_t) * (size_t)(g->n_rules ? g->n_rules : 1));
+    for (int a = 0; a < n_alts; a++)
+        if (need[a] == 0 && !flag[owner[a]]) flag[owner[a]] = true, todo[top++] = owner[a];
+    while (top) {
+        int r = todo[--top];
+        for (int k = first[r]; k < first[r + 1]; k++) {
+            int a = site[k];
+            if (need[a] > 0 && --need[a] == 0 && !flag[owner[a]])
+                flag[owner[a]] = true, todo[top++] = owner[a];
+        }
     }
+    free(todo);
+}
+
+/* Rules that can match the empty text (nullable) or some text
+ * (productive): a worklist each, linear in the grammar's size. */
+static void fixpoints(const gr_grammar *g, bool *nullable, bool *productive) {
+    int n_alts = g->rule_alt[g->n_rules];
+    size_t na = (size_t)(n_alts ? n_alts : 1);
+    int32_t *owner = di_malloc(sizeof(int32_t) * na), *need_p = di_calloc(na, sizeof(int32_t)),
+            *need_n = di_calloc(na, sizeof(int32_t)),
+            *first = di_calloc((size_t)g->n_rules + 2, sizeof(int32_t));
+    for (int r = 0; r < g->n_rules; r++)
+        for (int a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
+            owner[a] = r;
+            for (const gr_elem *e = g->el + g->alt_start[a]; e->type != GE_END; e++)
+                if (e->type == GE_SET)
+                    need_n[a] = INT32_MIN; /* never empty */
+                else
+                    need_p[a]++, need_n[a]++, first[e->arg + 2]++;
+            if (need_n[a] < 0) need_n[a] = -1;
+        }
+    for (int r = 0; r < g->n_rules; r++) first[r + 2] += first[r + 1];
+    int32_t *site = di_malloc(sizeof(int32_t) * (size_t)(first[g->n_rules + 1] + 1));
+    for (int a = 0; a < n_alts; a++) /* first[r + 1]: where rule r's next site goes */
+        for (const gr_elem *e = g->el + g->alt_start[a]; e->type != GE_END; e++)
+            if (e->type == GE_REF) site[first[e->arg + 1]++] = a;
+    settle(g, owner, first, site, need_p, productive);
+    settle(g, owner, first, site, need_n, nullable);
+    free(owner);
+    free(need_p);
+    free(need_n);
+    free(first);
+    free(site);
 }
 
 /* Calls rule r can make before it reads a byte: the leading calls of each
@@ -708,6 +772,7 @@ static void parser_free(parser *ps) {
     free(ps->rules);
     free(ps->sets);
     free(ps->set_hash);
+    free(ps->name_hash);
 }
 
 gr_grammar *gr_compile(const char *text, size_t len, char *why, size_t cap) {

@@ -36,6 +36,7 @@
  * (a {m,n} costs about n), and a repetition's count. */
 #define GR_MAX_ELEMS  (1 << 18)
 #define GR_MAX_REPEAT 10000
+#define GR_MAX_SETS   16384 /* distinct byte sets, the pieces of classes */
 
 typedef struct gr_grammar gr_grammar;
 
@@ -58,6 +59,9 @@ void gr_matcher_set_budget(gr_matcher *m, size_t bytes);
 int gr_current(gr_matcher *m);
 /* The state after byte b from state, or -1 where no text goes on so. */
 int gr_next(gr_matcher *m, int state, uint8_t b);
+/* Closure steps this matcher has taken (each a node visited): what a
+ * caller bounds a walk by. */
+uint64_t gr_work(const gr_matcher *m);
 /* The text may end in state. */
 bool gr_accepts(const gr_matcher *m, int state);
 /* The text so far may end. */

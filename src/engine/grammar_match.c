@@ -29,7 +29,7 @@
 /* Bounds on one closure (a state keeps the stacks found within them: a
  * subset of the parses, each still one that can be completed). */
 #define MAX_STACKS 4096
-#define MAX_VISITS (1 << 16)
+#define MAX_VISITS (1 << 20)
 
 #define ROW_UNKNOWN (-2)
 
@@ -57,7 +57,8 @@ struct gr_matcher {
     int32_t *stacks;
     size_t n_stacks, cap_stacks;
     size_t row_bytes, budget;
-    uint32_t now; /* the closure's stamp */
+    uint32_t now;   /* the closure's stamp */
+    uint64_t spent; /* closure steps so far (gr_work) */
     int current;
     /* scratch of a step */
     int32_t *out;
@@ -246,6 +247,7 @@ int gr_next(gr_matcher *m, int state, uint8_t b) {
         if (g->set_has[(size_t)g->el[n->pos].arg * (size_t)g->n_cls + (size_t)k])
             closure(m, n->pos + 1, n->below, &accept, &visits);
     }
+    m->spent += (uint64_t)visits;
     int next = settle(m, accept);
     gstate *t = &m->st[state];
     size_t row = sizeof(int32_t) * (size_t)g->n_cls;
@@ -256,6 +258,10 @@ int gr_next(gr_matcher *m, int state, uint8_t b) {
     }
     if (t->row) t->row[k] = next;
     return next;
+}
+
+uint64_t gr_work(const gr_matcher *m) {
+    return m->spent;
 }
 
 bool gr_accepts(const gr_matcher *m, int state) {

@@ -415,13 +415,20 @@ static void walk_pattern(const jg_vocab *v, const jg_walk *w, const jr_dfa *re,
     }
 }
 
+/* Closure steps one grammar mask may take: thousands in usual grammars;
+ * where a pathological one passes this (about 0.1 s), the tokens not yet
+ * walked stay masked (each allowed one was checked, so the text stays
+ * valid). */
+#define JG_GRAMMAR_WORK ((uint64_t)1 << 22)
+
 /* Marks the tokens of w that grammar matcher m can take next: its states
  * walked as walk() walks the automaton. */
 static void walk_grammar(const jg_vocab *v, const jg_walk *w, gr_matcher *m, unsigned char *ok) {
     int at[JG_MAX_TOKEN + 1];
     at[0] = gr_current(m);
     int good = 0;
-    for (int k = 0; k < w->n; k++) {
+    uint64_t limit = gr_work(m) + JG_GRAMMAR_WORK;
+    for (int k = 0; k < w->n && gr_work(m) <= limit; k++) {
         int id = w->id[k], l = w->lcp[k], n = v->len[id];
         if (l > good) continue;
         const uint8_t *b = (const uint8_t *)v->blob + v->off[id];

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "engine/grammar.h"
 #include "engine/json_grammar.h"
 #include "engine/json_regex.h"
@@ -127,6 +128,50 @@ TEST(grammar_refuses_bad_grammars_with_their_reasons) {
         CHECKF(!g && strstr(why, cases[i].why), "%zu: %s: got '%s', want '%s'", i, cases[i].grammar,
                g ? "(compiled)" : why, cases[i].why);
     }
+}
+
+/* Long chains of rules, each named before or after it is defined (a
+ * grammar near the size limit compiles in linear time: name lookups and
+ * the nullable / productive analysis by worklist; quadratic, this took tens
+ * of seconds), and too many distinct classes refused. */
+TEST(grammar_long_chains_compile) {
+    enum { N = 30000 };
+    for (int order = 0; order < 2; order++) {
+        di_buf b = {0};
+        char line[96];
+        snprintf(line, sizeof line, "root ::= r%d\n", order ? N : 0);
+        di_buf_adds(&b, line);
+        for (int i = 0; i < N; i++) { /* r_i ::= "x" r_next | "b", r_end ::= "z" */
+            int self = order ? N - i : i, next = order ? N - i - 1 : i + 1;
+            snprintf(line, sizeof line, "r%d ::= \"x\" r%d | \"b\"\n", self, next);
+            di_buf_adds(&b, line);
+        }
+        snprintf(line, sizeof line, "r%d ::= \"z\"\n", order ? 0 : N);
+        di_buf_adds(&b, line);
+        char why[200];
+        gr_grammar *g = gr_compile(b.p, b.n, why, sizeof why);
+        di_buf_free(&b);
+        CHECKF(g, "%s", why);
+        CHECK(match_g(g, "b", 1) == 1 && match_g(g, "xxb", 3) == 1 && match_g(g, "bx", 2) == -1);
+        gr_free(g);
+    }
+    di_buf b = {0};
+    di_buf_adds(&b, "root ::= ");
+    int sets = 0; /* ASCII ranges, alone or with \x7E or \x7F: each a new byte set */
+    for (int extra = 0; extra < 3; extra++)
+        for (int lo = 1; lo <= 125; lo++)
+            for (int hi = lo; hi <= 125 && sets <= GR_MAX_SETS; hi++, sets++) {
+                char cls[40];
+                snprintf(cls, sizeof cls, "[\\x%02x-\\x%02x%s] ", lo, hi,
+                         extra == 1   ? "\\x7E"
+                         : extra == 2 ? "\\x7F"
+                                      : "");
+                di_buf_adds(&b, cls);
+            }
+    char why[200] = "";
+    gr_grammar *g = gr_compile(b.p, b.n, why, sizeof why);
+    di_buf_free(&b);
+    CHECKF(!g && strstr(why, "distinct byte sets"), "%s", g ? "(compiled)" : why);
 }
 
 /* Regular grammars and the same languages as patterns: on every string of
