@@ -1,9 +1,10 @@
 /* api_anthropic.c — Anthropic Messages: system (string or text blocks),
  * messages whose content is a string or blocks (text, image, tool_use,
  * tool_result, thinking), tools with input_schema, tool_choice (auto, any,
- * tool, none), thinking (enabled/disabled) and stop_sequences into the
- * internal conversation; output as a `message` body or the Messages stream:
- * message_start, content_block_start / _delta (text_delta, thinking_delta,
+ * tool, none), thinking (enabled/disabled), stop_sequences and structured
+ * outputs (output_config.format, or the beta's output_format: a JSON
+ * schema the reply's text follows) into the internal conversation; output as a `message` body or
+ * the Messages stream: message_start, content_block_start / _delta (text_delta, thinking_delta,
  * input_json_delta) / _stop, message_delta (stop_reason, usage), message_stop.
  * tool_result blocks become tool messages ahead of the user's other text,
  * which is the order the model saw them in. */
@@ -111,6 +112,25 @@ static int parse_message(const json_t *m, conversation *c, size_t i, srv_fail *f
     return 0;
 }
 
+/* Structured outputs: output_config.format (or the beta's output_format),
+ * {"type": "json_schema", "schema": {...}}. */
+static int output_format(const json_t *body, srv_req *r, srv_fail *f) {
+    const json_t *oc = json_object_get(body, "output_config");
+    if (oc && !json_is_null(oc) && !json_is_object(oc))
+        return srv_failf(f, 400, "output_config", "output_config: expected an object");
+    const char *name = "output_config.format";
+    const json_t *fmt = json_object_get(oc, "format");
+    if (!fmt || json_is_null(fmt)) name = "output_format", fmt = json_object_get(body, name);
+    if (!fmt || json_is_null(fmt)) return 0;
+    const char *type = json_string_value(json_object_get(fmt, "type"));
+    if (!type || strcmp(type, "json_schema"))
+        return srv_failf(f, 400, name, "%s.type: expected \"json_schema\"", name);
+    const json_t *sch = json_object_get(fmt, "schema");
+    if (!json_is_object(sch))
+        return srv_failf(f, 400, name, "%s.schema: expected a JSON schema object", name);
+    return srv_set_json_schema(r, sch, name, "schema: ", f);
+}
+
 /* The Messages request; count_tokens sends the same without max_tokens. */
 static int msg_fields(const json_t *body, srv_req *r, const srv_limits *lim, bool counting,
                       srv_fail *f) {
@@ -201,7 +221,7 @@ static int msg_fields(const json_t *body, srv_req *r, const srv_limits *lim, boo
     r->max_tokens = -1;
     if (srv_get_sampling(body, r, 1.0f, f) || srv_get_stops(body, "stop_sequences", r, lim, f) ||
         srv_get_bool(body, "stream", &r->stream, f) ||
-        srv_get_int(body, "max_tokens", 1, 1 << 30, &r->max_tokens, f))
+        srv_get_int(body, "max_tokens", 1, 1 << 30, &r->max_tokens, f) || output_format(body, r, f))
         return -1;
     return 0;
 }

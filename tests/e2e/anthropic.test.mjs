@@ -125,6 +125,30 @@ test('a last assistant message is a prefill the reply continues', async () => {
     (e) => e.status === 400 && /trailing whitespace/.test(e.message));
 });
 
+test('structured outputs: output_config.format and the beta output_format hold the reply to a JSON schema', async () => {
+  const schema = { type: 'object', properties: { n: { type: 'integer', minimum: 1, maximum: 9 }, tag: { enum: ['a', 'b'] } }, required: ['n', 'tag'], additionalProperties: false };
+  const req = { model: MODEL, max_tokens: 200, temperature: 1, messages: user('JSON please'), thinking: { type: 'disabled' } };
+  const follows = (text) => {
+    const o = JSON.parse(text);
+    assert.deepEqual(Object.keys(o).sort(), ['n', 'tag'], text);
+    assert.ok(Number.isInteger(o.n) && o.n >= 1 && o.n <= 9 && ['a', 'b'].includes(o.tag), text);
+  };
+  for (const seed of [1, 2, 3]) {
+    const m = await client.messages.create({ ...req, seed, output_config: { format: { type: 'json_schema', schema } } });
+    assert.equal(m.stop_reason, 'end_turn');
+    assert.equal(m.content.length, 1);
+    follows(m.content[0].text);
+    const free = await client.messages.create({ ...req, seed });
+    assert.throws(() => follows(free.content[0].text), 'without the format the reply is free');
+  }
+  const stream = client.messages.stream({ ...req, seed: 4, output_format: { type: 'json_schema', schema } });
+  follows((await stream.finalMessage()).content[0].text);
+  const bad = (body, re) => assert.rejects(client.messages.create({ ...req, ...body }), (e) => e.status === 400 && re.test(e.message));
+  await bad({ output_config: { format: { type: 'text' } } }, /output_config\.format\.type: expected .*json_schema/);
+  await bad({ output_format: { type: 'json_schema' } }, /output_format\.schema/);
+  await bad({ output_config: { format: { type: 'json_schema', schema } }, messages: [...user('x'), { role: 'assistant', content: '{"n":' }] }, /continued/);
+});
+
 test('errors in the Anthropic shape', async () => {
   const anon = new Anthropic({ baseURL: srv.url, apiKey: 'nope', maxRetries: 0 });
   await assert.rejects(anon.messages.create({ model: MODEL, max_tokens: 5, messages: user('x') }), (e) => e instanceof Anthropic.AuthenticationError && e.error.type === 'error');
