@@ -150,7 +150,7 @@ static int continue_from(const json_t *body, srv_req *r, const srv_limits *lim, 
     const char *prev = NULL;
     if (srv_get_str(body, "previous_response_id", &prev, f)) return -1;
     if (!prev) return 0;
-    json_t *items = lim->responses ? resp_store_history(lim->responses, prev) : NULL;
+    json_t *items = lim->responses ? resp_store_history(lim->responses, prev, true) : NULL;
     if (!items)
         return srv_failf(f, 400, "previous_response_id",
                          "previous_response_id: no stored response '%.100s' (never made, made "
@@ -423,14 +423,98 @@ static const char *status_of(srv_finish f) {
     return f == FIN_LENGTH ? "incomplete" : f == FIN_ERROR ? "failed" : "completed";
 }
 
+/* An item as input_items lists it: a message's string content as one
+ * text part (input_text, or output_text for the assistant's). */
+static json_t *listed_item(const json_t *it) {
+    json_t *o = json_deep_copy(it);
+    const json_t *c = json_object_get(it, "content");
+    const char *role = json_string_value(json_object_get(it, "role"));
+    if (json_is_string(c))
+        json_object_set_new(
+            o, "content",
+            json_pack("[{s:s, s:O}]", "type",
+                      role && !strcmp(role, "assistant") ? "output_text" : "input_text", "text",
+                      c));
+    return o;
+}
+
+json_t *srv_response_input_items(resp_store *s, const char *id, const char *limit,
+                                 const char *order, const char *after, const char *before,
+                                 srv_fail *f) {
+    char *end = NULL;
+    long lim = limit ? strtol(limit, &end, 10) : 20;
+    if (limit && (!*limit || *end || lim < 1 || lim > 100)) {
+        srv_failf(f, 400, "limit", "limit: expected an integer from 1 to 100");
+        return NULL;
+    }
+    bool desc = !order || !strcmp(order, "desc");
+    if (!desc && strcmp(order, "asc")) {
+        srv_failf(f, 400, "order", "order: expected asc or desc");
+        return NULL;
+    }
+    json_t *items = s ? resp_store_history(s, id, false) : NULL;
+    if (!items) {
+        srv_failf(f, 404, NULL, "No response found with id '%.100s'", id);
+        return NULL;
+    }
+    long n = (long)json_array_size(items), lo = 0, hi = n; /* positions in the order asked */
+    for (int side = 0; side < 2; side++) {
+        const char *cursor = side ? before : after;
+        if (!cursor) continue;
+        long at = -1;
+        for (long k = 0; k < n && at < 0; k++) {
+            const json_t *it = json_array_get(items, (size_t)(desc ? n - 1 - k : k));
+            const char *iid = json_string_value(json_object_get(it, "id"));
+            if (iid && !strcmp(iid, cursor)) at = k;
+        }
+        if (at < 0) {
+            json_decref(items);
+            srv_failf(f, 400, side ? "before" : "after", "%s: no item '%.100s' in this list",
+                      side ? "before" : "after", cursor);
+            return NULL;
+        }
+        if (side)
+            hi = at;
+        else
+            lo = at + 1;
+    }
+    json_t *data = json_array();
+    for (long k = lo; k < hi && k < lo + lim; k++)
+        json_array_append_new(data,
+                              listed_item(json_array_get(items, (size_t)(desc ? n - 1 - k : k))));
+    json_decref(items);
+    size_t m = json_array_size(data);
+    const json_t *first = json_object_get(json_array_get(data, 0), "id"),
+                 *last = json_object_get(json_array_get(data, m ? m - 1 : 0), "id");
+    return json_pack("{s:s, s:o, s:O?, s:O?, s:b}", "object", "list", "data", data, "first_id",
+                     first, "last_id", last, "has_more", lo + lim < hi);
+}
+
+/* Gives the input items without an id one (msg_ + the response's id's
+ * tail + "_in" + their place; its output items end in their place alone),
+ * as OpenAI lists them: input_items pages by id. */
+static void name_items(json_t *items, const char *resp_id) {
+    size_t i;
+    json_t *it;
+    const char *tail = strchr(resp_id, '_') ? strchr(resp_id, '_') + 1 : resp_id;
+    json_array_foreach(items, i, it) {
+        if (!json_is_object(it) || json_is_string(json_object_get(it, "id"))) continue;
+        char id[96];
+        snprintf(id, sizeof id, "msg_%.64s_in%zu", tail, i);
+        json_object_set_new(it, "id", json_string(id));
+    }
+}
+
 /* The finished response, kept for previous_response_id and GET unless the
  * request said store: false (not one that failed, or whose client left). */
 static json_t *final_response(srv_gen *g) {
     srv_finish fin = g->b[0].finish;
     json_t *o = response_obj(g, status_of(fin), true);
     if (g->env.responses && g->req->resp_store && fin != FIN_ERROR && fin != FIN_CANCELLED &&
-        g->req->resp_input)
+        g->req->resp_input) {
+        name_items(g->req->resp_input, g->id);
         resp_store_put(g->env.responses, g->id, g->req->resp_prev, g->req->resp_input, o);
+    }
     return o;
 }
 

@@ -356,13 +356,29 @@ static enum MHD_Result models(srv *s, struct MHD_Connection *c) {
 /* GET /v1/models/ID: ID names the served model, or 404 */
 #define MODEL_PATH "/v1/models/"
 
-/* GET or DELETE /v1/responses/ID: a stored response */
+/* GET or DELETE /v1/responses/ID: a stored response; GET
+ * /v1/responses/ID/input_items: the items that made it */
 #define RESPONSE_PATH "/v1/responses/"
 
 static enum MHD_Result stored_response(conn *k, struct MHD_Connection *c, const char *id,
                                        bool del) {
     srv *s = k->s;
     json_t *o = NULL;
+    size_t n = strlen(id), tail = strlen("/input_items");
+    srv_fail f = {0};
+    if (!del && n > tail && !strcmp(id + n - tail, "/input_items")) { /* GET .../input_items */
+        char *rid = di_strdup(id);
+        rid[n - tail] = 0;
+        o = srv_response_input_items(
+            s->responses, rid, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit"),
+            MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order"),
+            MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"),
+            MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before"), &f);
+        free(rid);
+        if (!o) return reply_fail(k, c, &f);
+        srv_metrics_request(s->metrics, k->endpoint, 200);
+        return reply_json(c, 200, o);
+    }
     if (del && s->responses && resp_store_delete(s->responses, id))
         o = json_pack("{s:s, s:s, s:b}", "id", id, "object", "response.deleted", "deleted", 1);
     else if (!del && s->responses)
@@ -371,7 +387,6 @@ static enum MHD_Result stored_response(conn *k, struct MHD_Connection *c, const 
         srv_metrics_request(s->metrics, k->endpoint, 200);
         return reply_json(c, 200, o);
     }
-    srv_fail f = {0};
     srv_failf(&f, 404, NULL, "No response found with id '%.100s'", id);
     return reply_fail(k, c, &f);
 }

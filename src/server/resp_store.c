@@ -102,7 +102,7 @@ void resp_store_put(resp_store *s, const char *id, const char *prev, const json_
     pthread_mutex_unlock(&s->mu);
 }
 
-json_t *resp_store_history(resp_store *s, const char *id) {
+json_t *resp_store_history(resp_store *s, const char *id, bool own_output) {
     pthread_mutex_lock(&s->mu);
     int chain[MAX_CHAIN], n = 0;
     for (const char *at = id; at; at = s->v[chain[n - 1]].prev) {
@@ -119,7 +119,7 @@ json_t *resp_store_history(resp_store *s, const char *id) {
         e->used = ++s->clock;
         json_t *in = json_loads(e->input, 0, NULL), *resp = json_loads(e->response, 0, NULL);
         json_array_extend(items, in);
-        json_array_extend(items, json_object_get(resp, "output"));
+        if (k || own_output) json_array_extend(items, json_object_get(resp, "output"));
         json_decref(in);
         json_decref(resp);
     }

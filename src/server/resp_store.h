@@ -18,9 +18,10 @@ void resp_store_free(resp_store *s);
 void resp_store_put(resp_store *s, const char *id, const char *prev, const json_t *input,
                     const json_t *response);
 /* The items response id continues from: each stored turn's input items
- * then its output items, oldest first (a new array); NULL when id, or a
+ * then its output items, oldest first (a new array); without own_output,
+ * id's own output left out (the items that made it). NULL when id, or a
  * response it continued, is not stored (unknown, evicted, deleted). */
-json_t *resp_store_history(resp_store *s, const char *id);
+json_t *resp_store_history(resp_store *s, const char *id, bool own_output);
 /* The stored response (a new reference), or NULL. */
 json_t *resp_store_get(resp_store *s, const char *id);
 /* Removes it; false when it was not stored. */

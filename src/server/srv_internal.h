@@ -308,6 +308,14 @@ int srv_parse_structured(const json_t *body, srv_req *r, srv_fail *f);
 /* vLLM's priority (chat and completions): an integer, lower served first,
  * preempting later classes; other than 0 only where lim->priority. */
 int srv_get_priority(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f);
+/* GET /v1/responses/ID/input_items (OpenAI's list): the items that made
+ * stored response id (earlier turns' input and output, then its own input;
+ * string contents as input_text / output_text parts) as a page of at most
+ * limit (1..100, default 20) in order (desc, the default, or asc), after
+ * or before an item id; NULL with f's 404 or 400. */
+json_t *srv_response_input_items(resp_store *s, const char *id, const char *limit,
+                                 const char *order, const char *after, const char *before,
+                                 srv_fail *f);
 /* The sampling fields that need the vocabulary: stop and allowed token ids
  * inside it, and bad_words as vLLM tokenizes them (each word with its
  * leading whitespace stripped, and again after a space where that is as

@@ -653,7 +653,7 @@ test('responses: body and stream events', async () => {
   assert.equal(withReasoning.output[0].type, 'reasoning');
 });
 
-test('responses: previous_response_id continues a stored conversation; retrieve, delete, store: false', async () => {
+test('responses: previous_response_id continues a stored conversation; retrieve, input_items, delete, store: false', async () => {
   const req = { model: MODEL, max_output_tokens: 4, temperature: 0 };
   const first = await client.responses.create({ ...req, input: 'My name is Ada.' });
   assert.equal(first.store, true);
@@ -679,6 +679,24 @@ test('responses: previous_response_id continues a stored conversation; retrieve,
   assert.equal(done.previous_response_id, next.id);
   assert.equal((await client.responses.retrieve(done.id)).id, done.id);
   assert.ok(done.usage.input_tokens > next.usage.input_tokens);
+  // input_items: the items that made a response (earlier turns, then its input), newest first
+  // unless asked, paged by item id (the SDK follows has_more with after)
+  const listed = [];
+  for await (const it of client.responses.inputItems.list(done.id, { limit: 2 })) listed.push(it);
+  assert.equal(listed.length, 3 + first.output.length + next.output.length);
+  assert.equal(new Set(listed.map((it) => it.id)).size, listed.length, 'every item has its own id');
+  assert.deepEqual(listed[0].content, [{ type: 'input_text', text: 'Again?' }]);
+  assert.deepEqual(listed.at(-1).content, [{ type: 'input_text', text: 'My name is Ada.' }]);
+  assert.deepEqual(listed[1], next.output.at(-1));
+  const asc = await client.responses.inputItems.list(done.id, { order: 'asc', limit: 100 });
+  assert.deepEqual(asc.data.map((it) => it.id), listed.map((it) => it.id).reverse());
+  assert.equal(asc.has_more, false);
+  const page = await client.responses.inputItems.list(done.id, { order: 'asc', after: asc.data[0].id, before: asc.data.at(-1).id });
+  assert.deepEqual(page.data.map((it) => it.id), asc.data.slice(1, -1).map((it) => it.id));
+  const raw = await (await fetch(`${srv.url}/v1/responses/${done.id}/input_items?limit=2&order=asc`, { headers: { authorization: `Bearer ${KEY}` } })).json();
+  assert.deepEqual([raw.object, raw.first_id, raw.last_id, raw.has_more], ['list', asc.data[0].id, asc.data[1].id, true]);
+  await assert.rejects(client.responses.inputItems.list(done.id, { limit: 0 }), (e) => e.status === 400 && e.param === 'limit');
+  await assert.rejects(client.responses.inputItems.list('resp_nope'), (e) => e.status === 404);
   // Not stored: neither retrieved nor continued; deleting the chain's start ends the chain.
   await assert.rejects(client.responses.retrieve(whole.id), (e) => e.status === 404);
   await assert.rejects(client.responses.create({ ...req, previous_response_id: whole.id, input: 'x' }),

@@ -510,22 +510,27 @@ TEST(server_response_store_chains_and_evicts) {
     resp_store *s = resp_store_new(4 * one);
     resp_store_put(s, "r1", NULL, in, out);
     resp_store_put(s, "r2", "r1", in2, out2);
-    json_t *h = resp_store_history(s, "r2");
+    json_t *h = resp_store_history(s, "r2", true);
     char *t = json_dumps(h, JSON_COMPACT);
     CHECKF(t && !strcmp(t, "[\"a\",\"A\",\"b\",\"B\"]"), "%s", t ? t : "-");
+    free(t);
+    json_decref(h);
+    h = resp_store_history(s, "r2", false); /* what made r2: without its own output */
+    t = json_dumps(h, JSON_COMPACT);
+    CHECKF(t && !strcmp(t, "[\"a\",\"A\",\"b\"]"), "%s", t ? t : "-");
     free(t);
     json_decref(h);
     json_t *r = resp_store_get(s, "r1");
     CHECK(r && json_is_array(json_object_get(r, "output")));
     json_decref(r);
-    CHECK(!resp_store_history(s, "nope") && !resp_store_get(s, "nope"));
+    CHECK(!resp_store_history(s, "nope", true) && !resp_store_get(s, "nope"));
     /* Filling the store evicts the least recently used first: the first two go. */
     char id[16];
     for (int i = 3; i < 40; i++) {
         snprintf(id, sizeof id, "r%d", i);
         resp_store_put(s, id, NULL, in, out);
     }
-    CHECK(!resp_store_get(s, "r1") && !resp_store_history(s, "r2"));
+    CHECK(!resp_store_get(s, "r1") && !resp_store_history(s, "r2", true));
     r = resp_store_get(s, "r39");
     CHECK(r);
     json_decref(r);
@@ -533,7 +538,7 @@ TEST(server_response_store_chains_and_evicts) {
     /* a chain whose start is gone is refused, not shortened */
     resp_store_put(s, "x1", NULL, in, out);
     resp_store_put(s, "x2", "x1", in2, out2);
-    CHECK(resp_store_delete(s, "x1") && !resp_store_history(s, "x2"));
+    CHECK(resp_store_delete(s, "x1") && !resp_store_history(s, "x2", true));
     resp_store_free(s);
     json_decref(in);
     json_decref(out);
