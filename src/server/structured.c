@@ -1,8 +1,8 @@
 /* structured.c — vLLM's, SGLang's and llama.cpp's structured-output
  * parameters for chat and completions, beside OpenAI's response_format:
  * guided_json, guided_regex, guided_choice and guided_grammar (vLLM), the
- * same as structured_outputs' json, regex, choice and grammar (vLLM's
- * newer form), regex and ebnf (SGLang), grammar and json_schema
+ * same as structured_outputs' json, regex, choice, grammar and
+ * json_object (vLLM's newer form), regex and ebnf (SGLang), grammar and json_schema
  * (llama.cpp).
  *
  * A schema goes where response_format's does. A regex or a choice holds the
@@ -84,6 +84,12 @@ static int take_grammar(srv_req *r, const json_t *v, const char *name, srv_fail 
 
 /* One constraint's value v, named name, onto r. */
 static int take(srv_req *r, const char *kind, const json_t *v, const char *name, srv_fail *f) {
+    if (!strcmp(kind, "object")) { /* any JSON object, as response_format json_object */
+        if (!json_is_true(v))
+            return srv_failf(f, 400, name, "%s: expected true (or no field)", name);
+        r->json_mode = true;
+        return 0;
+    }
     if (!strcmp(kind, "json")) {
         json_t *parsed = json_is_string(v) ? json_loads(json_string_value(v), 0, NULL) : NULL;
         const json_t *sch = parsed ? parsed : v;
@@ -139,12 +145,19 @@ int srv_parse_structured(const json_t *body, srv_req *r, srv_fail *f) {
         {"regex", "regex", true},
         {"choice", "choice", true},
         {"grammar", "grammar", true},
+        {"json_object", "object", true},
     };
+    const json_t *tag = json_object_get(so, "structural_tag"); /* said rather than ignored */
+    if (tag && !json_is_null(tag))
+        return srv_failf(f, 400, "structured_outputs.structural_tag",
+                         "structured_outputs.structural_tag: not supported (json, regex, choice, "
+                         "grammar and json_object are)");
     char taken[64] = "";
     if (r->json_mode) snprintf(taken, sizeof taken, "response_format");
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         const json_t *v = json_object_get(keys[i].nested ? so : body, keys[i].name);
-        if (!v || json_is_null(v)) continue;
+        if (!v || json_is_null(v) || (!strcmp(keys[i].kind, "object") && json_is_false(v)))
+            continue;
         char name[64];
         snprintf(name, sizeof name, "%s%s", keys[i].nested ? "structured_outputs." : "",
                  keys[i].name);

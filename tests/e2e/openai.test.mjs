@@ -461,6 +461,14 @@ test("vLLM's and SGLang's structured outputs: guided_choice, guided_regex, guide
     const j = await client.chat.completions.create({ ...req, max_tokens: 200, seed, messages: user('JSON please'), guided_json: { type: 'object', properties: { n: { type: 'integer', minimum: 1, maximum: 9 } }, required: ['n'] } });
     const o = JSON.parse(j.choices[0].message.content);
     assert.ok(Number.isInteger(o.n) && o.n >= 1 && o.n <= 9, j.choices[0].message.content);
+    // structured_outputs.json_object: as response_format json_object (any object), not free
+    const asked = { ...req, max_tokens: 40, seed, prompt: 'JSON: ' };
+    const any = await client.completions.create({ ...asked, structured_outputs: { json_object: true } });
+    const rf = await client.completions.create({ ...asked, response_format: { type: 'json_object' } });
+    const free = await client.completions.create(asked);
+    assert.ok(any.choices[0].text.startsWith('{'), any.choices[0].text);
+    assert.equal(any.choices[0].text, rf.choices[0].text);
+    assert.notEqual(any.choices[0].text, free.choices[0].text);
   }
   const bad = (body, param, re) => assert.rejects(client.completions.create({ ...req, prompt: 'x', ...body }),
     (e) => e.status === 400 && e.param === param && re.test(e.message));
@@ -469,6 +477,8 @@ test("vLLM's and SGLang's structured outputs: guided_choice, guided_regex, guide
   await bad({ response_format: { type: 'json_object' }, structured_outputs: { regex: 'a' } }, 'structured_outputs.regex', /only one/);
   await bad({ guided_choice: [] }, 'guided_choice', /1 to 1024 strings/);
   await bad({ guided_json: 'not json' }, 'guided_json', /JSON schema/);
+  await bad({ structured_outputs: { json_object: true, regex: 'a' } }, 'structured_outputs.json_object', /only one/);
+  await bad({ structured_outputs: { structural_tag: '{}' } }, 'structured_outputs.structural_tag', /not supported/);
 });
 
 test("grammars: vLLM's guided_grammar and structured_outputs.grammar, SGLang's ebnf, llama.cpp's grammar", async () => {
