@@ -236,6 +236,7 @@ static int start_state(gr_matcher *m) {
 
 int gr_next(gr_matcher *m, int state, uint8_t b) {
     const gr_grammar *g = m->g;
+    if (state < 0) return -1; /* a start cut short by the bounds: nothing goes on */
     int k = g->cls[b];
     if (m->st[state].row && m->st[state].row[k] != ROW_UNKNOWN) return m->st[state].row[k];
     next_stamp(m);
@@ -348,7 +349,7 @@ static size_t cache_bytes(const gr_matcher *m) {
 }
 
 int gr_current(gr_matcher *m) {
-    if (cache_bytes(m) > m->budget) restart(m);
+    if (m->current >= 0 && cache_bytes(m) > m->budget) restart(m);
     return m->current;
 }
 
