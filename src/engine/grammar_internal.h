@@ -1,11 +1,11 @@
-/* grammar_internal.h — a compiled grammar as grammar.c writes it and
- * grammar_match.c reads it: rules of alternatives, each a run of elements
- * closed by GE_END; an element takes one byte from a set, or calls a rule.
- * Bytes that no set tells apart share a class, and the sets are kept as
- * which classes they take. */
+/* grammar_internal.h — a compiled grammar as grammar.c writes it,
+ * grammar_check.c checks it and grammar_match.c reads it: rules of alternatives, each a run of
+ * elements closed by GE_END; an element takes one byte from a set, or calls a rule. Bytes that no
+ * set tells apart share a class, and the sets are kept as which classes they take. */
 #ifndef DI_GRAMMAR_INTERNAL_H
 #define DI_GRAMMAR_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine/grammar.h"
@@ -28,5 +28,12 @@ struct gr_grammar {
     uint8_t cls[256];
     uint8_t *set_has; /* set s takes class k: set_has[s * n_cls + k] */
 };
+
+/* grammar_check.c: a rule that makes g unusable, or -1: one reachable
+ * from root that can never be completed, or else (*left set) one that
+ * can begin with itself. */
+int gr_check(const gr_grammar *g, bool *left);
+/* Fills g's byte classes and set_has from its n_sets byte sets. */
+void gr_byte_classes(gr_grammar *g, uint64_t (*sets)[4], int n_sets);
 
 #endif
