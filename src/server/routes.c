@@ -165,8 +165,8 @@ int srv_prepare(const srv_api *api, const char *body, size_t len, const srv_limi
          r->tool_choice == SRV_TC_NAMED)) {
         /* their constraints start a reply afresh, not inside a message */
         srv_failf(f, 400, "messages",
-                  "messages: a continued last message cannot be JSON-constrained or a forced "
-                  "tool call");
+                  "messages: a continued last message cannot be held to a structured output "
+                  "(JSON, a pattern or a grammar) or be a forced tool call");
         goto done;
     }
 
