@@ -354,7 +354,9 @@ const srv_api srv_api_messages = {.path = "/v1/messages",
 
 /* POST /v1/messages/count_tokens: the prompt's tokens as the Messages
  * request would render them ({"input_tokens": N}); nothing runs. */
-static json_t *count_answer(const tok_ids *ids, const tokenizer *tok, int context) {
+static json_t *count_answer(const srv_req *r, const tok_ids *ids, const tokenizer *tok,
+                            int context) {
+    (void)r;
     (void)tok, (void)context;
     return json_pack("{s:I}", "input_tokens", (json_int_t)ids->n);
 }

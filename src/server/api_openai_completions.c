@@ -67,6 +67,14 @@ static int parse_prompts(const json_t *p, srv_req *r, const srv_limits *lim, srv
     return 0;
 }
 
+/* vLLM's add_special_tokens (default true): false leaves BOS out. */
+static int get_add_special(const json_t *body, srv_req *r, srv_fail *f) {
+    bool add = true;
+    if (srv_get_bool(body, "add_special_tokens", &add, f)) return -1;
+    r->no_bos = !add;
+    return 0;
+}
+
 static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
     if (parse_prompts(json_object_get(body, "prompt"), r, lim, f)) return -1;
     r->max_tokens = 16; /* the OpenAI default for this endpoint */
@@ -76,7 +84,7 @@ static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
         srv_get_int(body, "n", 1, lim->max_n, &r->n, f) || srv_get_priority(body, r, lim, f) ||
         srv_get_int(body, "max_tokens", 0, 1 << 30, &r->max_tokens, f) ||
         srv_get_int(body, "logprobs", 0, SAMP_MAX_TOP, &lp, f) ||
-        srv_get_bool(body, "echo", &r->echo, f) ||
+        srv_get_bool(body, "echo", &r->echo, f) || get_add_special(body, r, f) ||
         srv_get_int(body, "prompt_logprobs", 0, SAMP_MAX_TOP, &r->prompt_logprobs, f) ||
         srv_parse_response_format(json_object_get(body, "response_format"), "response_format", r,
                                   f) ||

@@ -36,7 +36,7 @@ int srv_fuzz_one(const uint8_t *data, size_t len) {
         return 0;
     }
     if (api->answer) {
-        json_t *a = api->answer(&p.ids, NULL, 1024);
+        json_t *a = api->answer(&r, &p.ids, NULL, 1024);
         free(json_dumps(a, JSON_COMPACT));
         json_decref(a);
         srv_req_free(&r);

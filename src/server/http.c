@@ -197,7 +197,7 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
         goto fail;
     srv_req *r = &j->req;
     if (k->api->answer) {
-        json_t *o = k->api->answer(&p.ids, s->tok, s->o.context);
+        json_t *o = k->api->answer(r, &p.ids, s->tok, s->o.context);
         srv_prepared_free(&p);
         job_free(j);
         srv_metrics_request(s->metrics, k->endpoint, 200);

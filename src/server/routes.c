@@ -85,10 +85,10 @@ void srv_json_constraint(const srv_req *r, bool think_opened, const tokenizer *t
     er->json = er->json_wait;
 }
 
-/* A completions prompt's ids: BOS and the text as untrusted text, or the
- * ids as given (in the vocabulary); with a suffix (r->suffix), the text
- * and it around the model's fill-in-the-middle markers (render_fim). Errors name param,
- * and the prompt as name. */
+/* A completions prompt's ids: BOS (unless r->no_bos) and the text as
+ * untrusted text, or the ids as given (in the vocabulary); with a suffix
+ * (r->suffix), the text and it around the model's fill-in-the-middle
+ * markers (render_fim). Errors name param, and the prompt as name. */
 static int prompt_ids(const tokenizer *tok, const srv_req *r, const srv_prompt *p,
                       const char *param, const char *name, tok_ids *out, srv_fail *f) {
     /* an empty suffix where the model has no markers: a plain completion */
@@ -98,9 +98,11 @@ static int prompt_ids(const tokenizer *tok, const srv_req *r, const srv_prompt *
             return srv_failf(f, 400, "suffix", "suffix: %s must be text, not token ids", name);
         if (render_fim(tok, p->text, p->len, r->suffix, r->suffix_len, out, &err))
             return srv_failf(f, 400, "suffix", "suffix: %s", err.msg);
+        if (r->no_bos && out->n && out->v[0] == tok_bos_id(tok)) /* add_special_tokens: false */
+            memmove(out->v, out->v + 1, sizeof *out->v * --out->n);
     } else if (p->text) {
         di_err err = {{0}};
-        int bos = tok ? tok_bos_id(tok) : -1;
+        int bos = tok && !r->no_bos ? tok_bos_id(tok) : -1;
         if (bos >= 0) tok_ids_push(out, bos);
         if (tok && tok_encode_text(tok, p->text, p->len, out, &err))
             return srv_failf(f, 400, param, "%s: %s", name, err.msg);

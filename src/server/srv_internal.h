@@ -108,6 +108,8 @@ typedef struct srv_req {
     int prompt_logprobs; /* vLLM's: alternatives per prompt token, -1 unset */
     int truncate_prompt; /* vLLM's truncate_prompt_tokens: the prompt's last ones kept; 0 off */
     int priority;        /* vLLM's: lower is served first (engine_request.priority) */
+    bool no_bos;         /* vLLM's add_special_tokens: false (completions): no BOS first */
+    bool token_strs;     /* vLLM's /tokenize return_token_strs */
     bool tokens_as_ids;  /* vLLM's return_tokens_as_token_ids: logprobs' tokens "token_id:N" */
     int *allowed_ids;    /* vLLM's allowed_token_ids */
     int n_allowed_ids;
@@ -290,7 +292,7 @@ struct srv_api {
     json_t *(*body)(srv_gen *g);            /* non-stream body */
     /* Set: the endpoint generates nothing, it answers this of the prompt's
      * ids (count_tokens, tokenize, detokenize; prompt.c). */
-    json_t *(*answer)(const tok_ids *ids, const tokenizer *tok, int context);
+    json_t *(*answer)(const srv_req *r, const tok_ids *ids, const tokenizer *tok, int context);
 };
 
 /* Shared between the chat-like parsers (api_openai_chat.c). */

@@ -237,6 +237,17 @@ test('/tokenize and /detokenize: the ids a request becomes, and back', async () 
   const text = await post('/tokenize', { prompt: 'The quick brown fox' });
   const back = await post('/detokenize', { tokens: text.body.tokens });
   assert.equal(back.body.prompt, 'The quick brown fox', 'BOS (a control token) left out');
+  // vLLM's add_special_tokens: false (no BOS) and return_token_strs (the vocabulary's strings)
+  const bare = await post('/tokenize', { prompt: 'The quick brown fox', add_special_tokens: false, return_token_strs: true });
+  assert.deepEqual(bare.body.tokens, text.body.tokens.slice(1));
+  assert.equal(bare.body.token_strs.length, bare.body.tokens.length);
+  assert.ok(bare.body.token_strs.every((t) => typeof t === 'string' && t.length > 0));
+  const strs = await post('/tokenize', { prompt: 'The', return_token_strs: true });
+  assert.match(strs.body.token_strs[0], /begin/, 'BOS as the vocabulary spells it');
+  const noBos = await client.completions.create({ model: MODEL, prompt: 'The quick brown fox', max_tokens: 6, temperature: 0, add_special_tokens: false });
+  const asIds = await client.completions.create({ model: MODEL, prompt: bare.body.tokens, max_tokens: 6, temperature: 0 });
+  assert.equal(noBos.usage.prompt_tokens, bare.body.tokens.length);
+  assert.equal(noBos.choices[0].text, asIds.choices[0].text);
   const bad = await post('/detokenize', { tokens: [1 << 29] });
   assert.equal(bad.status, 400);
   assert.equal(bad.body.error.param, 'tokens');
