@@ -69,12 +69,56 @@ static bool num_meets(const js_node *n, bool neg, js_dec a, const js_dec *b, boo
     return true;
 }
 
+/* ---- integers that are multiples ---- */
+#define INT_LIM 999999999999999999LL /* the largest NUM_SIG digits write */
+
+/* d as an integer, rounded up (up) or down, clamped to +-INT_LIM. */
+static int64_t dec_int(js_dec d, bool up) {
+    uint64_t mag = d.m;
+    bool frac = false, big = false;
+    for (int e = d.e; e > 0 && !big; e--) big = mag > (uint64_t)INT_LIM / 10, mag *= 10;
+    for (int e = d.e; e < 0 && mag; e++) frac |= mag % 10 != 0, mag /= 10;
+    if (big || mag > (uint64_t)INT_LIM) mag = (uint64_t)INT_LIM;
+    int64_t v = d.neg ? -(int64_t)mag : (int64_t)mag;
+    if (frac) v += d.neg ? (up ? 0 : -1) : (up ? 1 : 0); /* toward the rounding's side */
+    return v;
+}
+
+/* A multiple of k lies in [lo, hi]. */
+static bool multiple_in(int64_t lo, int64_t hi, uint64_t k) {
+    if (lo > hi) return false;
+    int64_t q = lo / (int64_t)k; /* toward zero: up for a negative lo */
+    if (lo > 0 && lo % (int64_t)k) q++;
+    return q * (int64_t)k <= hi;
+}
+
+/* num_fits for a node held to multiples of n->mult (an integer as written,
+ * no point): the number as it stands (end), or one that more digits make
+ * (each of them a decade of magnitudes), in range and a multiple. */
+static bool int_fits(const js_node *n, const jg_num *p, bool end) {
+    int64_t lo = n->has_nlo ? dec_int(n->nlo, true) : -INT_LIM;
+    int64_t hi = n->has_nhi ? dec_int(n->nhi, false) : INT_LIM;
+    if (!p->whole) return !end && multiple_in(lo, hi < -1 ? hi : -1, n->mult); /* a sign */
+    int64_t m = (int64_t)p->m, sign = p->neg ? -1 : 1;
+    if (!m) return !p->neg && multiple_in(lo > 0 ? lo : 0, hi < 0 ? hi : 0, n->mult); /* 0 */
+    if (end)
+        return multiple_in(lo > sign * m ? lo : sign * m, hi < sign * m ? hi : sign * m, n->mult);
+    int64_t scale = 1;
+    for (int k = 0; p->sig + k <= NUM_SIG; k++, scale *= 10) {
+        int64_t a = m * scale, b = k ? (m + 1) * scale - 1 : m; /* magnitudes */
+        int64_t va = p->neg ? -b : a, vb = p->neg ? -a : b;
+        if (multiple_in(lo > va ? lo : va, hi < vb ? hi : vb, n->mult)) return true;
+    }
+    return false;
+}
+
 /* Some number that starts with what p holds lies in node n's range; with
  * end, the number as it stands. More digits before the point multiply by
  * tens, any after it (or after a point still to come) add less than the
  * last digit's unit; a leading 0 stands alone (RFC 8259), and for an
  * integer is 0 itself. */
 static bool num_fits(const js_node *n, const jg_num *p, bool end, bool integer) {
+    if (n->mult) return int_fits(n, p, end);
     js_dec zero = {0}, one = {.m = 1}, v = {.m = p->m, .e = -p->frac};
     js_dec next = {.m = p->m + 1, .e = -p->frac};
     if (!p->whole) return !end && num_meets(n, true, zero, NULL, false); /* a sign alone */
@@ -175,9 +219,8 @@ static bool start_value(jg_state *s, int node, uint8_t c, int depth) {
         s->rstate = 0;
         return true;
     case K_INTEGER:
-        s->int_only = true;
-        /* fall through */
     case K_NUMBER:
+        s->int_only = n->kind == K_INTEGER || n->mult;
         if (n->bounded && digit) {
             s->num_bounded = true, s->snode = (uint16_t)node;
             s->num = (jg_num){.neg = c == '-'};

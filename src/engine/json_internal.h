@@ -84,6 +84,7 @@ typedef struct js_node {
     bool bounded; /* number, integer: held to [nlo, nhi] (where has_*) */
     bool has_nlo, has_nhi;
     js_dec nlo, nhi;
+    uint64_t mult;     /* number, integer: a multiple of this integer (0: any); then no point */
     uint16_t items;    /* array: the items' node */
     uint16_t re;       /* string: its pattern's DFA + 1 (0: none) */
     uint32_t lo, hi;   /* string: characters; array: items (hi UINT32_MAX: no bound) */

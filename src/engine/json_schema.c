@@ -363,7 +363,11 @@ static js_dec shortest_dec(double x) {
  * rules the sign out, and bounds hold it to a range (one nothing meets, or
  * only numbers past 10^17 that need an exponent: a free value). A number's
  * exclusive bound becomes the inclusive one next to it (x < b for doubles
- * is x <= the double before b), an integer's the integer next to it. */
+ * is x <= the double before b), an integer's the integer next to it. A
+ * multipleOf that is a whole number (under 10^17) holds it to the integers
+ * it divides (a number's then written without a point: a subset); one with
+ * a fraction is not held, and a range with no multiple in it is a free
+ * value. */
 static int number(compiler *c, const json_t *j, int kind) {
     double lo = -INFINITY, hi = INFINITY;
     bool lo_x = false, hi_x = false;
@@ -373,11 +377,20 @@ static int number(compiler *c, const json_t *j, int kind) {
     if (kind == K_NUMBER)
         a = lo_x ? nextafter(lo, INFINITY) : lo, b = hi_x ? nextafter(hi, -INFINITY) : hi;
     if (a > b || a >= 1e17 || b <= -1e17) return 0;
+    const json_t *mo = json_object_get(j, "multipleOf");
+    double step = json_is_number(mo) ? json_number_value(mo) : 0;
+    uint64_t mult = step >= 1 && step < 1e17 && step == floor(step) ? (uint64_t)step : 0;
+    if (mult == 1 && kind == K_INTEGER) mult = 0;
+    if (mult) { /* some multiple in [a, b]: the first at or above a */
+        double first = ceil((a > -1e18 ? ceil(a) : -1e18) / step) * step;
+        if (first > floor(b < 1e18 ? b : 1e18)) return 0;
+    }
     int n = new_node(c, kind);
     js_node *k = &c->s->nodes[n];
     k->nonneg = lo >= 0;
     k->has_nlo = a > -INFINITY, k->has_nhi = b < INFINITY;
-    k->bounded = k->has_nlo || k->has_nhi;
+    k->mult = mult;
+    k->bounded = k->has_nlo || k->has_nhi || mult;
     if (k->has_nlo) k->nlo = shortest_dec(a);
     if (k->has_nhi) k->nhi = shortest_dec(b);
     return n;

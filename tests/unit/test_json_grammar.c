@@ -654,20 +654,24 @@ TEST(json_schema_pattern_escapes_digit_by_digit) {
     jg_schema_free(sc);
 }
 
-/* Integers held to a range: every integer text from -2000 to 2000 taken
- * whole iff in range, and each of its prefixes iff some integer in range
- * starts so (found by listing them). */
+/* Integers held to a range (and to multiples): every integer text from
+ * -2000 to 2000 taken whole iff in range (and a multiple), and each of its
+ * prefixes iff some such integer starts so (found by listing them). */
 TEST(json_schema_holds_integer_bounds) {
     static const struct {
         const char *kw;
-        int lo, hi;
+        int lo, hi, mult;
     } cases[] = {
-        {"\"minimum\":-5,\"maximum\":12", -5, 12},
-        {"\"exclusiveMinimum\":0,\"exclusiveMaximum\":100", 1, 99},
-        {"\"minimum\":10,\"exclusiveMinimum\":true,\"maximum\":1e3", 11, 1000},
-        {"\"maximum\":-7.5,\"minimum\":-1200", -1200, -8},
-        {"\"minimum\":-0.5,\"maximum\":0.5", 0, 0},
-        {"\"minimum\":150,\"maximum\":160", 150, 160},
+        {"\"minimum\":-5,\"maximum\":12", -5, 12, 1},
+        {"\"exclusiveMinimum\":0,\"exclusiveMaximum\":100", 1, 99, 1},
+        {"\"minimum\":10,\"exclusiveMinimum\":true,\"maximum\":1e3", 11, 1000, 1},
+        {"\"maximum\":-7.5,\"minimum\":-1200", -1200, -8, 1},
+        {"\"minimum\":-0.5,\"maximum\":0.5", 0, 0, 1},
+        {"\"minimum\":150,\"maximum\":160", 150, 160, 1},
+        {"\"multipleOf\":7,\"minimum\":-30,\"maximum\":45", -30, 45, 7},
+        {"\"multipleOf\":25,\"minimum\":-1999.5,\"maximum\":1999", -1999, 1999, 25},
+        {"\"multipleOf\":10,\"minimum\":-9,\"maximum\":0", -9, 0, 10},
+        {"\"multipleOf\":400,\"exclusiveMinimum\":-800,\"maximum\":1700", -799, 1700, 400},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char schema[256], text[64];
@@ -677,17 +681,20 @@ TEST(json_schema_holds_integer_bounds) {
         jg_schema *sc = schema_of(schema);
         CHECK(sc);
         int lo = cases[i].lo, hi = cases[i].hi;
-        static char texts[2001][8]; /* the integers in range, written */
-        for (int w = lo; w <= hi; w++) snprintf(texts[w - lo], sizeof texts[0], "%d", w);
+        static char texts[4001][8]; /* the integers in range (multiples), written */
+        int n_texts = 0, mult = cases[i].mult;
+        for (int w = lo; w <= hi; w++)
+            if (w % mult == 0) snprintf(texts[n_texts++], sizeof texts[0], "%d", w);
         for (int v = -2000; v <= 2000; v++) {
             snprintf(text, sizeof text, "{\"x\":%d}", v);
-            CHECKF(schema_accepts(sc, text) == (v >= lo && v <= hi), "%s: %d", cases[i].kw, v);
+            CHECKF(schema_accepts(sc, text) == (v >= lo && v <= hi && v % mult == 0), "%s: %d",
+                   cases[i].kw, v);
             char num[16];
             int len = snprintf(num, sizeof num, "%d", v);
             for (int l = 1; l <= len; l++) {
                 bool want = false; /* some integer in range starts with num[0..l) */
-                for (int w = lo; w <= hi && !want; w++)
-                    want = !strncmp(texts[w - lo], num, (size_t)l);
+                for (int w = 0; w < n_texts && !want; w++)
+                    want = !strncmp(texts[w], num, (size_t)l);
                 jg_state s;
                 jg_init_schema(&s, sc);
                 CHECK(jg_feed(&s, "{\"x\":", 5));
@@ -697,10 +704,35 @@ TEST(json_schema_holds_integer_bounds) {
         CHECK(!schema_accepts(sc, "{\"x\":1.0}") && !schema_accepts(sc, "{\"x\":-0.0}"));
         jg_schema_free(sc);
     }
-    /* a range no integer meets: a free value */
+    /* a range no integer meets: a free value; also one no multiple meets */
     jg_schema *sc = schema_of("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\","
                               "\"minimum\":3.2,\"maximum\":3.8}}}");
     CHECK(sc && schema_accepts(sc, "{\"x\":\"any\"}"));
+    jg_schema_free(sc);
+    sc = schema_of("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\","
+                   "\"minimum\":1,\"maximum\":4,\"multipleOf\":5}}}");
+    CHECK(sc && schema_accepts(sc, "{\"x\":\"any\"}"));
+    jg_schema_free(sc);
+    /* unbounded multiples: any prefix goes on (7 to 7000), whole only at a multiple; a
+     * number's multiples are written as integers; a fraction's multipleOf is not held */
+    sc = schema_of("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\","
+                   "\"multipleOf\":1000},\"y\":{\"type\":\"number\",\"multipleOf\":5},"
+                   "\"z\":{\"type\":\"number\",\"multipleOf\":0.5}}}");
+    CHECK(sc);
+    static const char *const yes[] = {"{\"x\":7000}", "{\"x\":-123000}", "{\"x\":0}", "{\"y\":-15}",
+                                      "{\"z\":0.3}"};
+    static const char *const no[] = {"{\"x\":7}",    "{\"x\":1500}", "{\"x\":-0}",
+                                     "{\"y\":15.0}", "{\"y\":12}",   "{\"y\":1e1}"};
+    for (size_t k = 0; k < sizeof yes / sizeof *yes; k++)
+        CHECKF(schema_accepts(sc, yes[k]), "%s", yes[k]);
+    for (size_t k = 0; k < sizeof no / sizeof *no; k++)
+        CHECKF(!schema_accepts(sc, no[k]), "%s", no[k]);
+    jg_state st;
+    jg_init_schema(&st, sc);
+    const char *deep = "{\"x\":-999999999999999"; /* 15 digits: only ...000 at 18 goes on */
+    CHECK(jg_feed(&st, deep, strlen(deep)));
+    jg_state more = st;
+    CHECK(!jg_feed(&more, "9", 1) && jg_feed(&st, "000}", 4) && jg_done(&st));
     jg_schema_free(sc);
 }
 
