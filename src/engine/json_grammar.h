@@ -112,9 +112,10 @@ void jg_init_grammar(jg_state *s, gr_matcher *m);
  * time, uuid, email, ipv4, hostname, uri: json_regex.c's patterns; with a
  * length range, held together with it: json_regex_len.c), arrays'
  * minItems / maxItems, and numbers' and integers' minimum / maximum
- * (exclusive or not; a number with a range takes no exponent). Keywords
- * that narrow further (other formats, patterns outside the subset,
- * multipleOf) are not enforced; a part it cannot hold is any
+ * (exclusive or not; a number with a range takes no exponent) and a
+ * whole multipleOf (then no point either). Keywords that narrow further
+ * (other formats, patterns outside the subset, a fractional multipleOf)
+ * are not enforced; a part it cannot hold is any
  * JSON value there (a whole schema that is not an object: NULL, with why). */
 jg_schema *jg_schema_compile(const char *text, size_t len, char *why, size_t cap);
 void jg_schema_free(jg_schema *schema);
