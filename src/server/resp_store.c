@@ -117,7 +117,8 @@ json_t *resp_store_history(resp_store *s, const char *id, bool own_output) {
     for (int k = n - 1; k >= 0; k--) { /* oldest first: its input, then its output */
         entry *e = &s->v[chain[k]];
         e->used = ++s->clock;
-        json_t *in = json_loads(e->input, 0, NULL), *resp = json_loads(e->response, 0, NULL);
+        json_t *in = json_loads(e->input, JSON_ALLOW_NUL, NULL),
+               *resp = json_loads(e->response, JSON_ALLOW_NUL, NULL);
         json_array_extend(items, in);
         if (k || own_output) json_array_extend(items, json_object_get(resp, "output"));
         json_decref(in);
@@ -133,7 +134,7 @@ json_t *resp_store_get(resp_store *s, const char *id) {
     json_t *o = NULL;
     if (i >= 0) {
         s->v[i].used = ++s->clock;
-        o = json_loads(s->v[i].response, 0, NULL);
+        o = json_loads(s->v[i].response, JSON_ALLOW_NUL, NULL);
     }
     pthread_mutex_unlock(&s->mu);
     return o;

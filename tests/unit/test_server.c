@@ -535,6 +535,17 @@ TEST(server_response_store_chains_and_evicts) {
     CHECK(r);
     json_decref(r);
     CHECK(resp_store_delete(s, "r39") && !resp_store_get(s, "r39") && !resp_store_delete(s, "r39"));
+    /* a reply holding U+0000 (a model may write one) reads back, alone and in a chain */
+    json_t *nul = json_pack("{s:[s#]}", "output", "a\0b", (size_t)3);
+    resp_store_put(s, "n1", NULL, in, nul);
+    resp_store_put(s, "n2", "n1", in2, out2);
+    r = resp_store_get(s, "n1");
+    h = resp_store_history(s, "n2", true);
+    CHECK(r && json_string_length(json_array_get(json_object_get(r, "output"), 0)) == 3);
+    CHECK(h && json_array_size(h) == 4);
+    json_decref(r);
+    json_decref(h);
+    json_decref(nul);
     /* a chain whose start is gone is refused, not shortened */
     resp_store_put(s, "x1", NULL, in, out);
     resp_store_put(s, "x2", "x1", in2, out2);
