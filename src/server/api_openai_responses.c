@@ -150,6 +150,13 @@ static int continue_from(const json_t *body, srv_req *r, const srv_limits *lim, 
     const char *prev = NULL;
     if (srv_get_str(body, "previous_response_id", &prev, f)) return -1;
     if (!prev) return 0;
+    json_t *was = lim->responses ? resp_store_get(lim->responses, prev) : NULL;
+    const char *status = json_string_value(json_object_get(was, "status"));
+    bool running = status && !strcmp(status, "in_progress");
+    json_decref(was);
+    if (running)
+        return srv_failf(f, 400, "previous_response_id",
+                         "previous_response_id: response '%.100s' is still in progress", prev);
     json_t *items = lim->responses ? resp_store_history(lim->responses, prev, true) : NULL;
     if (!items)
         return srv_failf(f, 400, "previous_response_id",
@@ -210,9 +217,14 @@ static int resp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
         srv_get_int(body, "max_output_tokens", 1, 1 << 30, &r->max_tokens, f) ||
         srv_get_int(body, "top_logprobs", 0, SAMP_MAX_TOP, &r->top_logprobs, f) ||
         srv_get_bool(body, "parallel_tool_calls", &r->parallel_tool_calls, f) ||
-        parse_include(json_object_get(body, "include"), r, f))
+        parse_include(json_object_get(body, "include"), r, f) ||
+        srv_get_bool(body, "background", &r->background, f))
         return -1;
     if (r->top_logprobs) r->logprobs = true;
+    if (r->background && (r->stream || !r->resp_store || !lim->responses))
+        return srv_failf(f, 400, "background",
+                         "background: needs store (and a server that keeps responses) and is not "
+                         "streamed here (poll GET /v1/responses/ID)");
     return 0;
 }
 
@@ -292,6 +304,7 @@ static json_t *response_obj(srv_gen *g, const char *status, bool final) {
     json_object_set_new(o, "previous_response_id",
                         g->req->resp_prev ? json_string(g->req->resp_prev) : json_null());
     json_object_set_new(o, "store", json_boolean(g->req->resp_store && g->env.responses));
+    json_object_set_new(o, "background", json_boolean(g->req->background));
     if (final) {
         engine_usage u = gen_usage(g);
         json_object_set_new(o, "usage",
@@ -420,7 +433,10 @@ static void resp_begin(srv_gen *g) {
 }
 
 static const char *status_of(srv_finish f) {
-    return f == FIN_LENGTH ? "incomplete" : f == FIN_ERROR ? "failed" : "completed";
+    return f == FIN_LENGTH      ? "incomplete"
+           : f == FIN_ERROR     ? "failed"
+           : f == FIN_CANCELLED ? "cancelled"
+                                : "completed";
 }
 
 /* An item as input_items lists it: a message's string content as one
@@ -505,16 +521,27 @@ static void name_items(json_t *items, const char *resp_id) {
     }
 }
 
+static void keep(srv_gen *g, const json_t *o) {
+    name_items(g->req->resp_input, g->id);
+    resp_store_put(g->env.responses, g->id, g->req->resp_prev, g->req->resp_input, o);
+}
+
 /* The finished response, kept for previous_response_id and GET unless the
- * request said store: false (not one that failed, or whose client left). */
+ * request said store: false (not one that failed, or whose client left; a
+ * background one always, as polling finds it: failed or cancelled too). */
 static json_t *final_response(srv_gen *g) {
     srv_finish fin = g->b[0].finish;
     json_t *o = response_obj(g, status_of(fin), true);
-    if (g->env.responses && g->req->resp_store && fin != FIN_ERROR && fin != FIN_CANCELLED &&
-        g->req->resp_input) {
-        name_items(g->req->resp_input, g->id);
-        resp_store_put(g->env.responses, g->id, g->req->resp_prev, g->req->resp_input, o);
-    }
+    if (g->env.responses && g->req->resp_store && g->req->resp_input &&
+        (g->req->background || (fin != FIN_ERROR && fin != FIN_CANCELLED)))
+        keep(g, o);
+    return o;
+}
+
+/* Background mode: in progress, with no output yet. */
+static json_t *resp_started(srv_gen *g) {
+    json_t *o = response_obj(g, "in_progress", false);
+    keep(g, o);
     return o;
 }
 
@@ -538,4 +565,5 @@ const srv_api srv_api_responses = {.path = "/v1/responses",
                                    .begin = resp_begin,
                                    .event = resp_event,
                                    .end = resp_end,
-                                   .body = resp_body};
+                                   .body = resp_body,
+                                   .started = resp_started};

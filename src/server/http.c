@@ -40,6 +40,12 @@ struct srv {
     srv_limits lim;
     srv_metrics *metrics;
     resp_store *responses; /* NULL: none kept */
+    /* Responses running in the background (bg_mu): listed for cancel,
+     * counted so that srv_stop waits for their threads. */
+    pthread_mutex_t bg_mu;
+    pthread_cond_t bg_cv;
+    struct job *bg;
+    int bg_running;
     atomic_int pending;
     atomic_bool stopping;
     int port;
@@ -63,6 +69,7 @@ typedef struct job {
     srv_gen *g;
     int fd;
     size_t sent;
+    struct job *next; /* in s->bg */
 } job;
 
 static const srv_api *const apis[] = {&srv_api_chat,      &srv_api_completions,  &srv_api_responses,
@@ -168,6 +175,101 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) {
     job_free(cls);
+}
+
+/* --- background responses ------------------------------------------------ */
+/* A background response's own thread: waits for the end (or the server's
+ * stop, which cancels it), has the finished response stored, and frees
+ * the job. */
+static void *background_run(void *arg) {
+    job *j = arg;
+    srv *s = j->s;
+    srv_gen *g = j->g;
+    pthread_mutex_lock(&g->mu);
+    while (!g->all_done) {
+        if (atomic_load(&s->stopping)) {
+            cancel_locked(j);
+            break;
+        }
+        wait_slice(g);
+    }
+    pthread_mutex_unlock(&g->mu);
+    json_decref(j->api->body(g)); /* stores it: completed, incomplete, failed or cancelled */
+    pthread_mutex_lock(&s->bg_mu);
+    for (job **pp = &s->bg; *pp; pp = &(*pp)->next)
+        if (*pp == j) {
+            *pp = j->next;
+            break;
+        }
+    pthread_mutex_unlock(&s->bg_mu);
+    job_free(j);
+    pthread_mutex_lock(&s->bg_mu);
+    s->bg_running--;
+    pthread_cond_broadcast(&s->bg_cv);
+    pthread_mutex_unlock(&s->bg_mu);
+    return NULL;
+}
+
+/* Hands job j (submitted) to a thread of its own; the answer is the
+ * response as it starts. NULL where no thread could be made (j is then
+ * the caller's still). */
+static json_t *background_start(job *j) {
+    srv *s = j->s;
+    j->fd = -1; /* no client waits on it */
+    pthread_mutex_lock(&j->g->mu);
+    json_t *now = j->api->started(j->g);
+    pthread_mutex_unlock(&j->g->mu);
+    pthread_mutex_lock(&s->bg_mu);
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    bool ok = pthread_create(&t, &at, background_run, j) == 0;
+    pthread_attr_destroy(&at);
+    if (ok) {
+        j->next = s->bg, s->bg = j;
+        s->bg_running++;
+    }
+    pthread_mutex_unlock(&s->bg_mu);
+    if (!ok) json_decref(now);
+    return ok ? now : NULL;
+}
+
+/* POST /v1/responses/ID/cancel: a background response still running is
+ * cancelled (it is stored cancelled once its branches end); the answer is
+ * the response as stored now, status cancelled. */
+static enum MHD_Result cancel_response(conn *k, struct MHD_Connection *c, const char *id) {
+    srv *s = k->s;
+    srv_fail f = {0};
+    bool found = false;
+    pthread_mutex_lock(&s->bg_mu);
+    for (job *j = s->bg; j && !found; j = j->next)
+        if (!strcmp(j->g->id, id)) {
+            found = true;
+            pthread_mutex_lock(&j->g->mu);
+            bool running = !j->g->all_done;
+            if (running) j->g->cancelled = true; /* its end: cancelled, not a stop */
+            pthread_mutex_unlock(&j->g->mu);
+            for (int p = 0; running && p < j->g->n_prompts; p++)
+                engine_cancel(s->e, j->g->prompts[p].engine_id);
+        }
+    pthread_mutex_unlock(&s->bg_mu);
+    json_t *o = s->responses ? resp_store_get(s->responses, id) : NULL;
+    if (!o) {
+        srv_failf(&f, 404, NULL, "No response found with id '%.100s'", id);
+        return reply_fail(k, c, &f);
+    }
+    if (!found) {
+        json_decref(o);
+        srv_failf(&f, 400, NULL,
+                  "Response '%.100s' is not running in the background: only such a response can "
+                  "be cancelled",
+                  id);
+        return reply_fail(k, c, &f);
+    }
+    json_object_set_new(o, "status", json_string("cancelled"));
+    srv_metrics_request(s->metrics, k->endpoint, 200);
+    return reply_json(c, 200, o);
 }
 
 /* --- generation requests ------------------------------------------------- */
@@ -295,6 +397,14 @@ static enum MHD_Result generate(conn *k, struct MHD_Connection *c) {
         goto fail; /* job_free cancels the others and waits for them */
     }
     srv_metrics_request(s->metrics, k->endpoint, 200);
+    if (r->background && k->api->started) {
+        json_t *now = background_start(j);
+        if (now) return reply_json(c, 200, now);
+        srv_failf(&f, 503, NULL, "could not start a background response");
+        j->fd = -1;
+        job_free(j); /* cancels it */
+        return reply_fail(k, c, &f);
+    }
     if (r->stream) {
         struct MHD_Response *resp =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, j, stream_free);
@@ -357,7 +467,8 @@ static enum MHD_Result models(srv *s, struct MHD_Connection *c) {
 #define MODEL_PATH "/v1/models/"
 
 /* GET or DELETE /v1/responses/ID: a stored response; GET
- * /v1/responses/ID/input_items: the items that made it */
+ * /v1/responses/ID/input_items: the items that made it; POST
+ * /v1/responses/ID/cancel: a background one stopped */
 #define RESPONSE_PATH "/v1/responses/"
 
 static enum MHD_Result stored_response(conn *k, struct MHD_Connection *c, const char *id,
@@ -428,9 +539,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
         bool is_post = !strcmp(method, "POST"), is_del = !strcmp(method, "DELETE");
         bool response = !strcmp(k->endpoint, "response");
+        size_t ul = strlen(url);
+        bool cancel = response && is_post && ul > 7 && !strcmp(url + ul - 7, "/cancel");
         if (!strcmp(k->endpoint, "other"))
             srv_failf(&k->fail, 404, NULL, "no route for %s %s", method, url);
-        else if (k->api ? !is_post : !(is_get || (response && is_del)))
+        else if (k->api ? !is_post : !(is_get || (response && is_del) || cancel))
             srv_failf(&k->fail, 405, NULL, "%s does not accept %s", url, method);
         else if ((k->api || response || !strncmp(k->endpoint, "model", 5)) && !authorized(s, c))
             srv_failf(&k->fail, 401, NULL,
@@ -455,8 +568,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return reply_fail(k, c, &k->fail);
     }
     if (k->api) return generate(k, c);
-    if (!strcmp(k->endpoint, "response"))
-        return stored_response(k, c, url + strlen(RESPONSE_PATH), !strcmp(method, "DELETE"));
+    if (!strcmp(k->endpoint, "response")) {
+        const char *id = url + strlen(RESPONSE_PATH);
+        size_t n = strlen(id);
+        if (!strcmp(method, "POST") && n > 7 && !strcmp(id + n - 7, "/cancel")) {
+            char *rid = di_strdup(id);
+            rid[n - 7] = 0;
+            enum MHD_Result ret = cancel_response(k, c, rid);
+            free(rid);
+            return ret;
+        }
+        return stored_response(k, c, id, !strcmp(method, "DELETE"));
+    }
     srv_metrics_request(s->metrics, k->endpoint, 200);
     if (!strcmp(k->endpoint, "models")) return models(s, c);
     if (!strcmp(k->endpoint, "model")) return reply_json(c, 200, model_obj(s));
@@ -507,9 +630,12 @@ srv *srv_start(engine *e, tokenizer *tok, const srv_opts *opts, di_err *err) {
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
     if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1) {
         di_errf(err, "serve: --host '%s' is not an IPv4 address", o->host);
+        resp_store_free(s->responses);
         free(s);
         return NULL;
     }
+    pthread_mutex_init(&s->bg_mu, NULL);
+    pthread_cond_init(&s->bg_cv, NULL);
     s->metrics = srv_metrics_new();
     s->d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0,
@@ -519,6 +645,9 @@ srv *srv_start(engine *e, tokenizer *tok, const srv_opts *opts, di_err *err) {
     if (!s->d) {
         di_errf(err, "serve: cannot listen on %s:%d (port in use?)", o->host, o->port);
         srv_metrics_free(s->metrics);
+        resp_store_free(s->responses);
+        pthread_mutex_destroy(&s->bg_mu);
+        pthread_cond_destroy(&s->bg_cv);
         free(s);
         return NULL;
     }
@@ -535,6 +664,11 @@ void srv_stop(srv *s) {
     if (!s) return;
     atomic_store(&s->stopping, true);
     MHD_stop_daemon(s->d);
+    pthread_mutex_lock(&s->bg_mu); /* background responses cancel themselves on stopping */
+    while (s->bg_running) pthread_cond_wait(&s->bg_cv, &s->bg_mu);
+    pthread_mutex_unlock(&s->bg_mu);
+    pthread_mutex_destroy(&s->bg_mu);
+    pthread_cond_destroy(&s->bg_cv);
     srv_metrics_free(s->metrics);
     resp_store_free(s->responses);
     free(s);

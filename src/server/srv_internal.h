@@ -111,6 +111,7 @@ typedef struct srv_req {
     bool no_bos;         /* vLLM's add_special_tokens: false (completions): no BOS first */
     bool token_strs;     /* vLLM's /tokenize return_token_strs */
     bool tokens_as_ids;  /* vLLM's return_tokens_as_token_ids: logprobs' tokens "token_id:N" */
+    bool background;     /* Responses: answered at once, run on, polled by GET (srv_api.started) */
     int *allowed_ids;    /* vLLM's allowed_token_ids */
     int n_allowed_ids;
     char **bad_words; /* vLLM's, as sent; srv_prepare makes them bad_ids */
@@ -290,6 +291,9 @@ struct srv_api {
     void (*scored)(srv_gen *g, int branch); /* stream: its prompt's lp is in, before any text */
     void (*end)(srv_gen *g);                /* stream: all branches finished */
     json_t *(*body)(srv_gen *g);            /* non-stream body */
+    /* Responses' background mode: the response as it starts (in_progress),
+     * stored for GET and answered at once; body then stores it finished. */
+    json_t *(*started)(srv_gen *g);
     /* Set: the endpoint generates nothing, it answers this of the prompt's
      * ids (count_tokens, tokenize, detokenize; prompt.c). */
     json_t *(*answer)(const srv_req *r, const tok_ids *ids, const tokenizer *tok, int context);

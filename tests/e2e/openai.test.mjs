@@ -728,6 +728,46 @@ test('responses: previous_response_id continues a stored conversation; retrieve,
     (e) => e.status === 400 && /no stored response/.test(e.message));
 });
 
+test('responses: background mode answers at once and runs on; GET polls it, cancel stops it', async () => {
+  const running = (r) => ['queued', 'in_progress'].includes(r.status);
+  const poll = async (id) => {
+    let r = await client.responses.retrieve(id);
+    for (let i = 0; i < 500 && running(r); i++) {
+      await new Promise((ok) => setTimeout(ok, 20));
+      r = await client.responses.retrieve(id);
+    }
+    return r;
+  };
+  const text = (r) => r.output.filter((o) => o.type === 'message').flatMap((o) => o.content.map((c) => c.text)).join('');
+  const req = { model: MODEL, input: 'Tell me a story', max_output_tokens: 24, temperature: 0 };
+  const fg = await client.responses.create(req);
+  const bg = await client.responses.create({ ...req, background: true });
+  assert.equal(bg.background, true);
+  assert.ok(running(bg), bg.status);
+  assert.deepEqual(bg.output, []);
+  const done = await poll(bg.id);
+  assert.equal(done.status, fg.status);
+  assert.equal(text(done), text(fg), 'the same reply as in the foreground');
+  assert.deepEqual(done.usage, fg.usage);
+  // one of eight long ones cancelled (the eight share the engine, so it is still running when
+  // the cancel comes): answered cancelled, stored cancelled once it stops; the others run on
+  const long = await Promise.all([...Array(8).keys()].map((i) => client.responses.create({ model: MODEL, input: `Go on ${i}`, max_output_tokens: 900, temperature: 0, ignore_eos: true, background: true })));
+  const res = await fetch(`${srv.url}/v1/responses/${long[0].id}/cancel`, { method: 'POST', headers: { authorization: `Bearer ${KEY}` } });
+  assert.equal(res.status, 200);
+  assert.equal((await res.json()).status, 'cancelled');
+  const stopped = await poll(long[0].id);
+  assert.equal(stopped.status, 'cancelled');
+  assert.ok(stopped.usage.output_tokens < 900, `${stopped.usage.output_tokens} tokens`);
+  for (const other of long.slice(1)) {
+    const r = await poll(other.id);
+    assert.deepEqual([r.status, r.usage.output_tokens], ['incomplete', 900]);
+  }
+  await assert.rejects(client.responses.cancel(done.id), (e) => e.status === 400 && /not running/.test(e.message));
+  await assert.rejects(client.responses.cancel('resp_nope'), (e) => e.status === 404);
+  await assert.rejects(client.responses.create({ ...req, background: true, stream: true }), (e) => e.status === 400 && e.param === 'background');
+  await assert.rejects(client.responses.create({ ...req, background: true, store: false }), (e) => e.status === 400 && e.param === 'background');
+});
+
 test('responses: output text logprobs, in the body and in the stream', async () => {
   const req = { model: MODEL, input: 'Hi', max_output_tokens: 12, temperature: 0, top_logprobs: 2, include: ['message.output_text.logprobs'] };
   const r = await client.responses.create(req);
