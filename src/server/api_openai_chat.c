@@ -24,6 +24,24 @@ json_t *srv_usage_openai(const srv_gen *g) {
                      "prompt_cache_miss_tokens", u.prompt_tokens - u.cached_tokens);
 }
 
+void srv_chunk_usage(const srv_gen *g, int bi, json_t *chunk) {
+    if (!g->req->include_usage || !g->req->continuous_usage) return;
+    int done = g->b[bi].n_tokens;
+    json_object_set_new(chunk, "usage",
+                        json_pack("{s:i, s:i, s:i}", "prompt_tokens", g->prompt_tokens,
+                                  "completion_tokens", done, "total_tokens",
+                                  g->prompt_tokens + done));
+}
+
+int srv_get_stream_options(const json_t *body, srv_req *r, srv_fail *f) {
+    const json_t *so = json_object_get(body, "stream_options");
+    if (!so || json_is_null(so)) return 0;
+    if (!json_is_object(so))
+        return srv_failf(f, 400, "stream_options", "stream_options: expected an object");
+    return srv_get_bool(so, "include_usage", &r->include_usage, f) ||
+           srv_get_bool(so, "continuous_usage_stats", &r->continuous_usage, f);
+}
+
 const char *srv_finish_openai(srv_finish f) {
     switch (f) {
     case FIN_LENGTH:
@@ -362,13 +380,7 @@ static int chat_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
         return -1;
     if (r->top_logprobs && !r->logprobs)
         return srv_failf(f, 400, "top_logprobs", "top_logprobs: requires logprobs: true");
-    const json_t *so = json_object_get(body, "stream_options");
-    if (so && !json_is_null(so)) {
-        if (!json_is_object(so))
-            return srv_failf(f, 400, "stream_options", "stream_options: expected an object");
-        if (srv_get_bool(so, "include_usage", &r->include_usage, f)) return -1;
-    }
-    return 0;
+    return srv_get_stream_options(body, r, f);
 }
 
 /* --- stream -------------------------------------------------------------- */
@@ -376,9 +388,11 @@ static json_t *chunk(srv_gen *g, int bi, json_t *delta, const char *finish) {
     json_t *choice =
         json_pack("{s:i, s:o, s:n, s:n}", "index", bi, "delta", delta, "logprobs", "finish_reason");
     if (finish) json_object_set_new(choice, "finish_reason", json_string(finish));
-    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", g->id, "object",
-                     "chat.completion.chunk", "created", (json_int_t)g->created, "model",
-                     g->env.model_name, "system_fingerprint", "deepinfer", "choices", choice);
+    json_t *c = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", g->id, "object",
+                          "chat.completion.chunk", "created", (json_int_t)g->created, "model",
+                          g->env.model_name, "system_fingerprint", "deepinfer", "choices", choice);
+    srv_chunk_usage(g, bi, c);
+    return c;
 }
 
 static void chat_event(srv_gen *g, int bi, const gev *ev) {

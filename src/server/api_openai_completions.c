@@ -115,9 +115,7 @@ static int comp_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
         r->logprobs = true;
         r->top_logprobs = lp;
     }
-    const json_t *so = json_object_get(body, "stream_options");
-    if (json_is_object(so) && srv_get_bool(so, "include_usage", &r->include_usage, f)) return -1;
-    return 0;
+    return srv_get_stream_options(body, r, f);
 }
 
 static json_t *choice(srv_gen *g, int bi, const char *text, size_t len, json_t *lps,
@@ -158,13 +156,20 @@ static json_t *wrap(srv_gen *g, json_t *choices) {
                      "system_fingerprint", "deepinfer", "choices", choices);
 }
 
+/* A chunk of branch bi's choice c (with its usage so far, where asked). */
+static json_t *wrap_one(srv_gen *g, int bi, json_t *c) {
+    json_t *w = wrap(g, json_pack("[o]", c));
+    srv_chunk_usage(g, bi, w);
+    return w;
+}
+
 static void comp_event(srv_gen *g, int bi, const gev *ev) {
     gen_branch *b = &g->b[bi];
     if (ev->kind != GEV_TEXT) return;
     json_t *c = choice(g, bi, ev->text, ev->len, b->lp_pending, NULL);
     json_decref(b->lp_pending);
     b->lp_pending = NULL;
-    sse_json(g, NULL, wrap(g, json_pack("[o]", c)));
+    sse_json(g, NULL, wrap_one(g, bi, c));
 }
 
 /* Whether the prompt is scored (its logprobs come with the engine's first
@@ -178,8 +183,7 @@ static void comp_begin(srv_gen *g) {
     for (int i = 0; i < g->n; i++) {
         const gen_prompt *gp = &g->prompts[i / g->per];
         if (gp->echo)
-            sse_json(g, NULL,
-                     wrap(g, json_pack("[o]", choice(g, i, gp->echo, gp->echo_len, NULL, NULL))));
+            sse_json(g, NULL, wrap_one(g, i, choice(g, i, gp->echo, gp->echo_len, NULL, NULL)));
     }
 }
 
@@ -192,7 +196,7 @@ static void comp_scored(srv_gen *g, int bi) {
                        scoring(g) ? gp->lp : NULL, NULL);
     if (g->req->prompt_logprobs >= 0)
         json_object_set_new(c, "prompt_logprobs", gen_prompt_logprobs(g, bi / g->per));
-    sse_json(g, NULL, wrap(g, json_pack("[o]", c)));
+    sse_json(g, NULL, wrap_one(g, bi, c));
 }
 
 static void comp_branch_end(srv_gen *g, int bi) {
@@ -200,7 +204,7 @@ static void comp_branch_end(srv_gen *g, int bi) {
     json_t *c = choice(g, bi, "", 0, b->lp_pending, srv_finish_openai(b->finish));
     json_decref(b->lp_pending);
     b->lp_pending = NULL;
-    sse_json(g, NULL, wrap(g, json_pack("[o]", c)));
+    sse_json(g, NULL, wrap_one(g, bi, c));
 }
 
 static void comp_end(srv_gen *g) {

@@ -75,6 +75,7 @@ typedef struct srv_req {
     char *resp_prev;
     bool resp_store;
     bool stream, include_usage;
+    bool continuous_usage; /* vLLM's stream_options.continuous_usage_stats */
     int n;
     /* completions' best_of above n: n is best_of (the branches generated) and
      * best_keep the n asked for, the best by mean token logprob; 0: off */
@@ -334,6 +335,11 @@ extern const srv_api srv_api_chat, srv_api_completions, srv_api_responses, srv_a
 
 /* Shared JSON pieces. */
 json_t *srv_usage_openai(const srv_gen *g);
+/* stream_options: include_usage and vLLM's continuous_usage_stats: chunk
+ * (of branch bi) gets the usage so far, the branch's tokens as completion
+ * tokens. Reads stream_options into r (chat and completions). */
+void srv_chunk_usage(const srv_gen *g, int bi, json_t *chunk);
+int srv_get_stream_options(const json_t *body, srv_req *r, srv_fail *f);
 const char *srv_finish_openai(srv_finish f);
 json_t *srv_tool_args_json(const gen_tool *t); /* parsed arguments (object) */
 

@@ -585,6 +585,27 @@ test("vLLM's allowed_token_ids, bad_words and return_tokens_as_token_ids", async
   await bad({ bad_words: [''] }, 'bad_words', /1 to 256 bytes/);
 });
 
+test("vLLM's continuous_usage_stats: every streamed chunk carries the usage so far", async () => {
+  for (const chat of [true, false]) {
+    const req = { model: MODEL, max_tokens: 10, temperature: 0, ignore_eos: true, stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } };
+    const s = chat ? await client.chat.completions.create({ ...req, messages: user('Count') }) : await client.completions.create({ ...req, prompt: 'Count' });
+    const seen = [];
+    let last;
+    for await (const ch of s) {
+      assert.ok(ch.usage, 'every chunk has usage');
+      if (ch.choices.length) seen.push(ch.usage.completion_tokens);
+      else last = ch.usage;
+    }
+    assert.ok(seen.every((n, i) => i === 0 || n >= seen[i - 1]), `${seen}`);
+    assert.equal(seen.at(-1), 10);
+    assert.equal(last.completion_tokens, 10);
+    assert.ok(seen[0] < 10, 'counted as they come');
+    assert.equal(last.prompt_tokens + 10, last.total_tokens);
+  }
+  const plain = await client.chat.completions.create({ model: MODEL, messages: user('Count'), max_tokens: 4, stream: true, stream_options: { include_usage: true } });
+  for await (const ch of plain) if (ch.choices.length) assert.equal(ch.usage ?? null, null, 'without the flag only the last chunk has usage');
+});
+
 test("vLLM's stop_token_ids end the reply at the first one generated, left out of it", async () => {
   const tokenize = async (prompt) => {
     const res = await fetch(`${srv.url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ prompt }) });
