@@ -321,6 +321,21 @@ int srv_set_json_schema(srv_req *r, const json_t *sch, const char *name, const c
     return 0;
 }
 
+/* vLLM's echo: where the last message is the assistant's (the role the
+ * reply takes, as with continue_final_message), its text comes first in
+ * the reply. */
+static int get_echo(const json_t *body, srv_req *r, srv_fail *f) {
+    bool echo = false;
+    if (srv_get_bool(body, "echo", &echo, f)) return -1;
+    const conversation *c = r->conv;
+    if (!echo || !c->n_msgs || c->msgs[c->n_msgs - 1].role != CONV_ASSISTANT) return 0;
+    const conv_message *m = &c->msgs[c->n_msgs - 1];
+    for (size_t i = 0; i < m->n_parts; i++)
+        if (m->parts[i].kind == CONV_PART_TEXT)
+            di_buf_add(&r->chat_echo, m->parts[i].text, m->parts[i].len);
+    return 0;
+}
+
 /* Continuing the last message, an assistant's (a prefill): vLLM's
  * continue_final_message, or DeepSeek's "prefix": true on that message;
  * vLLM's add_generation_prompt (false: the prompt ends with the last
@@ -380,7 +395,7 @@ static int chat_parse(const json_t *body, srv_req *r, const srv_limits *lim, srv
         return -1;
     if (r->top_logprobs && !r->logprobs)
         return srv_failf(f, 400, "top_logprobs", "top_logprobs: requires logprobs: true");
-    return srv_get_stream_options(body, r, f);
+    return get_echo(body, r, f) || srv_get_stream_options(body, r, f);
 }
 
 /* --- stream -------------------------------------------------------------- */
@@ -429,7 +444,15 @@ static void chat_event(srv_gen *g, int bi, const gev *ev) {
 }
 
 static void chat_begin(srv_gen *g) {
-    (void)g; /* the role arrives with each choice's first delta */
+    const di_buf *echo = &g->req->chat_echo; /* else the role arrives with the first delta */
+    for (int i = 0; echo->n && i < g->n; i++) {
+        sse_json(g, NULL,
+                 chunk(g, i,
+                       json_pack("{s:s, s:o}", "role", "assistant", "content",
+                                 srv_jstr(echo->p, echo->n)),
+                       NULL));
+        g->b[i].started = true;
+    }
 }
 
 /* prompt_logprobs (vLLM's), streamed: a chunk of its own, no choice in it,
@@ -479,10 +502,14 @@ static json_t *chat_body(srv_gen *g) {
     for (int i = 0; i < g->n; i++) {
         gen_branch *b = &g->b[i];
         json_t *msg = json_pack("{s:s}", "role", "assistant");
+        di_buf content = {0}; /* vLLM's echo first */
+        di_buf_add(&content, g->req->chat_echo.p, g->req->chat_echo.n);
+        di_buf_add(&content, b->text.p, b->text.n);
         json_object_set_new(msg, "content",
-                            b->text.n || !b->n_tools
-                                ? srv_jstr(b->text.p ? b->text.p : "", b->text.n)
+                            content.n || !b->n_tools
+                                ? srv_jstr(content.p ? content.p : "", content.n)
                                 : json_null());
+        di_buf_free(&content);
         if (b->reasoning.n)
             json_object_set_new(msg, "reasoning_content", srv_jstr(b->reasoning.p, b->reasoning.n));
         if (b->n_tools) {

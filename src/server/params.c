@@ -319,6 +319,7 @@ void srv_req_free(srv_req *r) {
     free(r->json_schema);
     free(r->regex);
     free(r->grammar);
+    di_buf_free(&r->chat_echo);
     json_decref(r->resp_input);
     free(r->resp_prev);
     *r = (srv_req){0};

@@ -113,6 +113,7 @@ typedef struct srv_req {
     bool token_strs;     /* vLLM's /tokenize return_token_strs */
     bool tokens_as_ids;  /* vLLM's return_tokens_as_token_ids: logprobs' tokens "token_id:N" */
     bool background;     /* Responses: answered at once, run on, polled by GET (srv_api.started) */
+    di_buf chat_echo;    /* vLLM's chat echo: the last (assistant) message's text, said first */
     int *allowed_ids;    /* vLLM's allowed_token_ids */
     int n_allowed_ids;
     char **bad_words; /* vLLM's, as sent; srv_prepare makes them bad_ids */

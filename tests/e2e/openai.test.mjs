@@ -441,6 +441,19 @@ test("chat: continuing the last assistant message (vLLM's continue_final_message
   let text = '';
   for await (const ch of prefix) text += ch.choices[0]?.delta?.content ?? '';
   assert.equal(text, want, 'DeepSeek\'s prefix: true the same, streamed');
+  // vLLM's echo: the continued message's text first, then the reply (body and stream, n = 2)
+  const echoed = await client.chat.completions.create({ ...req, messages, continue_final_message: true, add_generation_prompt: false, echo: true, n: 2 });
+  for (const ch of echoed.choices) assert.equal(ch.message.content, 'Hello, my' + want);
+  const es = await client.chat.completions.create({ ...req, messages, continue_final_message: true, add_generation_prompt: false, echo: true, stream: true });
+  let first = null, all = '';
+  for await (const ch of es) {
+    const d = ch.choices[0]?.delta;
+    if (d?.content && first === null) first = d.content;
+    all += d?.content ?? '';
+  }
+  assert.deepEqual([first, all], ['Hello, my', 'Hello, my' + want]);
+  const noEcho = await client.chat.completions.create({ ...req, messages: user('Hi'), echo: true });
+  assert.ok(!noEcho.choices[0].message.content.startsWith('Hi'), 'a last user message is not echoed');
   // vLLM's add_generation_prompt: false alone ends the prompt after the last turn
   const closed = await client.chat.completions.create({ ...req, messages, add_generation_prompt: false });
   assert.ok(closed.usage.prompt_tokens > ids.length);
