@@ -67,11 +67,15 @@ static int parse_prompts(const json_t *p, srv_req *r, const srv_limits *lim, srv
     return 0;
 }
 
-/* vLLM's add_special_tokens (default true): false leaves BOS out. */
+/* vLLM's add_special_tokens (default true): false leaves BOS out; its
+ * skip_special_tokens (default true): false keeps control tokens' text. */
 static int get_add_special(const json_t *body, srv_req *r, srv_fail *f) {
-    bool add = true;
-    if (srv_get_bool(body, "add_special_tokens", &add, f)) return -1;
+    bool add = true, skip = true;
+    if (srv_get_bool(body, "add_special_tokens", &add, f) ||
+        srv_get_bool(body, "skip_special_tokens", &skip, f))
+        return -1;
     r->no_bos = !add;
+    r->keep_special = !skip;
     return 0;
 }
 

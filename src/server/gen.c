@@ -157,8 +157,9 @@ srv_gen *gen_new(const gen_env *env, const srv_api *api, srv_req *req, int promp
             gen_free(g);
             return NULL;
         }
-        /* completions keep raw text as `deepinfer generate` prints it */
-        if (env->tok) b->ts = tok_stream_new(env->tok, !chat_like);
+        /* completions keep raw text as `deepinfer generate` prints it (with
+         * vLLM's skip_special_tokens: false, control tokens' text too) */
+        if (env->tok) b->ts = tok_stream_new(env->tok, !chat_like && !req->keep_special);
     }
     return g;
 }

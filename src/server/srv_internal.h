@@ -110,11 +110,13 @@ typedef struct srv_req {
     int truncate_prompt; /* vLLM's truncate_prompt_tokens: the prompt's last ones kept; 0 off */
     int priority;        /* vLLM's: lower is served first (engine_request.priority) */
     bool no_bos;         /* vLLM's add_special_tokens: false (completions): no BOS first */
-    bool token_strs;     /* vLLM's /tokenize return_token_strs */
-    bool tokens_as_ids;  /* vLLM's return_tokens_as_token_ids: logprobs' tokens "token_id:N" */
-    bool background;     /* Responses: answered at once, run on, polled by GET (srv_api.started) */
-    di_buf chat_echo;    /* vLLM's chat echo: the last (assistant) message's text, said first */
-    int *allowed_ids;    /* vLLM's allowed_token_ids */
+    bool keep_special; /* vLLM's skip_special_tokens: false (completions): control tokens' text kept
+                        */
+    bool token_strs;   /* vLLM's /tokenize return_token_strs */
+    bool tokens_as_ids; /* vLLM's return_tokens_as_token_ids: logprobs' tokens "token_id:N" */
+    bool background;    /* Responses: answered at once, run on, polled by GET (srv_api.started) */
+    di_buf chat_echo;   /* vLLM's chat echo: the last (assistant) message's text, said first */
+    int *allowed_ids;   /* vLLM's allowed_token_ids */
     int n_allowed_ids;
     char **bad_words; /* vLLM's, as sent; srv_prepare makes them bad_ids */
     int n_bad_words;

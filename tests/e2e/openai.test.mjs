@@ -244,6 +244,12 @@ test('/tokenize and /detokenize: the ids a request becomes, and back', async () 
   assert.ok(bare.body.token_strs.every((t) => typeof t === 'string' && t.length > 0));
   const strs = await post('/tokenize', { prompt: 'The', return_token_strs: true });
   assert.match(strs.body.token_strs[0], /begin/, 'BOS as the vocabulary spells it');
+  // vLLM's skip_special_tokens: false keeps control tokens' text (an end of sequence forced, thrice)
+  const added = JSON.parse(fs.readFileSync(path.join(MODEL_DIR, 'tokenizer.json'), 'utf8')).added_tokens;
+  const eos = added.find((t) => /end.of.sentence/.test(t.content));
+  const forced = { model: MODEL, prompt: 'x', max_tokens: 3, temperature: 0, ignore_eos: true, logit_bias: { [eos.id]: 100 } };
+  assert.equal((await client.completions.create(forced)).choices[0].text, '');
+  assert.equal((await client.completions.create({ ...forced, skip_special_tokens: false })).choices[0].text, eos.content.repeat(3));
   const noBos = await client.completions.create({ model: MODEL, prompt: 'The quick brown fox', max_tokens: 6, temperature: 0, add_special_tokens: false });
   const asIds = await client.completions.create({ model: MODEL, prompt: bare.body.tokens, max_tokens: 6, temperature: 0 });
   assert.equal(noBos.usage.prompt_tokens, bare.body.tokens.length);
