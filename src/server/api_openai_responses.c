@@ -278,19 +278,25 @@ static json_t *call_item(const srv_gen *g, int idx, const gen_tool *t, const cha
                      t->id, "name", t->name, "arguments", srv_jstr(a, strlen(a)), "status", status);
 }
 
-static json_t *response_obj(srv_gen *g, const char *status, bool final) {
+/* What response_obj holds: no output yet, the output so far (items in
+ * progress, no usage), or the whole. */
+enum { OUT_NONE, OUT_SO_FAR, OUT_FINAL };
+
+static json_t *response_obj(srv_gen *g, const char *status, int what) {
     gen_branch *b = &g->b[0];
     json_t *output = json_array();
-    if (final) {
+    bool final = what == OUT_FINAL;
+    const char *item = final ? "completed" : "in_progress";
+    if (what != OUT_NONE) {
         int idx = 0;
         if (b->reasoning.n)
-            json_array_append_new(
-                output, reasoning_item(g, idx++, b->reasoning.p, b->reasoning.n, "completed"));
+            json_array_append_new(output,
+                                  reasoning_item(g, idx++, b->reasoning.p, b->reasoning.n, item));
         if (b->text.n || !b->n_tools)
             json_array_append_new(
-                output, message_item(g, idx++, b->text.p ? b->text.p : "", b->text.n, "completed"));
+                output, message_item(g, idx++, b->text.p ? b->text.p : "", b->text.n, item));
         for (int t = 0; t < b->n_tools; t++)
-            json_array_append_new(output, call_item(g, idx++, &b->tools[t], "completed", true));
+            json_array_append_new(output, call_item(g, idx++, &b->tools[t], item, true));
     }
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:b, s:n, s:n, s:s, s:[], s:n}", "id",
                           g->id, "object", "response", "created_at", (json_int_t)g->created,
@@ -427,9 +433,9 @@ static void resp_event(srv_gen *g, int bi, const gev *ev) {
 
 static void resp_begin(srv_gen *g) {
     emit(g, "response.created",
-         json_pack("{s:o}", "response", response_obj(g, "in_progress", false)));
+         json_pack("{s:o}", "response", response_obj(g, "in_progress", OUT_NONE)));
     emit(g, "response.in_progress",
-         json_pack("{s:o}", "response", response_obj(g, "in_progress", false)));
+         json_pack("{s:o}", "response", response_obj(g, "in_progress", OUT_NONE)));
 }
 
 static const char *status_of(srv_finish f) {
@@ -531,7 +537,7 @@ static void keep(srv_gen *g, const json_t *o) {
  * background one always, as polling finds it: failed or cancelled too). */
 static json_t *final_response(srv_gen *g) {
     srv_finish fin = g->b[0].finish;
-    json_t *o = response_obj(g, status_of(fin), true);
+    json_t *o = response_obj(g, status_of(fin), OUT_FINAL);
     if (g->env.responses && g->req->resp_store && g->req->resp_input &&
         (g->req->background || (fin != FIN_ERROR && fin != FIN_CANCELLED)))
         keep(g, o);
@@ -540,9 +546,14 @@ static json_t *final_response(srv_gen *g) {
 
 /* Background mode: in progress, with no output yet. */
 static json_t *resp_started(srv_gen *g) {
-    json_t *o = response_obj(g, "in_progress", false);
+    json_t *o = response_obj(g, "in_progress", OUT_NONE);
     keep(g, o);
     return o;
+}
+
+/* Background mode, polled while it runs: the output so far. */
+static json_t *resp_so_far(srv_gen *g) {
+    return response_obj(g, "in_progress", OUT_SO_FAR);
 }
 
 static void resp_end(srv_gen *g) {
@@ -566,4 +577,5 @@ const srv_api srv_api_responses = {.path = "/v1/responses",
                                    .event = resp_event,
                                    .end = resp_end,
                                    .body = resp_body,
-                                   .started = resp_started};
+                                   .started = resp_started,
+                                   .so_far = resp_so_far};

@@ -471,6 +471,20 @@ static enum MHD_Result models(srv *s, struct MHD_Connection *c) {
  * /v1/responses/ID/cancel: a background one stopped */
 #define RESPONSE_PATH "/v1/responses/"
 
+/* A background response still running, as it stands (NULL: none). */
+static json_t *running_so_far(srv *s, const char *id) {
+    json_t *o = NULL;
+    pthread_mutex_lock(&s->bg_mu);
+    for (job *j = s->bg; j && !o; j = j->next)
+        if (!strcmp(j->g->id, id)) {
+            pthread_mutex_lock(&j->g->mu);
+            if (!j->g->all_done) o = j->api->so_far(j->g);
+            pthread_mutex_unlock(&j->g->mu);
+        }
+    pthread_mutex_unlock(&s->bg_mu);
+    return o;
+}
+
 static enum MHD_Result stored_response(conn *k, struct MHD_Connection *c, const char *id,
                                        bool del) {
     srv *s = k->s;
@@ -492,7 +506,7 @@ static enum MHD_Result stored_response(conn *k, struct MHD_Connection *c, const 
     }
     if (del && s->responses && resp_store_delete(s->responses, id))
         o = json_pack("{s:s, s:s, s:b}", "id", id, "object", "response.deleted", "deleted", 1);
-    else if (!del && s->responses)
+    else if (!del && !(o = running_so_far(s, id)) && s->responses)
         o = resp_store_get(s->responses, id);
     if (o) {
         srv_metrics_request(s->metrics, k->endpoint, 200);

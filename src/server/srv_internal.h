@@ -298,6 +298,7 @@ struct srv_api {
     /* Responses' background mode: the response as it starts (in_progress),
      * stored for GET and answered at once; body then stores it finished. */
     json_t *(*started)(srv_gen *g);
+    json_t *(*so_far)(srv_gen *g); /* ... as it stands while it runs (GET) */
     /* Set: the endpoint generates nothing, it answers this of the prompt's
      * ids (count_tokens, tokenize, detokenize; prompt.c). */
     json_t *(*answer)(const srv_req *r, const tok_ids *ids, const tokenizer *tok, int context);

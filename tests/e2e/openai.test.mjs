@@ -798,10 +798,22 @@ test('responses: background mode answers at once and runs on; GET polls it, canc
   const stopped = await poll(long[0].id);
   assert.equal(stopped.status, 'cancelled');
   assert.ok(stopped.usage.output_tokens < 900, `${stopped.usage.output_tokens} tokens`);
+  // while one runs, GET shows its output so far: a prefix of what it ends with
+  let partial = null;
+  for (let i = 0; i < 500 && !partial; i++) {
+    const r = await client.responses.retrieve(long[7].id);
+    if (!running(r)) break;
+    if (text(r).length > 0) partial = r;
+    else await new Promise((ok) => setTimeout(ok, 5));
+  }
+  assert.ok(partial, 'a snapshot with output while in progress');
+  assert.equal(partial.usage, null);
+  assert.equal(partial.output.at(-1).status, 'in_progress');
   for (const other of long.slice(1)) {
     const r = await poll(other.id);
     assert.deepEqual([r.status, r.usage.output_tokens], ['incomplete', 900]);
   }
+  assert.ok(text(await client.responses.retrieve(long[7].id)).startsWith(text(partial)));
   await assert.rejects(client.responses.cancel(done.id), (e) => e.status === 400 && /not running/.test(e.message));
   await assert.rejects(client.responses.cancel('resp_nope'), (e) => e.status === 404);
   await assert.rejects(client.responses.create({ ...req, background: true, stream: true }), (e) => e.status === 400 && e.param === 'background');
