@@ -27,7 +27,7 @@ int cmd_serve(int argc, char **argv) {
     const char *dir = NULL, *host = "127.0.0.1", *api_key = NULL, *name = NULL, *dtype = "bf16",
                *kv_dtype = "auto";
     const char *format = NULL, *swa_replay = "bounded";
-    const char *kv_store = NULL, *kv_capacity = NULL, *policy = "fcfs";
+    const char *kv_store = NULL, *kv_capacity = NULL, *policy = "fcfs", *store_dir = NULL;
     float ttl_chat_h = -1, ttl_agent_h = -1;
     int batch_invariant = 0;
     int port = 8000, threads = 0, kv_mib = 0, kv_blocks = 0, max_running = 0, max_len = 0;
@@ -75,6 +75,8 @@ int cmd_serve(int argc, char **argv) {
          "most prompts in one /v1/completions request (default 32)"},
         {"--response-store-mib", OPT_INT, &store_mib,
          "memory for stored Responses API responses (previous_response_id; default 64, 0: none)"},
+        {"--response-store-dir", OPT_STR, &store_dir,
+         "also keep them as files in this directory, loaded back at start (default: memory only)"},
         {"--timeout", OPT_INT, &timeout, "idle connection timeout in s (default 600)"},
         {"--scheduling-policy", OPT_STR, &policy,
          "fcfs (default: a request's priority must be 0) | priority (vLLM's: lower first)"},
@@ -223,6 +225,7 @@ int cmd_serve(int argc, char **argv) {
                    .priority = !strcmp(policy, "priority"),
                    .max_batch = max_batch,
                    .response_store_mib = store_mib ? store_mib : -1,
+                   .response_store_dir = store_dir,
                    .request_timeout_s = timeout};
     srv *s = srv_start(e, tok, &so, &err);
     if (!s) {

@@ -630,9 +630,14 @@ srv *srv_start(engine *e, tokenizer *tok, const srv_opts *opts, di_err *err) {
     if (o->max_n > ENGINE_MAX_N) o->max_n = ENGINE_MAX_N;
     if (o->max_stops <= 0) o->max_stops = 16;
     if (o->max_batch <= 0) o->max_batch = 32;
-    if (o->response_store_mib >= 0)
-        s->responses =
-            resp_store_new((size_t)(o->response_store_mib ? o->response_store_mib : 64) << 20);
+    if (o->response_store_mib >= 0) {
+        size_t bytes = (size_t)(o->response_store_mib ? o->response_store_mib : 64) << 20;
+        s->responses = resp_store_open(bytes, o->response_store_dir, err);
+        if (!s->responses) {
+            free(s);
+            return NULL;
+        }
+    }
     if (o->request_timeout_s <= 0) o->request_timeout_s = 600;
     s->lim = (srv_limits){.max_n = o->max_n,
                           .max_batch = o->max_batch,

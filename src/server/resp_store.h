@@ -8,9 +8,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "base/base.h"
+
 typedef struct resp_store resp_store;
 
 resp_store *resp_store_new(size_t max_bytes);
+/* The same, each response also kept as a file in dir (made if missing),
+ * those already there loaded back (oldest first out), so that
+ * conversations outlive a restart; NULL with err where dir cannot be
+ * used. dir NULL: resp_store_new. */
+resp_store *resp_store_open(size_t max_bytes, const char *dir, di_err *err);
 void resp_store_free(resp_store *s);
 /* Keeps response (a Responses object) under id: made from input (the
  * request's own items, an array) continuing prev (NULL: none). A response

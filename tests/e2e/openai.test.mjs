@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import fs from 'node:fs';
 import path from 'node:path';
+import os from 'node:os';
 import { startServer, offlineGreedy, MODEL, MODEL_DIR } from './server.mjs';
 
 const KEY = 'test-key';
@@ -818,6 +819,28 @@ test('responses: background mode answers at once and runs on; GET polls it, canc
   await assert.rejects(client.responses.cancel('resp_nope'), (e) => e.status === 404);
   await assert.rejects(client.responses.create({ ...req, background: true, stream: true }), (e) => e.status === 400 && e.param === 'background');
   await assert.rejects(client.responses.create({ ...req, background: true, store: false }), (e) => e.status === 400 && e.param === 'background');
+});
+
+test('responses: --response-store-dir keeps conversations across a restart', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'di-resp-'));
+  const req = { model: MODEL, max_output_tokens: 4, temperature: 0 };
+  const one = await startServer(['--api-key', KEY, '--max-model-len', '1024', '--response-store-dir', dir]);
+  const c1 = new OpenAI({ baseURL: `${one.url}/v1`, apiKey: KEY, maxRetries: 0 });
+  const first = await c1.responses.create({ ...req, input: 'My name is Ada.' });
+  const gone = await c1.responses.create({ ...req, input: 'Forget this.' });
+  await c1.responses.del(gone.id);
+  const want = await c1.responses.create({ ...req, previous_response_id: first.id, input: 'What is my name?', store: false });
+  assert.equal(await one.stop(), 0);
+  const two = await startServer(['--api-key', KEY, '--max-model-len', '1024', '--response-store-dir', dir]);
+  const c2 = new OpenAI({ baseURL: `${two.url}/v1`, apiKey: KEY, maxRetries: 0 });
+  assert.deepEqual((await c2.responses.retrieve(first.id)).output, first.output);
+  const next = await c2.responses.create({ ...req, previous_response_id: first.id, input: 'What is my name?' });
+  assert.equal(next.output_text, want.output_text, 'the same conversation after the restart');
+  assert.equal(next.usage.input_tokens, want.usage.input_tokens);
+  await assert.rejects(c2.responses.retrieve(gone.id), (e) => e.status === 404);
+  assert.equal(await two.stop(), 0);
+  assert.deepEqual(fs.readdirSync(dir).sort(), [`${first.id}.json`, `${next.id}.json`].sort());
+  fs.rmSync(dir, { recursive: true });
 });
 
 test('responses: output text logprobs, in the body and in the stream', async () => {

@@ -6,6 +6,7 @@
  * reasoning paths are tested although the test models write noise. */
 #include <dirent.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "harness.h"
@@ -498,6 +499,56 @@ TEST(server_parallel_tool_calls_false_keeps_the_first_call) {
               "tool_calls")) == 2);
     CHECK(!strcmp(jpath_s(s.body, "choices.0.message.tool_calls.1.function.name"), "get_weather"));
     synth_free(&s);
+}
+
+/* A store with a directory: responses outlive it (a chain, a reply
+ * holding U+0000), a deletion and an eviction remove the file, files that
+ * are not entries are passed over, and an unusable directory is refused. */
+TEST(server_response_store_persists) {
+    char dir[] = "/tmp/di_resp_XXXXXX";
+    CHECK(mkdtemp(dir));
+    json_t *in = json_pack("[{s:s}]", "content", "a"),
+           *out = json_pack("{s:[s#]}", "output", "A\0", (size_t)2);
+    json_t *out2 = json_pack("{s:[s]}", "output", "B");
+    di_err err;
+    resp_store *s = resp_store_open(1 << 20, dir, &err);
+    CHECKF(s, "%s", err.msg);
+    resp_store_put(s, "resp_1", NULL, in, out);
+    resp_store_put(s, "resp_2", "resp_1", in, out2);
+    resp_store_put(s, "resp_3", NULL, in, out2);
+    CHECK(resp_store_delete(s, "resp_3"));
+    resp_store_free(s);
+    char path[96];
+    snprintf(path, sizeof path, "%s/junk.json", dir); /* not an entry: passed over */
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs("{\"id\":\"other\"}", f) >= 0 && fclose(f) == 0);
+    s = resp_store_open(1 << 20, dir, &err);
+    CHECKF(s, "%s", err.msg);
+    json_t *h = resp_store_history(s, "resp_2", true);
+    char *t = json_dumps(h, JSON_COMPACT);
+    CHECKF(t && !strcmp(t, "[{\"content\":\"a\"},\"A\\u0000\",{\"content\":\"a\"},\"B\"]"), "%s",
+           t ? t : "-");
+    free(t);
+    json_decref(h);
+    CHECK(!resp_store_get(s, "resp_3") && !resp_store_get(s, "junk"));
+    resp_store_free(s);
+    s = resp_store_open(150, dir, &err); /* room for one: the older goes, its file too */
+    CHECK(s && !resp_store_get(s, "resp_1"));
+    json_t *r = resp_store_get(s, "resp_2");
+    CHECK(r);
+    json_decref(r);
+    resp_store_free(s);
+    snprintf(path, sizeof path, "%s/resp_1.json", dir);
+    CHECK(access(path, F_OK) != 0);
+    snprintf(path, sizeof path, "%s/resp_2.json", dir);
+    CHECK(access(path, F_OK) == 0 && unlink(path) == 0);
+    snprintf(path, sizeof path, "%s/junk.json", dir);
+    CHECK(unlink(path) == 0 && rmdir(dir) == 0);
+    snprintf(path, sizeof path, "%s/no/such/dir", dir);
+    CHECK(!resp_store_open(1 << 20, path, &err) && strstr(err.msg, "cannot make directory"));
+    json_decref(in);
+    json_decref(out);
+    json_decref(out2);
 }
 
 /* Stored responses: a chain rebuilt oldest first (each turn's input, then
