@@ -1,13 +1,15 @@
 /* api_anthropic.c — Anthropic Messages: system (string or text blocks),
- * messages whose content is a string or blocks (text, image, tool_use,
- * tool_result, thinking), tools with input_schema, tool_choice (auto, any,
- * tool, none), thinking (enabled/disabled), stop_sequences and structured
- * outputs (output_config.format, or the beta's output_format: a JSON
- * schema the reply's text follows) into the internal conversation; output as a `message` body or
- * the Messages stream: message_start, content_block_start / _delta (text_delta, thinking_delta,
- * input_json_delta) / _stop, message_delta (stop_reason, usage), message_stop.
- * tool_result blocks become tool messages ahead of the user's other text,
- * which is the order the model saw them in. */
+ * messages whose content is a string or blocks (text, image, document:
+ * its text where its source is text, tool_use, tool_result, thinking),
+ * tools with input_schema, tool_choice (auto, any, tool, none), thinking
+ * (enabled/disabled), stop_sequences and structured outputs
+ * (output_config.format, or the beta's output_format: a JSON schema the
+ * reply's text follows) into the internal conversation; output as a
+ * `message` body or the Messages stream: message_start,
+ * content_block_start / _delta (text_delta, thinking_delta,
+ * input_json_delta) / _stop, message_delta (stop_reason, usage),
+ * message_stop. tool_result blocks become tool messages ahead of the
+ * user's other text, which is the order the model saw them in. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,42 @@ static int text_of(const json_t *c, di_buf *out, const char *where, srv_fail *f)
             return srv_failf(f, 400, where, "%s[%zu]: expected a text block", where, i);
         di_buf_add(out, json_string_value(t), json_string_length(t));
     }
+    return 0;
+}
+
+/* A document block whose source is text (type text, or content: a string
+ * or text blocks) into cm as text: its title and context (each on a line
+ * of its own, where given), a blank line, then the document. Returns 1
+ * where the source is not text (media: an image-like part), -1 on error. */
+static int doc_text(const json_t *b, conv_message *cm, const char *bw, srv_fail *f) {
+    const json_t *src = json_object_get(b, "source");
+    const char *st = json_string_value(json_object_get(src, "type"));
+    if (!st) return srv_failf(f, 400, bw, "%s.source.type: expected a string", bw);
+    di_buf doc = {0};
+    char sw[112];
+    snprintf(sw, sizeof sw, "%s.source", bw);
+    if (!strcmp(st, "text")) {
+        const json_t *d = json_object_get(src, "data");
+        if (!json_is_string(d)) return srv_failf(f, 400, bw, "%s.data: expected a string", sw);
+        di_buf_add(&doc, json_string_value(d), json_string_length(d));
+    } else if (!strcmp(st, "content")) {
+        snprintf(sw, sizeof sw, "%s.source.content", bw);
+        if (text_of(json_object_get(src, "content"), &doc, sw, f)) return di_buf_free(&doc), -1;
+    } else
+        return 1;
+    di_buf t = {0};
+    static const char *const heads[] = {"title", "context"};
+    for (int h = 0; h < 2; h++) {
+        const json_t *v = json_object_get(b, heads[h]);
+        if (!json_is_string(v)) continue;
+        di_buf_add(&t, json_string_value(v), json_string_length(v));
+        di_buf_adds(&t, "\n");
+    }
+    if (t.n) di_buf_adds(&t, "\n");
+    di_buf_add(&t, doc.p, doc.n);
+    conv_message_add_text(cm, t.p ? t.p : "", t.n);
+    di_buf_free(&t);
+    di_buf_free(&doc);
     return 0;
 }
 
@@ -86,7 +124,11 @@ static int parse_message(const json_t *m, conversation *c, size_t i, srv_fail *f
             const json_t *t = json_object_get(b, "text");
             if (!json_is_string(t)) return srv_failf(f, 400, bw, "%s.text: expected a string", bw);
             conv_message_add_text(cm, json_string_value(t), json_string_length(t));
-        } else if (!strcmp(type, "image") || !strcmp(type, "document")) {
+        } else if (!strcmp(type, "document")) {
+            int rc = doc_text(b, cm, bw, f);
+            if (rc < 0) return -1;
+            if (rc > 0) conv_message_add_image(cm); /* media: stands as an image does */
+        } else if (!strcmp(type, "image")) {
             conv_message_add_image(cm);
         } else if (!user && !strcmp(type, "tool_use")) {
             const json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name");

@@ -149,6 +149,23 @@ test('structured outputs: output_config.format and the beta output_format hold t
   await bad({ output_config: { format: { type: 'json_schema', schema } }, messages: [...user('x'), { role: 'assistant', content: '{"n":' }] }, /continued/);
 });
 
+test('document blocks with a text source reach the prompt as their text', async () => {
+  const ask = { type: 'text', text: 'What is the secret?' };
+  const count = async (content) => (await client.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content }] })).input_tokens;
+  const asText = await count([{ type: 'text', text: 'Note\nA memo\n\nThe secret is 42.' }, ask]);
+  const doc = { type: 'document', title: 'Note', context: 'A memo' };
+  assert.equal(await count([{ ...doc, source: { type: 'text', media_type: 'text/plain', data: 'The secret is 42.' } }, ask]), asText);
+  assert.equal(await count([{ ...doc, source: { type: 'content', content: [{ type: 'text', text: 'The secret is ' }, { type: 'text', text: '42.' }] } }, ask]), asText);
+  const bare = await count([{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'The secret is 42.' } }, ask]);
+  assert.equal(bare, await count([{ type: 'text', text: 'The secret is 42.' }, ask]));
+  // a media document stands as an image does (this test model has no image token: the same 400)
+  const media = async (block) => client.messages.create({ model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: [block, ask] }] }).then(() => 'ok', (e) => e.message);
+  assert.equal(await media({ type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: 'JVBERi0=' } }),
+    await media({ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0=' } }));
+  await assert.rejects(client.messages.create({ model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: [{ type: 'document', source: { type: 'text' } }] }] }),
+    (e) => e.status === 400 && /source\.data/.test(e.message));
+});
+
 test('errors in the Anthropic shape', async () => {
   const anon = new Anthropic({ baseURL: srv.url, apiKey: 'nope', maxRetries: 0 });
   await assert.rejects(anon.messages.create({ model: MODEL, max_tokens: 5, messages: user('x') }), (e) => e instanceof Anthropic.AuthenticationError && e.error.type === 'error');
