@@ -116,12 +116,16 @@ static void wait_slice(srv_gen *g) {
 
 /* Cancels (if still running) and waits for every branch's final event.
  * Called with g->mu held. */
+static void cancel_engine(const job *j) {
+    for (int p = 0; p < j->g->n_prompts; p++) engine_cancel(j->s->e, j->g->prompts[p].engine_id);
+}
+
 static void cancel_locked(job *j) {
     srv_gen *g = j->g;
     if (!g->all_done) {
         g->cancelled = true;
         pthread_mutex_unlock(&g->mu);
-        for (int p = 0; p < g->n_prompts; p++) engine_cancel(j->s->e, g->prompts[p].engine_id);
+        cancel_engine(j);
         pthread_mutex_lock(&g->mu);
         while (!g->all_done) pthread_cond_wait(&g->cv, &g->mu);
     }
@@ -235,24 +239,30 @@ static json_t *background_start(job *j) {
     return ok ? now : NULL;
 }
 
+/* The background job of response id (NULL: none running). Called with
+ * s->bg_mu held. */
+static job *running_job(const srv *s, const char *id) {
+    for (job *j = s->bg; j; j = j->next)
+        if (!strcmp(j->g->id, id)) return j;
+    return NULL;
+}
+
 /* POST /v1/responses/ID/cancel: a background response still running is
  * cancelled (it is stored cancelled once its branches end); the answer is
  * the response as stored now, status cancelled. */
 static enum MHD_Result cancel_response(conn *k, struct MHD_Connection *c, const char *id) {
     srv *s = k->s;
     srv_fail f = {0};
-    bool found = false;
     pthread_mutex_lock(&s->bg_mu);
-    for (job *j = s->bg; j && !found; j = j->next)
-        if (!strcmp(j->g->id, id)) {
-            found = true;
-            pthread_mutex_lock(&j->g->mu);
-            bool running = !j->g->all_done;
-            if (running) j->g->cancelled = true; /* its end: cancelled, not a stop */
-            pthread_mutex_unlock(&j->g->mu);
-            for (int p = 0; running && p < j->g->n_prompts; p++)
-                engine_cancel(s->e, j->g->prompts[p].engine_id);
-        }
+    job *j = running_job(s, id);
+    bool found = j != NULL;
+    if (j) {
+        pthread_mutex_lock(&j->g->mu);
+        bool running = !j->g->all_done;
+        if (running) j->g->cancelled = true; /* its end: cancelled, not a stop */
+        pthread_mutex_unlock(&j->g->mu);
+        if (running) cancel_engine(j);
+    }
     pthread_mutex_unlock(&s->bg_mu);
     json_t *o = s->responses ? resp_store_get(s->responses, id) : NULL;
     if (!o) {
@@ -475,25 +485,32 @@ static enum MHD_Result models(srv *s, struct MHD_Connection *c) {
 static json_t *running_so_far(srv *s, const char *id) {
     json_t *o = NULL;
     pthread_mutex_lock(&s->bg_mu);
-    for (job *j = s->bg; j && !o; j = j->next)
-        if (!strcmp(j->g->id, id)) {
-            pthread_mutex_lock(&j->g->mu);
-            if (!j->g->all_done) o = j->api->so_far(j->g);
-            pthread_mutex_unlock(&j->g->mu);
-        }
+    job *j = running_job(s, id);
+    if (j) {
+        pthread_mutex_lock(&j->g->mu);
+        if (!j->g->all_done) o = j->api->so_far(j->g);
+        pthread_mutex_unlock(&j->g->mu);
+    }
     pthread_mutex_unlock(&s->bg_mu);
     return o;
+}
+
+/* The length of s before suffix, where s ends with it (and has more); 0
+ * where not. */
+static size_t before_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n > k && !strcmp(s + n - k, suffix) ? n - k : 0;
 }
 
 static enum MHD_Result stored_response(conn *k, struct MHD_Connection *c, const char *id,
                                        bool del) {
     srv *s = k->s;
     json_t *o = NULL;
-    size_t n = strlen(id), tail = strlen("/input_items");
+    size_t n = before_suffix(id, "/input_items");
     srv_fail f = {0};
-    if (!del && n > tail && !strcmp(id + n - tail, "/input_items")) { /* GET .../input_items */
+    if (!del && n) { /* GET .../input_items */
         char *rid = di_strdup(id);
-        rid[n - tail] = 0;
+        rid[n] = 0;
         o = srv_response_input_items(
             s->responses, rid, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit"),
             MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order"),
@@ -553,8 +570,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
         bool is_post = !strcmp(method, "POST"), is_del = !strcmp(method, "DELETE");
         bool response = !strcmp(k->endpoint, "response");
-        size_t ul = strlen(url);
-        bool cancel = response && is_post && ul > 7 && !strcmp(url + ul - 7, "/cancel");
+        bool cancel = response && is_post && before_suffix(url, "/cancel");
         if (!strcmp(k->endpoint, "other"))
             srv_failf(&k->fail, 404, NULL, "no route for %s %s", method, url);
         else if (k->api ? !is_post : !(is_get || (response && is_del) || cancel))
@@ -584,10 +600,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (k->api) return generate(k, c);
     if (!strcmp(k->endpoint, "response")) {
         const char *id = url + strlen(RESPONSE_PATH);
-        size_t n = strlen(id);
-        if (!strcmp(method, "POST") && n > 7 && !strcmp(id + n - 7, "/cancel")) {
+        size_t n = before_suffix(id, "/cancel");
+        if (!strcmp(method, "POST") && n) {
             char *rid = di_strdup(id);
-            rid[n - 7] = 0;
+            rid[n] = 0;
             enum MHD_Result ret = cancel_response(k, c, rid);
             free(rid);
             return ret;
