@@ -65,17 +65,20 @@ static char *file_of(const resp_store *s, const char *id, const char *ext) {
     return p;
 }
 
-/* Writes entry e's file (whole, then renamed into place). */
+/* Writes entry e's file (whole, then renamed into place), from the
+ * compact JSON it already holds. */
 static void save(const resp_store *s, const entry *e) {
     if (!s->dir || !file_safe(e->id)) return;
-    json_t *in = json_loads(e->input, JSON_ALLOW_NUL, NULL),
-           *out = json_loads(e->response, JSON_ALLOW_NUL, NULL);
-    json_t *o = json_pack("{s:s, s:s?, s:o, s:o}", "id", e->id, "prev", e->prev, "input",
-                          in ? in : json_array(), "response", out ? out : json_object());
+    json_t *pv = e->prev ? json_string(e->prev) : json_null();
+    char *prev = json_dumps(pv, JSON_ENCODE_ANY);
+    json_decref(pv);
     char *path = file_of(s, e->id, ".json"), *tmp = file_of(s, e->id, ".json.tmp");
-    if (o && json_dump_file(o, tmp, JSON_COMPACT) == 0 && rename(tmp, path) == 0) tmp[0] = 0;
-    if (tmp[0]) unlink(tmp);
-    json_decref(o);
+    FILE *f = prev ? fopen(tmp, "w") : NULL;
+    bool ok = f && fprintf(f, "{\"id\":\"%s\",\"prev\":%s,\"input\":%s,\"response\":%s}", e->id,
+                           prev, e->input, e->response) > 0;
+    if (f && fclose(f)) ok = false;
+    if (!(ok && rename(tmp, path) == 0) && f) unlink(tmp);
+    free(prev);
     free(path);
     free(tmp);
 }
