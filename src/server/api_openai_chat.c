@@ -33,15 +33,6 @@ void srv_chunk_usage(const srv_gen *g, int bi, json_t *chunk) {
                                   g->prompt_tokens + done));
 }
 
-int srv_get_stream_options(const json_t *body, srv_req *r, srv_fail *f) {
-    const json_t *so = json_object_get(body, "stream_options");
-    if (!so || json_is_null(so)) return 0;
-    if (!json_is_object(so))
-        return srv_failf(f, 400, "stream_options", "stream_options: expected an object");
-    return srv_get_bool(so, "include_usage", &r->include_usage, f) ||
-           srv_get_bool(so, "continuous_usage_stats", &r->continuous_usage, f);
-}
-
 const char *srv_finish_openai(srv_finish f) {
     switch (f) {
     case FIN_LENGTH:

@@ -115,6 +115,15 @@ int srv_get_stops(const json_t *o, const char *key, srv_req *r, const srv_limits
     return 0;
 }
 
+int srv_get_stream_options(const json_t *body, srv_req *r, srv_fail *f) {
+    const json_t *so = json_object_get(body, "stream_options");
+    if (!so || json_is_null(so)) return 0;
+    if (!json_is_object(so))
+        return srv_failf(f, 400, "stream_options", "stream_options: expected an object");
+    return srv_get_bool(so, "include_usage", &r->include_usage, f) ||
+           srv_get_bool(so, "continuous_usage_stats", &r->continuous_usage, f);
+}
+
 int srv_get_priority(const json_t *body, srv_req *r, const srv_limits *lim, srv_fail *f) {
     if (srv_get_int(body, "priority", -(1 << 30), 1 << 30, &r->priority, f)) return -1;
     if (r->priority && !lim->priority)

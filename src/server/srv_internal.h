@@ -341,8 +341,9 @@ extern const srv_api srv_api_chat, srv_api_completions, srv_api_responses, srv_a
 json_t *srv_usage_openai(const srv_gen *g);
 /* stream_options: include_usage and vLLM's continuous_usage_stats: chunk
  * (of branch bi) gets the usage so far, the branch's tokens as completion
- * tokens. Reads stream_options into r (chat and completions). */
+ * tokens. */
 void srv_chunk_usage(const srv_gen *g, int bi, json_t *chunk);
+/* Reads stream_options into r (chat and completions; params.c). */
 int srv_get_stream_options(const json_t *body, srv_req *r, srv_fail *f);
 const char *srv_finish_openai(srv_finish f);
 json_t *srv_tool_args_json(const gen_tool *t); /* parsed arguments (object) */
