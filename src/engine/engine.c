@@ -377,8 +377,7 @@ static ereq *copy_request(const engine_request *q) {
     ereq *r = di_calloc(1, sizeof *r);
     r->r = *q;
     if (r->r.n <= 0) r->r.n = 1;
-    r->prompt = di_malloc(sizeof(int) * (size_t)q->n_prompt);
-    memcpy(r->prompt, q->prompt, sizeof(int) * (size_t)q->n_prompt);
+    r->prompt = copy_ints(q->prompt, q->n_prompt); /* check_request: n_prompt >= 1 */
     r->r.prompt = r->prompt;
     if (q->sampling.n_bias > 0) {
         r->bias = di_malloc(sizeof *r->bias * (size_t)q->sampling.n_bias);
