@@ -166,7 +166,7 @@ static void key_prefix(outp_parser *p, di_buf *o, const char *key, size_t klen) 
     di_buf_add(o, "\": ", 3);
 }
 
-static void start_call(outp_parser *p, const char *name, size_t nlen) {
+void outp_start_call(outp_parser *p, const char *name, size_t nlen) {
     static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     char id[5 + 24 + 1] = "call_";
     for (int i = 0; i < 24; i++) {
@@ -188,7 +188,7 @@ static void start_call(outp_parser *p, const char *name, size_t nlen) {
     args(p, "{", 1);
 }
 
-static void end_call(outp_parser *p, bool complete) {
+void outp_end_call(outp_parser *p, bool complete) {
     args(p, "}", 1);
     outp_event ev = {.kind = OUTP_EV_TOOL_END, .index = p->cur_call, .complete = complete};
     p->cb(p->ctx, &ev);
@@ -218,7 +218,7 @@ static bool malformed(outp_parser *p, const char *expected) {
     if (p->cur_call >= 0) {
         outp_emit_error(p, "tool call %d (%s): malformed DSML markup: expected %s, found %s",
                         p->cur_call, p->cur_name, expected, found);
-        end_call(p, false);
+        outp_end_call(p, false);
     } else {
         outp_emit_error(p, "malformed DSML tool-call block: expected %s, found %s", expected,
                         found);
@@ -256,7 +256,7 @@ bool outp_step_block(outp_parser *p, bool final) {
         size_t nl;
         if (tag_attr(&t, "name", &name, &nl) != 1 || nl == 0)
             return malformed(p, "<｜DSML｜invoke> with a name attribute");
-        start_call(p, name, nl);
+        outp_start_call(p, name, nl);
         outp_consume(p, len);
         p->st = OUTP_S_INVOKE;
         return true;
@@ -304,7 +304,7 @@ bool outp_step_invoke(outp_parser *p, bool final) {
         return true;
     }
     if (t.close && tag_is(&t, "invoke")) {
-        end_call(p, true);
+        outp_end_call(p, true);
         outp_consume(p, len);
         p->st = OUTP_S_BLOCK;
         return true;
@@ -369,7 +369,7 @@ bool outp_step_param_json(outp_parser *p, bool final) {
 void outp_dsml_start_forced(outp_parser *p) {
     char *name = p->forced_invoke;
     p->forced_invoke = NULL;
-    start_call(p, name, strlen(name));
+    outp_start_call(p, name, strlen(name));
     free(name);
     p->st = OUTP_S_INVOKE;
 }
@@ -383,18 +383,18 @@ void outp_dsml_truncated(outp_parser *p) {
     case OUTP_S_INVOKE:
         outp_emit_error(p, "tool call %d (%s): output ended inside the call", p->cur_call,
                         p->cur_name);
-        end_call(p, false);
+        outp_end_call(p, false);
         break;
     case OUTP_S_PARAM_STR:
         outp_emit_error(p, "tool call %d (%s): output ended inside a string parameter", p->cur_call,
                         p->cur_name);
         args(p, "\"", 1);
-        end_call(p, false);
+        outp_end_call(p, false);
         break;
     case OUTP_S_PARAM_JSON:
         outp_emit_error(p, "tool call %d (%s): output ended inside a JSON parameter (left out)",
                         p->cur_call, p->cur_name);
-        end_call(p, false);
+        outp_end_call(p, false);
         break;
     default:
         break;

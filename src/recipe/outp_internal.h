@@ -21,6 +21,8 @@ typedef enum {
     OUTP_S_INVOKE,      /* inside an invoke, between parameters */
     OUTP_S_PARAM_STR,   /* string="true" value */
     OUTP_S_PARAM_JSON,  /* string="false" value */
+    OUTP_S_JBLOCK,      /* JSON-bodied calls: a DeepSeek V3 block, between calls */
+    OUTP_S_JCALL,       /* ... a call's body, until its closing marker */
     OUTP_S_DONE,        /* a stop string matched: everything after is dropped */
 } outp_state;
 
@@ -88,6 +90,9 @@ struct outp_parser {
     outp_summary sum;
 };
 
+/* Answer-state markers (output_parser.c). */
+void outp_add_marker(outp_parser *p, const char *s);
+
 /* Emitters (output_parser.c). */
 void outp_emit(outp_parser *p, outp_event_kind k, const char *s, size_t n);
 void outp_emit_error(outp_parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -113,10 +118,25 @@ bool outp_step_block(outp_parser *p, bool final);
 bool outp_step_invoke(outp_parser *p, bool final);
 bool outp_step_param_str(outp_parser *p, bool final);
 bool outp_step_param_json(outp_parser *p, bool final);
+/* A call's TOOL_START (with a fresh id) and its arguments' opening "{"; its
+ * closing "}" and TOOL_END. */
+void outp_start_call(outp_parser *p, const char *name, size_t nlen);
+void outp_end_call(outp_parser *p, bool complete);
 /* cfg.start_invoke: starts the forced call (TOOL_START, "{") and enters
  * the invoke state. Called once, with the callback set. */
 void outp_dsml_start_forced(outp_parser *p);
 /* End of output inside a tool block: close what is open, report it. */
 void outp_dsml_truncated(outp_parser *p);
+
+/* JSON-bodied calls (outp_jcalls.c): the syntax's openers into the answer
+ * markers; the state an opener found in the answer enters; the forced start
+ * (name: the named call's body as the prompt began it, or NULL: the block);
+ * the steps; the end of output inside a call. */
+void outp_jcalls_openers(outp_parser *p);
+void outp_jcalls_open(outp_parser *p, const char *opener);
+void outp_jcalls_start_forced(outp_parser *p, const char *name);
+bool outp_step_jblock(outp_parser *p, bool final);
+bool outp_step_jcall(outp_parser *p, bool final);
+void outp_jcalls_truncated(outp_parser *p);
 
 #endif

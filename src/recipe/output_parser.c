@@ -45,7 +45,7 @@ static bool valid_utf8(const char *s, size_t n) {
 
 /* ---- lifecycle ------------------------------------------------------------ */
 
-static void add_marker(outp_parser *p, const char *s) {
+void outp_add_marker(outp_parser *p, const char *s) {
     p->amk[p->n_amk].s = s;
     p->amk[p->n_amk].len = strlen(s);
     p->n_amk++;
@@ -65,11 +65,14 @@ outp_parser *outp_new(const outp_config *cfg, di_err *err) {
     outp_parser *p = di_calloc(1, sizeof *p);
     p->cfg = *cfg;
     p->cfg.stops = NULL;
-    if (cfg->tools) {
+    if (cfg->tools && cfg->syntax != OUTP_SYNTAX_DSML) {
+        outp_jcalls_openers(p);
+    } else if (cfg->tools) {
         outp_dsml d = cfg->dsml;
-        if (d == OUTP_DSML_AUTO || d == OUTP_DSML_V4) add_marker(p, "<" DSML "tool_calls>");
-        if (d == OUTP_DSML_AUTO || d == OUTP_DSML_V41) add_marker(p, "<" DSML " calls>");
-        if (d == OUTP_DSML_AUTO || d == OUTP_DSML_V32) add_marker(p, "<" DSML "function_calls>");
+        if (d == OUTP_DSML_AUTO || d == OUTP_DSML_V4) outp_add_marker(p, "<" DSML "tool_calls>");
+        if (d == OUTP_DSML_AUTO || d == OUTP_DSML_V41) outp_add_marker(p, "<" DSML " calls>");
+        if (d == OUTP_DSML_AUTO || d == OUTP_DSML_V32)
+            outp_add_marker(p, "<" DSML "function_calls>");
     }
     p->n_openers = p->n_amk;
     p->stops = di_calloc(cfg->n_stops + 1, sizeof *p->stops);
@@ -78,9 +81,13 @@ outp_parser *outp_new(const outp_config *cfg, di_err *err) {
         if (!cfg->stops[i] || !cfg->stops[i][0]) continue;
         p->stops[i] = di_strdup(cfg->stops[i]);
         p->stop_of[p->n_amk] = (int)i;
-        add_marker(p, p->stops[i]);
+        outp_add_marker(p, p->stops[i]);
     }
-    if (cfg->tools && (cfg->start_in_block || cfg->start_invoke)) {
+    if (cfg->tools && cfg->syntax != OUTP_SYNTAX_DSML &&
+        (cfg->start_in_block || cfg->start_invoke)) {
+        p->cfg.start_invoke = NULL;
+        outp_jcalls_start_forced(p, cfg->start_invoke);
+    } else if (cfg->tools && (cfg->start_in_block || cfg->start_invoke)) {
         p->st = OUTP_S_BLOCK; /* the prompt opened the block (and the invoke) */
         p->cfg.start_invoke = NULL;
         if (cfg->start_invoke) p->forced_invoke = di_strdup(cfg->start_invoke);
@@ -386,7 +393,10 @@ static bool step_answer(outp_parser *p, bool final) {
         size_t c = trail_ws(b, at, skip);
         outp_emit_answer(p, b, c);
         outp_consume(p, at + p->amk[w].len);
-        p->st = OUTP_S_BLOCK;
+        if (p->cfg.syntax == OUTP_SYNTAX_DSML)
+            p->st = OUTP_S_BLOCK;
+        else
+            outp_jcalls_open(p, p->amk[w].s);
         return true;
     }
     if (r == OUTP_SCAN_FOUND) {
@@ -435,6 +445,12 @@ static void run(outp_parser *p, bool final) {
         case OUTP_S_PARAM_JSON:
             prog = outp_step_param_json(p, final);
             break;
+        case OUTP_S_JBLOCK:
+            prog = outp_step_jblock(p, final);
+            break;
+        case OUTP_S_JCALL:
+            prog = outp_step_jcall(p, final);
+            break;
         case OUTP_S_DONE:
             outp_consume(p, outp_avail(p));
             break;
@@ -478,6 +494,10 @@ const outp_summary *outp_finish(outp_parser *p, outp_event_fn cb, void *ctx) {
     case OUTP_S_PARAM_STR:
     case OUTP_S_PARAM_JSON:
         outp_dsml_truncated(p);
+        break;
+    case OUTP_S_JBLOCK:
+    case OUTP_S_JCALL:
+        outp_jcalls_truncated(p);
         break;
     case OUTP_S_ANSWER:
     case OUTP_S_DONE:

@@ -96,11 +96,21 @@ typedef enum {
     OUTP_DSML_V32,      /* <｜DSML｜function_calls> */
 } outp_dsml;
 
+/* How tool calls are written: DSML blocks (DeepSeek V4, the default), or a
+ * JSON body in Hermes tags (Qwen, the ChatML renderer) or in DeepSeek V3's
+ * markers (outp_jcalls.c). */
+typedef enum {
+    OUTP_SYNTAX_DSML = 0,
+    OUTP_SYNTAX_HERMES,
+    OUTP_SYNTAX_DSV3,
+} outp_syntax;
+
 typedef struct outp_config {
     bool reasoning;           /* the model may reason before answering */
     bool think_opened;        /* the prompt already ended with <think> (needs reasoning) */
-    bool tools;               /* recognise DSML tool-call blocks */
-    outp_dsml dsml;           /* spelling of the block tag */
+    bool tools;               /* recognise tool-call blocks */
+    outp_syntax syntax;       /* ... written this way */
+    outp_dsml dsml;           /* DSML: spelling of the block tag */
     bool json_mode;           /* response_format json_object: see the top comment */
     const char *const *stops; /* stop strings (UTF-8, NUL-terminated; copied; "" ignored) */
     size_t n_stops;           /* at most OUTP_MAX_STOPS */

@@ -135,6 +135,7 @@ srv_gen *gen_new(const gen_env *env, const srv_api *api, srv_req *req, int promp
                        .think_opened = think_opened,
                        .tools = chat_like && req->conv && req->conv->n_tools > 0 &&
                                 req->tool_choice != SRV_TC_NONE,
+                       .syntax = req->tool_syntax,
                        .json_mode = req->json_mode,
                        .stops = (const char *const *)req->stops,
                        .n_stops = (size_t)req->n_stops,

@@ -7,16 +7,21 @@
  * and the fuzzer drive it directly.
  *
  * Forced tool calls (tool_choice "required" / Anthropic "any", or a named
- * tool), without constrained decoding: for the DSML format (deepseek-v4),
+ * tool), without constrained decoding: for the formats that write tool
+ * calls (deepseek-v4's DSML, chatml's Hermes tags, deepseek-v3's markers),
  * with a generation prompt, the request is rendered in non-thinking mode (as
  * DeepSeek's own API does for forced calls: the assistant turn opens with
- * "</think>") and the prompt then ends with the block opener
- * `<｜DSML｜tool_calls>\n` — plus `<｜DSML｜invoke name="X">\n` for a named
- * choice — spelled as the V4 renderer spells them (opener a soft control
- * segment, the invoke tag and name TEXT, via the renderers' rs_* helpers).
+ * "</think>") and the prompt then ends by opening the call, spelled as the
+ * format's renderer spells it (markers as control segments, names TEXT, via
+ * the renderers' rs_* helpers):
+ *   deepseek-v4  `<｜DSML｜tool_calls>\n`, named: + `<｜DSML｜invoke name="X">\n`
+ *   chatml       `<tool_call>\n`, named: + `{"name": "X", "arguments": `
+ *   deepseek-v3  `<｜tool▁calls▁begin｜>`, named: + `<｜tool▁call▁begin｜>function
+ *                <｜tool▁sep｜>X\n```json\n`
  * r->tool_forced tells gen.c to start the output parser inside that block /
- * invoke. Other formats have no DSML, so there the choice is only validated
- * (and a named choice offers that one tool). */
+ * call (the parser's forced start spells the same). Llama 3's template has
+ * no tools, so there the choice is only validated (and a named choice
+ * offers that one tool). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,23 +58,46 @@ static bool ends_with_think(const char *s, size_t n) {
 }
 
 /* Ends the prompt inside the tool-call block (see the top comment). */
-static void force_tool_block(const srv_req *r, render_segs *segs) {
-    rs_control(segs, "<｜DSML｜tool_calls>", true);
-    rs_textz(segs, "\n");
-    if (r->tool_choice == SRV_TC_NAMED) {
-        rs_textz(segs, "<｜DSML｜invoke name=\"");
-        rs_textz(segs, r->tool_name);
-        rs_textz(segs, "\">\n");
+static void force_tool_block(render_format fmt, const srv_req *r, render_segs *segs) {
+    bool named = r->tool_choice == SRV_TC_NAMED;
+    if (fmt == RENDER_CHATML) {
+        rs_control(segs, "<tool_call>", true);
+        rs_textz(segs, "\n");
+        if (named) {
+            rs_textz(segs, "{\"name\": \"");
+            rs_textz(segs, r->tool_name);
+            rs_textz(segs, "\", \"arguments\": ");
+        }
+    } else if (fmt == RENDER_DEEPSEEK_V3) {
+        rs_control(segs, "<｜tool▁calls▁begin｜>", true);
+        if (named) {
+            rs_control(segs, "<｜tool▁call▁begin｜>", true);
+            rs_textz(segs, "function");
+            rs_control(segs, "<｜tool▁sep｜>", true);
+            rs_textz(segs, r->tool_name);
+            rs_textz(segs, "\n```json\n");
+        }
+    } else {
+        rs_control(segs, "<｜DSML｜tool_calls>", true);
+        rs_textz(segs, "\n");
+        if (named) {
+            rs_textz(segs, "<｜DSML｜invoke name=\"");
+            rs_textz(segs, r->tool_name);
+            rs_textz(segs, "\">\n");
+        }
     }
 }
 
 int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *err) {
-    r->tool_forced = fmt == RENDER_DEEPSEEK_V4 && r->conv->n_tools > 0 &&
+    r->tool_syntax = fmt == RENDER_CHATML        ? OUTP_SYNTAX_HERMES
+                     : fmt == RENDER_DEEPSEEK_V3 ? OUTP_SYNTAX_DSV3
+                                                 : OUTP_SYNTAX_DSML;
+    r->tool_forced = fmt != RENDER_LLAMA3 && r->conv->n_tools > 0 &&
                      r->conv->add_generation_prompt &&
                      (r->tool_choice == SRV_TC_REQUIRED || r->tool_choice == SRV_TC_NAMED);
     if (r->tool_forced) r->conv->thinking = CONV_THINK_OFF;
     if (render_conversation(fmt, r->conv, segs, err)) return -1;
-    if (r->tool_forced) force_tool_block(r, segs);
+    if (r->tool_forced) force_tool_block(fmt, r, segs);
     return 0;
 }
 

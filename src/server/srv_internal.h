@@ -97,6 +97,7 @@ typedef struct srv_req {
      * prompt with the DSML block opener (and the named invoke), thinking off;
      * the output parser starts inside it (routes.c has the details). */
     bool tool_forced;
+    outp_syntax tool_syntax; /* set by srv_render_conv: how the format writes tool calls */
     bool parallel_tool_calls;
     bool echo; /* completions */
     /* completions: max_tokens 0, nothing generated (with echo and logprobs:

@@ -1,8 +1,9 @@
 /* test_server_forced.c — enforced tool_choice ("required" / Anthropic "any",
- * and a named tool) in the three chat-like protocols, streamed and not,
- * driven by synthetic model output: the prompt ends inside the DSML block
- * (and the named invoke), so what the model writes is a continuation parsed
- * as tool calls from its first byte. A completed call gives finish
+ * and a named tool) in the three chat-like protocols, streamed and not, for
+ * the three formats that write tool calls (DSML, Hermes, DeepSeek V3),
+ * driven by synthetic model output: the prompt ends inside the tool-call
+ * block (and the named call), so what the model writes is a continuation
+ * parsed as tool calls from its first byte. A completed call gives finish
  * "tool_calls" / "tool_use"; output with no complete call gives "stop" /
  * "end_turn" and, in a body, no tool call. */
 #include <stdlib.h>
@@ -20,9 +21,31 @@ static const char *AFTER_BLOCK =
 static const char *AFTER_INVOKE = "<" D "parameter name=\"city\" string=\"true\">Paris</" D
                                   "parameter>\n</" D "invoke>\n</" D "tool_calls>";
 
+/* The same for chatml's Hermes tags, after `<tool_call>\n` (required) and
+ * after `{"name": "get_weather", "arguments": ` (named) ... */
+static const char *HERMES_BLOCK =
+    "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+static const char *HERMES_NAMED = "{\"city\": \"Paris\"}}\n</tool_call>";
+/* ... and DeepSeek V3's markers, after `<｜tool▁calls▁begin｜>` and after
+ * `<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n`. */
+#define V3_TAIL "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+static const char *V3_BLOCK = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"
+                              "\"city\": \"Paris\"}" V3_TAIL;
+static const char *V3_NAMED = "{\"city\": \"Paris\"}" V3_TAIL;
+
+static const render_format FORMATS[] = {RENDER_DEEPSEEK_V4, RENDER_CHATML, RENDER_DEEPSEEK_V3};
+
 static const srv_limits LIM = {.max_n = 8, .max_stops = 8, .max_json_depth = 16, .model_name = "m"};
 
-typedef enum { REQUIRED, NAMED } choice;
+typedef enum { REQUIRED, NAMED, AUTO } choice;
+
+/* A complete call to get_weather(city: Paris), as format fmt's model writes
+ * it after the forced prompt. */
+static const char *call_after(render_format fmt, choice c) {
+    if (fmt == RENDER_CHATML) return c == NAMED ? HERMES_NAMED : HERMES_BLOCK;
+    if (fmt == RENDER_DEEPSEEK_V3) return c == NAMED ? V3_NAMED : V3_BLOCK;
+    return c == NAMED ? AFTER_INVOKE : AFTER_BLOCK;
+}
 
 /* A request for api with one tool (get_weather, plus `other` to show the
  * named choice picks) and the given tool_choice. */
@@ -33,22 +56,26 @@ static void request(char *out, size_t cap, const srv_api *api, choice c) {
                  "\"w?\"}],\"tools\":[{\"name\":\"other\",\"input_schema\":{\"type\":\"object\"}},"
                  "{\"name\":\"get_weather\",\"input_schema\":{\"type\":\"object\"}}],"
                  "\"tool_choice\":%s,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}}",
-                 c == NAMED ? "{\"type\":\"tool\",\"name\":\"get_weather\"}"
-                            : "{\"type\":\"any\"}");
+                 c == NAMED  ? "{\"type\":\"tool\",\"name\":\"get_weather\"}"
+                 : c == AUTO ? "{\"type\":\"auto\"}"
+                             : "{\"type\":\"any\"}");
     else if (api == &srv_api_responses)
         snprintf(out, cap,
                  "{\"model\":\"m\",\"input\":\"w?\",\"tools\":[{\"type\":\"function\",\"name\":"
                  "\"other\",\"parameters\":{\"type\":\"object\"}},{\"type\":\"function\",\"name\":"
                  "\"get_weather\",\"parameters\":{\"type\":\"object\"}}],\"tool_choice\":%s}",
-                 c == NAMED ? "{\"type\":\"function\",\"name\":\"get_weather\"}" : "\"required\"");
+                 c == NAMED  ? "{\"type\":\"function\",\"name\":\"get_weather\"}"
+                 : c == AUTO ? "\"auto\""
+                             : "\"required\"");
     else
         snprintf(out, cap,
                  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"w?\"}],\"tools\":"
                  "[{\"type\":\"function\",\"function\":{\"name\":\"other\",\"parameters\":{}}},"
                  "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{}}}"
                  "],\"tool_choice\":%s,\"chat_template_kwargs\":{\"thinking\":true}}",
-                 c == NAMED ? "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"
-                            : "\"required\"");
+                 c == NAMED  ? "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"
+                 : c == AUTO ? "\"auto\""
+                             : "\"required\"");
 }
 
 /* What a response says, whatever the protocol: the finish, the first tool
@@ -106,20 +133,21 @@ static void read_body(const srv_api *api, json_t *body, seen *w) {
 
 /* Runs `output` as the model's continuation; fills w from the body or, when
  * streamed, from the stream's events. */
-static int run(const srv_api *api, choice c, bool stream, const char *output, size_t chunk,
-               seen *w) {
+static int run(const srv_api *api, render_format fmt, choice c, bool stream, const char *output,
+               size_t chunk, seen *w) {
     memset(w, 0, sizeof *w);
     char body[2048];
     request(body, sizeof body, api, c);
     srv_req r;
     srv_prepared p;
     srv_fail f = {0};
-    if (srv_prepare(api, body, strlen(body), &LIM, RENDER_DEEPSEEK_V4, NULL, &r, &p, &f)) {
+    if (srv_prepare(api, body, strlen(body), &LIM, fmt, NULL, &r, &p, &f)) {
         fprintf(stderr, "prepare: %s\n", f.msg);
         return -1;
     }
     int rc = -1;
-    if (!r.tool_forced || p.think_opened) { /* forced: non-thinking, prompt ends in DSML */
+    if ((c == AUTO) == r.tool_forced ||
+        (c != AUTO && p.think_opened)) { /* forced: non-thinking, prompt ends in the block */
         fprintf(stderr, "not forced (%d) or thinking (%d)\n", r.tool_forced, p.think_opened);
         goto out;
     }
@@ -181,54 +209,60 @@ static const srv_api *const APIS[] = {&srv_api_chat, &srv_api_responses, &srv_ap
 
 TEST(server_forced_tool_choice_gives_the_call) {
     size_t chunks[] = {1, 5, 1000};
-    for (int a = 0; a < 3; a++)
-        for (int c = 0; c < 2; c++)
-            for (int st = 0; st < 2; st++)
-                for (int k = 0; k < 3; k++) {
-                    seen w;
-                    const srv_api *api = APIS[a];
-                    CHECK(run(api, (choice)c, st, c == NAMED ? AFTER_INVOKE : AFTER_BLOCK,
-                              chunks[k], &w) == 0);
-                    const char *want = api == &srv_api_messages    ? "tool_use"
-                                       : api == &srv_api_responses ? "completed"
-                                                                   : "tool_calls";
-                    CHECKF(!strcmp(w.finish, want) && w.n_calls == 1 &&
-                               !strcmp(w.name, "get_weather") && !strcmp(w.city, "Paris"),
-                           "%s %s stream %d chunk %zu: finish %s, %d calls, %s(%s)", api->path,
-                           c == NAMED ? "named" : "required", st, chunks[k], w.finish, w.n_calls,
-                           w.name, w.city);
-                }
+    for (int fi = 0; fi < 3; fi++)
+        for (int a = 0; a < 3; a++)
+            for (int c = 0; c < 2; c++)
+                for (int st = 0; st < 2; st++)
+                    for (int k = 0; k < 3; k++) {
+                        seen w;
+                        const srv_api *api = APIS[a];
+                        render_format fmt = FORMATS[fi];
+                        CHECK(run(api, fmt, (choice)c, st, call_after(fmt, (choice)c), chunks[k],
+                                  &w) == 0);
+                        const char *want = api == &srv_api_messages    ? "tool_use"
+                                           : api == &srv_api_responses ? "completed"
+                                                                       : "tool_calls";
+                        CHECKF(!strcmp(w.finish, want) && w.n_calls == 1 &&
+                                   !strcmp(w.name, "get_weather") && !strcmp(w.city, "Paris"),
+                               "%s %s %s stream %d chunk %zu: finish %s, %d calls, %s(%s)",
+                               render_format_name(fmt), api->path,
+                               c == NAMED ? "named" : "required", st, chunks[k], w.finish,
+                               w.n_calls, w.name, w.city);
+                    }
 }
 
 TEST(server_forced_tool_choice_without_a_call_is_a_plain_stop) {
     /* required: the model wrote no invoke; named: it wrote nothing usable */
     const char *outputs[2] = {"I would rather not.", "no parameters here"};
-    for (int a = 0; a < 3; a++)
-        for (int c = 0; c < 2; c++)
-            for (int st = 0; st < 2; st++) {
-                seen w;
-                const srv_api *api = APIS[a];
-                CHECK(run(api, (choice)c, st, outputs[c], 3, &w) == 0);
-                const char *want = api == &srv_api_messages    ? "end_turn"
-                                   : api == &srv_api_responses ? "completed"
-                                                               : "stop";
-                /* a stream has sent the forced call's start; a body drops it */
-                int calls = st && c == NAMED ? 1 : 0;
-                CHECKF(!strcmp(w.finish, want) && w.n_calls == calls,
-                       "%s %s stream %d: finish %s, %d calls", api->path,
-                       c == NAMED ? "named" : "required", st, w.finish, w.n_calls);
-            }
+    for (int fi = 0; fi < 3; fi++)
+        for (int a = 0; a < 3; a++)
+            for (int c = 0; c < 2; c++)
+                for (int st = 0; st < 2; st++) {
+                    seen w;
+                    const srv_api *api = APIS[a];
+                    render_format fmt = FORMATS[fi];
+                    CHECK(run(api, fmt, (choice)c, st, outputs[c], 3, &w) == 0);
+                    const char *want = api == &srv_api_messages    ? "end_turn"
+                                       : api == &srv_api_responses ? "completed"
+                                                                   : "stop";
+                    /* a DSML stream has sent the forced call's start; a body drops
+                     * it (the JSON-bodied formats send a call only once it reads) */
+                    int calls = st && c == NAMED && fmt == RENDER_DEEPSEEK_V4 ? 1 : 0;
+                    CHECKF(!strcmp(w.finish, want) && w.n_calls == calls,
+                           "%s %s %s stream %d: finish %s, %d calls", render_format_name(fmt),
+                           api->path, c == NAMED ? "named" : "required", st, w.finish, w.n_calls);
+                }
 }
 
-TEST(server_forced_tool_choice_only_for_dsml_with_a_generation_prompt) {
+TEST(server_forced_tool_choice_only_where_calls_are_written_and_asked) {
     char body[2048];
     request(body, sizeof body, &srv_api_chat, REQUIRED);
     srv_req r;
     srv_prepared p;
     srv_fail f = {0};
-    CHECK(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, RENDER_CHATML, NULL, &r, &p, &f) ==
+    CHECK(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, RENDER_LLAMA3, NULL, &r, &p, &f) ==
           0);
-    CHECK(!r.tool_forced);
+    CHECK(!r.tool_forced); /* Llama 3's template has no tools */
     srv_req_free(&r);
     srv_prepared_free(&p);
     const char *auto_body =
@@ -261,6 +295,7 @@ TEST(server_forced_prompt_ends_inside_the_block) {
                                         "invoke name=\"get_weather\">\n"
                                       : "<｜Assistant｜></think><" D "tool_calls>\n";
         size_t wn = strlen(want);
+        CHECK(r.tool_syntax == OUTP_SYNTAX_DSML);
         CHECKF(n >= wn && !strcmp(s + n - wn, want), "prompt ends [%s]", n > 80 ? s + n - 80 : s);
         bool found = false;
         for (size_t i = 0; i < segs.n; i++)
@@ -272,4 +307,83 @@ TEST(server_forced_prompt_ends_inside_the_block) {
         srv_req_free(&r);
         srv_prepared_free(&p);
     }
+}
+
+/* chatml and deepseek-v3: the prompt ends as their renderers spell a call's
+ * start, markers control segments (so the ids are the markers' own). */
+TEST(server_forced_prompt_ends_inside_the_call_hermes_and_v3) {
+    static const struct {
+        render_format fmt;
+        const char *want[2], *marker;
+        outp_syntax syntax;
+    } cases[] = {
+        {RENDER_CHATML,
+         {"<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n",
+          "<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n{\"name\": "
+          "\"get_weather\", \"arguments\": "},
+         "<tool_call>",
+         OUTP_SYNTAX_HERMES},
+        {RENDER_DEEPSEEK_V3,
+         {"<｜Assistant｜><｜tool▁calls▁begin｜>",
+          "<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+          "get_weather\n```json\n"},
+         "<｜tool▁calls▁begin｜>",
+         OUTP_SYNTAX_DSV3},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+        for (int c = 0; c < 2; c++) {
+            char body[2048];
+            request(body, sizeof body, &srv_api_chat, (choice)c);
+            srv_req r;
+            srv_prepared p;
+            srv_fail f = {0};
+            CHECK(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, cases[k].fmt, NULL, &r, &p,
+                              &f) == 0);
+            render_segs segs = {0};
+            di_err err = {{0}};
+            CHECK(srv_render_conv(cases[k].fmt, &r, &segs, &err) == 0 && r.tool_forced);
+            CHECK(r.tool_syntax == cases[k].syntax);
+            size_t n = 0;
+            char *s = render_to_string(&segs, &n);
+            const char *want = cases[k].want[c];
+            size_t wn = strlen(want);
+            CHECKF(n >= wn && !strcmp(s + n - wn, want), "%s: prompt ends [%s]",
+                   render_format_name(cases[k].fmt), n > 120 ? s + n - 120 : s);
+            bool found = false;
+            for (size_t i = 0; i < segs.n; i++)
+                found |= segs.v[i].kind == RENDER_CONTROL && !strcmp(segs.v[i].s, cases[k].marker);
+            CHECK(found);
+            free(s);
+            render_segs_free(&segs);
+            srv_req_free(&r);
+            srv_prepared_free(&p);
+        }
+}
+
+/* Unforced (tool_choice auto): text, then calls as each format writes them,
+ * become the answer's text and its tool calls, finish "tool_calls". */
+TEST(server_auto_tool_calls_in_hermes_and_v3) {
+    static const char *const outputs[] = {
+        "</think>Checking.\n<tool_call>\n"
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+        "\"Paris\"}}\n</tool_call>",
+        "</think>Checking.<｜tool▁calls▁begin｜>"
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+        "{\"city\": \"Paris\"}" V3_TAIL,
+    };
+    const render_format fmts[] = {RENDER_CHATML, RENDER_DEEPSEEK_V3};
+    for (int k = 0; k < 2; k++)
+        for (int a = 0; a < 3; a++)
+            for (int st = 0; st < 2; st++) {
+                seen w;
+                const srv_api *api = APIS[a];
+                CHECK(run(api, fmts[k], AUTO, st, outputs[k], 4, &w) == 0);
+                const char *want = api == &srv_api_messages    ? "tool_use"
+                                   : api == &srv_api_responses ? "completed"
+                                                               : "tool_calls";
+                CHECKF(!strcmp(w.finish, want) && w.n_calls == 1 &&
+                           !strcmp(w.name, "get_weather") && !strcmp(w.city, "Paris"),
+                       "%s %s stream %d: finish %s, %d calls, %s(%s)", render_format_name(fmts[k]),
+                       api->path, st, w.finish, w.n_calls, w.name, w.city);
+            }
 }
