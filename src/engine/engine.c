@@ -398,6 +398,9 @@ static ereq *copy_request(const engine_request *q) {
     r->r.json_schema = NULL; /* compiled into r->schema */
     r->r.regex = NULL;       /* ... r->regex */
     r->r.grammar = NULL;     /* ... r->grammar */
+    r->r.call_forms = NULL;  /* ... r->calls */
+    r->r.n_call_forms = 0;
+    r->r.calls_close = NULL;
     if (q->prompt_logprobs) {
         r->plp = di_calloc((size_t)q->n_prompt, sizeof *r->plp);
         r->plp[0] = (samp_out){.token = q->prompt[0], .logprob = NAN};
@@ -432,7 +435,20 @@ uint64_t engine_submit(engine *e, const engine_request *q, di_err *err) {
             return di_errf(err, "request: grammar: %s", why), 0;
         }
     }
+    jg_calls *calls = NULL;
+    if (q->json && q->call_forms) {
+        char why[200];
+        calls = jg_calls_compile(q->call_forms, q->n_call_forms, q->calls_close, q->max_calls, why,
+                                 sizeof why);
+        if (!calls) {
+            jg_schema_free(schema);
+            jr_free(regex);
+            gr_free(grammar);
+            return di_errf(err, "request: tools: %s", why), 0;
+        }
+    }
     ereq *r = copy_request(q);
+    r->calls = calls;
     r->schema = schema;
     r->regex = regex;
     r->grammar = grammar;

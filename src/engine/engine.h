@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "engine/json_grammar.h"
 #include "engine/runner.h"
 #include "engine/sampling.h"
 #include "engine/stop.h"
@@ -107,6 +108,15 @@ typedef struct engine_request {
     /* With json, instead: plain text that this grammar (grammar.h's GBNF,
      * its rule root) matches whole; refused where it does not compile. */
     const char *grammar;
+    /* With json, instead: tool calls as the model writes them, each one of
+     * these forms (one per tool: its opening texts, its arguments' schema,
+     * the text after them; json_grammar.h's jg_calls_compile), from one to
+     * max_calls of them, then calls_close. Refused where a schema does not
+     * compile or the forms clash. */
+    const jg_call_form *call_forms;
+    int n_call_forms;
+    const char *calls_close;
+    int max_calls;
     /* Score the prompt: each prompt token's logprob given those before it,
      * with prompt_top alternatives (0..SAMP_MAX_TOP), on each branch's first
      * event. The prompt is then computed whole, without the prefix cache

@@ -28,6 +28,7 @@ typedef struct ereq {
     jg_schema *schema;   /* compiled r.json_schema */
     jr_dfa *regex;       /* compiled r.regex */
     gr_grammar *grammar; /* compiled r.grammar */
+    jg_calls *calls;     /* compiled r.call_forms */
     samp_out *plp;       /* with prompt_logprobs: n_prompt entries (engine_event.prompt_lp) */
     seq *seqs[ENGINE_MAX_N];
     int n_seqs, n_live;

@@ -75,6 +75,8 @@ static void seq_setup(engine *e, ereq *r, seq *q, int branch) {
             jg_init_grammar(&q->json, gr_matcher_new(r->grammar));
         else if (r->regex)
             jg_init_regex(&q->json, r->regex);
+        else if (r->calls)
+            jg_init_calls(&q->json, r->calls);
         else
             jg_init_schema(&q->json, r->schema);
     }
@@ -118,6 +120,7 @@ void engine_free_req(ereq *r) {
     jg_schema_free(r->schema);
     jr_free(r->regex);
     gr_free(r->grammar);
+    jg_calls_free(r->calls);
     free(r->plp);
     free(r);
 }

@@ -32,6 +32,7 @@ void jg_init_grammar(jg_state *s, gr_matcher *m) {
 }
 
 bool jg_done(const jg_state *s) {
+    if (s->calls) return jg_calls_done(s);
     if (s->raw) return jr_accepts(s->raw, s->rstate);
     if (s->gram) return gr_done(s->gram);
     return s->schema ? s->done : s->c.mode == M_DONE;
@@ -43,6 +44,7 @@ bool jg_core_number_ends(const jg_core *s) {
 }
 
 static bool jg_step(jg_state *s, uint8_t c) {
+    if (s->calls) return jg_calls_step(s, c);
     if (s->raw) {
         int next = jr_step(s->raw, s->rstate, c);
         s->rstate = (uint16_t)next;
@@ -446,7 +448,8 @@ int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
         walk_grammar(v, &v->all, s->gram, ok);
     } else if (s->raw) {
         walk_pattern(v, &v->all, s->raw, NULL, s->rstate, 0, UINT32_MAX, ok);
-    } else if ((!s->schema || s->what == W_CORE) && s->c.mode == M_STRING && !s->c.utf8) {
+    } else if ((!s->schema || s->what == W_CORE) && s->c.mode == M_STRING && !s->c.utf8 &&
+               jg_calls_in_value(s)) {
         uint32_t room = jg_string_room(s); /* a schema's maxLength */
         const jr_dfa *re = jg_string_pattern(s);
         if (re)

@@ -66,6 +66,8 @@ typedef struct jg_num {
 typedef struct jr_dfa jr_dfa;         /* json_regex.h */
 typedef struct gr_matcher gr_matcher; /* grammar.h */
 
+typedef struct jg_calls jg_calls; /* below */
+
 typedef struct jg_state {
     jg_core c;
     const jr_dfa *raw;       /* not JSON: text matching this pattern whole, in rstate */
@@ -87,6 +89,13 @@ typedef struct jg_state {
     uint16_t enode; /* the enum's node */
     uint64_t cand;  /* properties or enum values still matching */
     jg_frame f[JG_SCHEMA_DEPTH];
+    /* Tool calls (jg_init_calls): the object above is one call's arguments,
+     * between texts matched here: the phase (json_calls.c), the texts still
+     * matching (a range of a sorted table) and the bytes matched, the call's
+     * tool, the calls written. */
+    const jg_calls *calls;
+    uint8_t cphase, ctable;
+    uint16_t clo, chi, cpos, calt, ncalls;
 } jg_state;
 
 /* Any JSON object, or one that schema (borrowed) describes. */
@@ -100,6 +109,23 @@ void jg_init_regex(jg_state *s, const jr_dfa *re);
  * owns it and frees it after s; s's copies share it, so one of them a
  * matcher); complete where the grammar's root can end. */
 void jg_init_grammar(jg_state *s, gr_matcher *m);
+/* Tool calls, as a model writes them: one to max_calls calls, each the text
+ * opening a call of one of the tools (`first` for the first call, `next`
+ * for a later one), its arguments (a JSON object following the tool's
+ * schema, or any object), the tool's `suffix`; then `close` (complete
+ * there; "": the output may end after any call). The opening texts of the
+ * tools must differ, none a prefix of another or of close. NULL, with why,
+ * where a schema does not compile or the texts clash. */
+typedef struct jg_call_form {
+    const char *first, *next, *suffix;
+    const char *schema; /* the arguments' JSON schema text, or NULL */
+} jg_call_form;
+#define JG_MAX_CALL_FORMS 256
+jg_calls *jg_calls_compile(const jg_call_form *forms, int n, const char *close, int max_calls,
+                           char *why, size_t cap);
+void jg_calls_free(jg_calls *c);
+/* Text that c (borrowed) takes whole. */
+void jg_init_calls(jg_state *s, const jg_calls *c);
 /* Compiles a JSON schema (its text): objects (properties in any order, the
  * required ones before the object closes, no others), arrays of items,
  * strings, numbers, integers, booleans, null, enum / const values, anyOf /

@@ -30,6 +30,16 @@ enum {
 /* jg_state.what: with a schema, what is being read below the frames */
 enum { W_NONE, W_CORE, W_KEY, W_ENUM };
 
+/* One byte of tool calls; complete there (json_calls.c). */
+bool jg_calls_step(jg_state *s, uint8_t c);
+bool jg_calls_done(const jg_state *s);
+/* The arguments' object is being read (the mask's string shortcut may
+ * apply). */
+enum { JG_CALLS_CHOICE, JG_CALLS_VALUE, JG_CALLS_SUFFIX, JG_CALLS_END }; /* jg_state.cphase */
+static inline bool jg_calls_in_value(const jg_state *s) {
+    return !s->calls || s->cphase == JG_CALLS_VALUE;
+}
+
 /* One byte into the core automaton. */
 bool jg_core_step(jg_core *s, uint8_t c);
 /* The core holds a number that may end here. */

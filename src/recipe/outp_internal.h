@@ -86,6 +86,7 @@ struct outp_parser {
     di_buf scratch;
     uint64_t id_state;
     char *forced_invoke; /* cfg.start_invoke, until its TOOL_START is emitted */
+    bool cstr, cesc;     /* JCALL: the body so far ends inside a JSON string (after a backslash) */
 
     outp_summary sum;
 };

@@ -11,9 +11,11 @@
  *     a lone <｜tool▁call▁begin｜> opens a call too, and a block may end
  *     without its closer).
  *
- * A call's body is collected whole until its closing marker and then read:
+ * A call's body is collected whole until its closing marker (one outside
+ * the body's JSON strings: an argument may spell the marker) and then read:
  * the name, and the arguments' JSON text passed through verbatim (numbers
- * keep their spelling) inside the events' "{" and "}", so each call is one
+ * keep their spelling; checked for JSON syntax here, with no limit on a
+ * number's size) inside the events' "{" and "}", so each call is one
  * TOOL_START, one TOOL_ARGS and one TOOL_END. A body that does not read (not
  * JSON, no name, arguments that are not an object) is an OUTP_EV_ERROR and
  * the call's whole text goes out as answer text, markers included: nothing
@@ -33,8 +35,7 @@
 #define V3_SEP       "<｜tool▁sep｜>"
 #define LIT(s)                                                                                     \
     { s, sizeof s - 1 }
-/* Validation only: integers beyond int64 are valid JSON. */
-#define JSON_FLAGS (JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL)
+#define MAX_DEPTH 128
 
 static const outp_marker hermes_close = LIT(HERMES_CLOSE);
 static const outp_marker v3_call_end = LIT(V3_CALL_END);
@@ -50,11 +51,13 @@ void outp_jcalls_openers(outp_parser *p) {
 
 void outp_jcalls_open(outp_parser *p, const char *opener) {
     p->pval.n = 0;
+    p->cstr = p->cesc = false;
     p->st = !strcmp(opener, V3_CALLS_BEG) ? OUTP_S_JBLOCK : OUTP_S_JCALL;
 }
 
 void outp_jcalls_start_forced(outp_parser *p, const char *name) {
     p->pval.n = 0;
+    p->cstr = p->cesc = false;
     p->st = p->cfg.syntax == OUTP_SYNTAX_HERMES || name ? OUTP_S_JCALL : OUTP_S_JBLOCK;
     /* the body the prompt began, as the server's rendering spells it */
     if (p->cfg.syntax == OUTP_SYNTAX_HERMES) {
@@ -78,60 +81,120 @@ static void trim(const char **s, size_t *n) {
     while (*n && outp_is_ws((*s)[*n - 1])) (*n)--;
 }
 
-/* The end of the JSON value starting at b[i] (valid JSON: checked before). */
-static size_t value_end(const char *b, size_t n, size_t i) {
-    int depth = 0;
-    bool str = false, esc = false;
-    for (; i < n; i++) {
-        char c = b[i];
-        if (str) {
-            if (esc)
-                esc = false;
-            else if (c == '\\')
-                esc = true;
-            else if (c == '"') {
-                str = false;
-                if (!depth) return i + 1;
-            }
-        } else if (c == '"')
-            str = true;
-        else if (c == '{' || c == '[')
-            depth++;
-        else if (c == '}' || c == ']') {
-            if (--depth == 0) return i + 1;
-        } else if (!depth && (c == ',' || outp_is_ws(c)))
-            return i;
-    }
-    return n;
+static const char *skip_ws(const char *p, const char *e) {
+    while (p < e && outp_is_ws(*p)) p++;
+    return p;
 }
 
-/* The raw text of member `key` of the object b[0..n) (valid JSON, an
- * object), or NULL. Keys are compared as written, without escapes. */
-static const char *member(const char *b, size_t n, const char *key, size_t *len) {
-    size_t i = 1, kl = strlen(key);
-    for (;;) {
-        while (i < n && (outp_is_ws(b[i]) || b[i] == ',')) i++;
-        if (i >= n || b[i] != '"') return NULL;
-        size_t k0 = i + 1, k1 = value_end(b, n, i) - 1;
-        i = k1 + 1;
-        while (i < n && (outp_is_ws(b[i]) || b[i] == ':')) i++;
-        size_t v1 = value_end(b, n, i);
-        if (k1 - k0 == kl && !memcmp(b + k0, key, kl)) {
-            *len = v1 - i;
-            return b + i;
+static bool digits(const char **p, const char *e) {
+    const char *s = *p;
+    while (*p < e && **p >= '0' && **p <= '9') (*p)++;
+    return *p > s;
+}
+
+/* One JSON value at *p (RFC 8259's syntax; the text is valid UTF-8
+ * already), *p moved past it. */
+static bool value(const char **p, const char *e, int depth) {
+    const char *s = *p;
+    if (s >= e || depth > MAX_DEPTH) return false;
+    if (*s == '"') {
+        for (s++; s < e && *s != '"'; s++) {
+            if ((unsigned char)*s < 0x20) return false;
+            if (*s != '\\') continue;
+            if (++s >= e) return false;
+            if (*s == 'u') {
+                for (int i = 0; i < 4; i++)
+                    if (++s >= e || !strchr("0123456789abcdefABCDEF", *s) || !*s) return false;
+            } else if (!strchr("\"\\/bfnrt", *s) || !*s)
+                return false;
         }
-        i = v1;
+        if (s >= e) return false;
+        *p = s + 1;
+        return true;
     }
+    if (*s == '{' || *s == '[') {
+        bool obj = *s == '{';
+        char close = obj ? '}' : ']';
+        s = skip_ws(s + 1, e);
+        if (s < e && *s == close) return *p = s + 1, true;
+        for (;;) {
+            if (obj) {
+                if (s >= e || *s != '"' || !value(&s, e, depth + 1)) return false;
+                s = skip_ws(s, e);
+                if (s >= e || *s != ':') return false;
+                s = skip_ws(s + 1, e);
+            }
+            if (!value(&s, e, depth + 1)) return false;
+            s = skip_ws(s, e);
+            if (s < e && *s == close) return *p = s + 1, true;
+            if (s >= e || *s != ',') return false;
+            s = skip_ws(s + 1, e);
+        }
+    }
+    static const char *const lits[] = {"true", "false", "null"};
+    for (int i = 0; i < 3; i++) {
+        size_t l = strlen(lits[i]);
+        if ((size_t)(e - s) >= l && !memcmp(s, lits[i], l)) return *p = s + l, true;
+    }
+    if (*s == '-') s++;
+    if (s < e && *s == '0')
+        s++;
+    else if (!digits(&s, e) || s[-1] == '-')
+        return false;
+    if (s < e && *s == '.' && (s++, !digits(&s, e))) return false;
+    if (s < e && (*s == 'e' || *s == 'E')) {
+        s++;
+        if (s < e && (*s == '+' || *s == '-')) s++;
+        if (!digits(&s, e)) return false;
+    }
+    *p = s;
+    return true;
+}
+
+/* b[0..n) is one JSON object (whitespace around it allowed). */
+static bool is_object(const char *b, size_t n) {
+    const char *p = skip_ws(b, b + n), *e = b + n;
+    return p < e && *p == '{' && value(&p, e, 0) && skip_ws(p, e) == e;
+}
+
+/* The raw text of member `key` of the object b[0..n) (valid: checked
+ * before), or NULL. Keys are compared as written, without escapes. */
+static const char *member(const char *b, size_t n, const char *key, size_t *len) {
+    const char *p = skip_ws(b, b + n) + 1, *e = b + n;
+    size_t kl = strlen(key);
+    for (;;) {
+        p = skip_ws(p, e);
+        if (p >= e || *p != '"') return NULL;
+        const char *k = p + 1;
+        value(&p, e, 0);
+        bool match = (size_t)(p - 1 - k) == kl && !memcmp(k, key, kl);
+        p = skip_ws(skip_ws(p, e) + 1, e); /* past ':' */
+        const char *v = p;
+        value(&p, e, 0);
+        if (match) return *len = (size_t)(p - v), v;
+        p = skip_ws(p, e);
+        if (p >= e || *p != ',') return NULL;
+        p++;
+    }
+}
+
+/* A JSON string literal's value (malloc'd), or NULL if raw is not one. */
+static char *string_of(const char *raw, size_t n) {
+    if (!raw || !n || raw[0] != '"') return NULL;
+    json_error_t je;
+    json_t *j = json_loadb(raw, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    char *s = json_is_string(j) && !memchr(json_string_value(j), 0, json_string_length(j))
+                  ? di_strdup(json_string_value(j))
+                  : NULL;
+    json_decref(j);
+    return s;
 }
 
 /* The call out of its name and the arguments' object text: TOOL_START,
  * the object's inside, TOOL_END. */
 static bool emit_call(outp_parser *p, const char *name, const char *args, size_t n) {
-    json_error_t je;
-    json_t *a = json_loadb(args, n, JSON_FLAGS, &je);
-    bool ok = json_is_object(a);
-    json_decref(a);
-    if (!ok) return false;
+    trim(&args, &n);
+    if (!name || !name[0] || !is_object(args, n)) return false;
     outp_start_call(p, name, strlen(name));
     outp_emit(p, OUTP_EV_TOOL_ARGS, args + 1, n - 2);
     outp_end_call(p, true);
@@ -139,30 +202,20 @@ static bool emit_call(outp_parser *p, const char *name, const char *args, size_t
 }
 
 /* {"name": N, "arguments": {...}} ("parameters" too; arguments that are a
- * string holding an object taken as that object). */
+ * string holding an object taken as that object; none: {}). */
 static bool read_hermes(outp_parser *p, const char *b, size_t n) {
-    trim(&b, &n);
-    json_error_t je;
-    json_t *j = json_loadb(b, n, JSON_FLAGS, &je);
-    const char *name = json_string_value(json_object_get(j, "name"));
-    bool ok = false;
-    if (json_is_object(j) && name && name[0]) {
-        const json_t *a = json_object_get(j, "arguments");
-        const char *key = "arguments";
-        if (!a) a = json_object_get(j, "parameters"), key = "parameters";
-        size_t al = 0;
-        const char *raw = a ? member(b, n, key, &al) : NULL;
-        if (!a)
-            ok = emit_call(p, name, "{}", 2);
-        else if (json_is_string(a)) {
-            const char *s = json_string_value(a);
-            size_t sl = json_string_length(a);
-            trim(&s, &sl);
-            ok = emit_call(p, name, s, sl);
-        } else if (raw)
-            ok = emit_call(p, name, raw, al);
-    }
-    json_decref(j);
+    if (!is_object(b, n)) return false;
+    size_t nl = 0, al = 0;
+    const char *raw = member(b, n, "name", &nl);
+    char *name = string_of(raw, nl);
+    const char *a = member(b, n, "arguments", &al);
+    if (!a) a = member(b, n, "parameters", &al);
+    char *str = a ? string_of(a, al) : NULL;
+    bool ok = !a    ? emit_call(p, name, "{}", 2)
+              : str ? emit_call(p, name, str, strlen(str))
+                    : emit_call(p, name, a, al);
+    free(name);
+    free(str);
     return ok;
 }
 
@@ -183,13 +236,12 @@ static bool read_v3(outp_parser *p, const char *b, size_t n) {
         an -= (size_t)(eol - a);
         a = eol;
         if (an >= 3 && !memcmp(a + an - 3, "```", 3)) an -= 3;
-        trim(&a, &an);
     }
     if (!nn || memchr(nm, 0, nn)) return false;
     char *name = di_malloc(nn + 1);
     memcpy(name, nm, nn);
     name[nn] = 0;
-    bool ok = an >= 2 && emit_call(p, name, a, an);
+    bool ok = emit_call(p, name, a, an);
     free(name);
     return ok;
 }
@@ -205,15 +257,38 @@ static void unread(outp_parser *p, const char *why) {
 
 /* ---- states ------------------------------------------------------------------------ */
 
+/* The closing marker is looked for outside the body's JSON strings; the
+ * bytes before it (or before a partial one at the end) join the body. */
 bool outp_step_jcall(outp_parser *p, bool final) {
     const char *b = outp_cur(p);
-    size_t n = outp_avail(p), at, w;
+    size_t n = outp_avail(p), i = 0;
     bool hermes = p->cfg.syntax == OUTP_SYNTAX_HERMES;
     const outp_marker *close = hermes ? &hermes_close : &v3_call_end;
-    outp_scan_result r = outp_scan(b, n, close, 1, final, &at, &w);
-    di_buf_add(&p->pval, b, at);
-    outp_consume(p, at);
-    if (r != OUTP_SCAN_FOUND) return at > 0;
+    bool found = false;
+    for (; i < n; i++) {
+        char c = b[i];
+        if (p->cstr) {
+            if (p->cesc)
+                p->cesc = false;
+            else if (c == '\\')
+                p->cesc = true;
+            else if (c == '"')
+                p->cstr = false;
+            continue;
+        }
+        if (c == '"') {
+            p->cstr = true;
+            continue;
+        }
+        if (c != close->s[0]) continue;
+        size_t m = n - i < close->len ? n - i : close->len;
+        if (memcmp(b + i, close->s, m)) continue;
+        if (m == close->len) found = true;
+        if (found || !final) break; /* found, or maybe: wait for more */
+    }
+    di_buf_add(&p->pval, b, i);
+    outp_consume(p, i);
+    if (!found) return i > 0;
     outp_consume(p, close->len);
     bool ok = hermes ? read_hermes(p, p->pval.p, p->pval.n) : read_v3(p, p->pval.p, p->pval.n);
     if (!ok) {
@@ -222,6 +297,7 @@ bool outp_step_jcall(outp_parser *p, bool final) {
         outp_emit_answer(p, close->s, close->len);
     }
     p->pval.n = 0;
+    p->cstr = p->cesc = false;
     p->st = hermes ? OUTP_S_ANSWER : OUTP_S_JBLOCK;
     p->lead_trim = hermes && ok;
     return true;
@@ -240,6 +316,7 @@ bool outp_step_jblock(outp_parser *p, bool final) {
     if (r == OUTP_SCAN_FOUND && at == 0) {
         outp_consume(p, k + next[w].len);
         p->pval.n = 0;
+        p->cstr = p->cesc = false;
         p->st = w == 0 ? OUTP_S_JCALL : OUTP_S_ANSWER;
         p->lead_trim = w == 1;
         return true;
@@ -257,5 +334,6 @@ void outp_jcalls_truncated(outp_parser *p) {
         unread(p, "output ended inside the call");
     }
     p->pval.n = 0;
+    p->cstr = p->cesc = false;
     p->st = OUTP_S_ANSWER;
 }

@@ -88,6 +88,64 @@ static void force_tool_block(render_format fmt, const srv_req *r, render_segs *s
     }
 }
 
+/* A tool's parameters as a schema the decoder holds (its arguments are an
+ * object whether or not the schema says so), or NULL: any object. */
+static char *params_schema(const char *params) {
+    json_t *j = params ? json_loads(params, 0, NULL) : NULL;
+    if (json_is_object(j) && !json_object_get(j, "type"))
+        json_object_set_new(j, "type", json_string("object"));
+    char *text = json_is_object(j) ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    char why[160];
+    jg_schema *sc = text ? jg_schema_compile(text, strlen(text), why, sizeof why) : NULL;
+    if (!sc) free(text), text = NULL;
+    jg_schema_free(sc);
+    return text;
+}
+
+static char *concat3(const char *a, const char *b, const char *c) {
+    size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
+    char *s = di_malloc(la + lb + lc + 1);
+    memcpy(s, a, la);
+    memcpy(s + la, b, lb);
+    memcpy(s + la + lb, c, lc + 1);
+    return s;
+}
+
+/* A forced choice's calls, in formats whose calls are JSON, held to the
+ * tools' schemas from the prompt's opener on: each offered tool's texts as
+ * the renderer spells a call (a named choice: its call already opened),
+ * then at most one call (named, or parallel_tool_calls false) or
+ * SRV_MAX_FORCED_CALLS. */
+static void forced_call_forms(render_format fmt, srv_req *r) {
+    const conversation *c = r->conv;
+    bool hermes = fmt == RENDER_CHATML, named = r->tool_choice == SRV_TC_NAMED;
+    if ((!hermes && fmt != RENDER_DEEPSEEK_V3) || c->n_tools > JG_MAX_CALL_FORMS || r->call_forms)
+        return;
+    r->call_forms = di_calloc(c->n_tools, sizeof *r->call_forms);
+    r->n_call_forms = (int)c->n_tools;
+    for (size_t i = 0; i < c->n_tools; i++) {
+        const char *name = c->tools[i].name;
+        jg_call_form *f = &r->call_forms[i];
+        if (hermes) {
+            f->first = concat3("{\"name\": \"", name, "\", \"arguments\": ");
+            f->next = concat3("\n<tool_call>\n", f->first, "");
+            f->suffix = di_strdup("}\n</tool_call>");
+        } else {
+            f->first = concat3("<｜tool▁call▁begin｜>function<｜tool▁sep｜>", name, "\n```json\n");
+            f->next = di_strdup(f->first);
+            f->suffix = di_strdup("\n```<｜tool▁call▁end｜>");
+        }
+        if (named) { /* the prompt opened it (one tool left: apply_tool_choice) */
+            free((char *)f->first);
+            f->first = di_strdup("");
+        }
+        f->schema = params_schema(c->tools[i].parameters);
+    }
+    r->calls_close = hermes ? "" : "<｜tool▁calls▁end｜>";
+    r->max_calls = named || !r->parallel_tool_calls ? 1 : SRV_MAX_FORCED_CALLS;
+}
+
 int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *err) {
     r->tool_syntax = fmt == RENDER_CHATML        ? OUTP_SYNTAX_HERMES
                      : fmt == RENDER_DEEPSEEK_V3 ? OUTP_SYNTAX_DSV3
@@ -97,7 +155,10 @@ int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *er
                      (r->tool_choice == SRV_TC_REQUIRED || r->tool_choice == SRV_TC_NAMED);
     if (r->tool_forced) r->conv->thinking = CONV_THINK_OFF;
     if (render_conversation(fmt, r->conv, segs, err)) return -1;
-    if (r->tool_forced) force_tool_block(fmt, r, segs);
+    if (r->tool_forced) {
+        force_tool_block(fmt, r, segs);
+        forced_call_forms(fmt, r);
+    }
     return 0;
 }
 
@@ -107,6 +168,13 @@ void srv_json_constraint(const srv_req *r, bool think_opened, const tokenizer *t
     er->json_schema = r->json_schema;
     er->regex = r->regex;
     er->grammar = r->grammar;
+    if (r->n_call_forms) { /* a forced call's arguments (forced_call_forms) */
+        er->json = true;
+        er->call_forms = r->call_forms;
+        er->n_call_forms = r->n_call_forms;
+        er->calls_close = r->calls_close;
+        er->max_calls = r->max_calls;
+    }
     if (!er->json || !think_opened) return;
     er->json_wait_for = tok ? tok_control_id(tok, "</think>") : -1;
     er->json_wait = er->json_wait_for >= 0;

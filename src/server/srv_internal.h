@@ -45,11 +45,12 @@ char *srv_error_body(srv_proto p, const srv_fail *f);
 /* --- the protocol-neutral request ---------------------------------------- */
 typedef enum { SRV_TC_AUTO = 0, SRV_TC_NONE, SRV_TC_REQUIRED, SRV_TC_NAMED } srv_tool_choice;
 
-#define SRV_MAX_STOPS       64
-#define SRV_MAX_STOP_IDS    64        /* stop_token_ids */
-#define SRV_MAX_ALLOWED_IDS (1 << 18) /* allowed_token_ids */
-#define SRV_MAX_BAD_WORDS   64        /* bad_words, each at most SRV_MAX_BAD_WORD bytes */
-#define SRV_MAX_BAD_WORD    256
+#define SRV_MAX_STOPS        64
+#define SRV_MAX_STOP_IDS     64        /* stop_token_ids */
+#define SRV_MAX_ALLOWED_IDS  (1 << 18) /* allowed_token_ids */
+#define SRV_MAX_BAD_WORDS    64        /* bad_words, each at most SRV_MAX_BAD_WORD bytes */
+#define SRV_MAX_BAD_WORD     256
+#define SRV_MAX_FORCED_CALLS 8 /* tool_choice required, parallel_tool_calls: calls held at most */
 
 /* A completions prompt: text, or token ids when text is NULL. */
 typedef struct srv_prompt {
@@ -98,6 +99,11 @@ typedef struct srv_req {
      * the output parser starts inside it (routes.c has the details). */
     bool tool_forced;
     outp_syntax tool_syntax; /* set by srv_render_conv: how the format writes tool calls */
+    /* ... and where the calls are forced and written as JSON, the forms
+     * they are held to (engine_request.call_forms; strings owned here) */
+    jg_call_form *call_forms;
+    int n_call_forms, max_calls;
+    const char *calls_close;
     bool parallel_tool_calls;
     bool echo; /* completions */
     /* completions: max_tokens 0, nothing generated (with echo and logprobs:

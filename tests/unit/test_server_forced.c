@@ -387,3 +387,48 @@ TEST(server_auto_tool_calls_in_hermes_and_v3) {
                        api->path, st, w.finish, w.n_calls, w.name, w.city);
             }
 }
+
+/* Where calls are JSON (chatml, deepseek-v3), a forced choice holds them to
+ * the tools' forms: the calls the parser reads above (the same texts) are
+ * taken whole, a call of a tool not offered is not; a named choice or
+ * parallel_tool_calls false allows one call, required up to
+ * SRV_MAX_FORCED_CALLS. DSML and Llama 3 get no forms. */
+TEST(server_forced_calls_are_held_to_the_tools_forms) {
+    const render_format fmts[] = {RENDER_CHATML, RENDER_DEEPSEEK_V3, RENDER_DEEPSEEK_V4,
+                                  RENDER_LLAMA3};
+    for (int k = 0; k < 4; k++)
+        for (int c = 0; c < 2; c++) {
+            char body[2048];
+            request(body, sizeof body, &srv_api_chat, (choice)c);
+            srv_req r;
+            srv_prepared p;
+            srv_fail f = {0};
+            CHECK(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, fmts[k], NULL, &r, &p, &f) ==
+                  0);
+            if (k >= 2) {
+                CHECK(r.n_call_forms == 0);
+            } else {
+                CHECK(r.n_call_forms == (c == NAMED ? 1 : 2));
+                CHECK(r.max_calls == (c == NAMED ? 1 : SRV_MAX_FORCED_CALLS));
+                char why[200];
+                jg_calls *jc = jg_calls_compile(r.call_forms, r.n_call_forms, r.calls_close,
+                                                r.max_calls, why, sizeof why);
+                CHECKF(jc, "%s", why);
+                const char *out = call_after(fmts[k], (choice)c);
+                jg_state s;
+                jg_init_calls(&s, jc);
+                CHECKF(jg_feed(&s, out, strlen(out)) && jg_done(&s), "%s %d: [%s]",
+                       render_format_name(fmts[k]), c, out);
+                if (c == REQUIRED) {
+                    const char *other = fmts[k] == RENDER_CHATML
+                                            ? "{\"name\": \"get_time\", \"arguments\": {}"
+                                            : "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_t";
+                    jg_init_calls(&s, jc);
+                    CHECK(!jg_feed(&s, other, strlen(other)));
+                }
+                jg_calls_free(jc);
+            }
+            srv_req_free(&r);
+            srv_prepared_free(&p);
+        }
+}

@@ -1,0 +1,203 @@
+/* json_calls.c — tool calls held to their tools' schemas (json_grammar.h's
+ * jg_init_calls): the texts around each call's arguments matched byte by
+ * byte, the arguments read by the JSON automaton (following the tool's
+ * compiled schema).
+ *
+ * Phases: CHOICE (the text opening a call, or the closing text, matched
+ * against a table sorted by bytes: the entries still matching are a range of
+ * it, narrowed by each byte), VALUE (the arguments), SUFFIX (the tool's text
+ * after them), END (closed: nothing more). A choice is made once one entry
+ * is left and matched whole; the closing text may be matched whole while
+ * longer entries still match (the output is then complete but may go on). */
+#include "engine/json_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+enum {
+    T_FIRST,
+    T_NEXT,
+    T_CLOSE
+}; /* the tables: openers of a first call, of a later one,
+      the closing text alone */
+
+typedef struct choice_entry {
+    char *s;
+    int len;
+    int alt; /* the tool, or -1: the closing text */
+} choice_entry;
+
+typedef struct choice_table {
+    choice_entry *e;
+    int n;
+} choice_table;
+
+struct jg_calls {
+    int n;
+    jg_schema **schema; /* by tool; NULL: any object */
+    char **suffix;
+    int *suffix_len;
+    choice_table t[3];
+    int max_calls;
+};
+
+static int entry_cmp(const void *a, const void *b) {
+    const choice_entry *x = a, *y = b;
+    int m = x->len < y->len ? x->len : y->len, c = memcmp(x->s, y->s, (size_t)m);
+    return c ? c : x->len - y->len;
+}
+
+static void table_add(choice_table *t, const char *s, int alt) {
+    t->e = di_realloc(t->e, sizeof *t->e * (size_t)(t->n + 1));
+    t->e[t->n++] = (choice_entry){.s = di_strdup(s), .len = (int)strlen(s), .alt = alt};
+}
+
+/* Sorted; false where an entry is a prefix of another (a call's opener of
+ * any entry, the closing text of a call's opener is allowed). */
+static bool table_sort(choice_table *t, char *why, size_t cap) {
+    qsort(t->e, (size_t)t->n, sizeof *t->e, entry_cmp);
+    for (int i = 0; i + 1 < t->n; i++) {
+        const choice_entry *a = &t->e[i], *b = &t->e[i + 1];
+        if (a->alt >= 0 && a->len <= b->len && !memcmp(a->s, b->s, (size_t)a->len)) {
+            snprintf(why, cap, "tool calls: the text opening a call of tool %d begins another's",
+                     a->alt);
+            return false;
+        }
+    }
+    return true;
+}
+
+void jg_calls_free(jg_calls *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) {
+        jg_schema_free(c->schema[i]);
+        free(c->suffix[i]);
+    }
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < c->t[k].n; i++) free(c->t[k].e[i].s);
+        free(c->t[k].e);
+    }
+    free(c->schema);
+    free(c->suffix);
+    free(c->suffix_len);
+    free(c);
+}
+
+jg_calls *jg_calls_compile(const jg_call_form *forms, int n, const char *close, int max_calls,
+                           char *why, size_t cap) {
+    if (n < 1 || n > JG_MAX_CALL_FORMS)
+        return snprintf(why, cap, "tool calls: %d tools (1 to %d)", n, JG_MAX_CALL_FORMS), NULL;
+    jg_calls *c = di_calloc(1, sizeof *c);
+    c->n = n;
+    c->max_calls = max_calls > 0 ? max_calls : 1;
+    c->schema = di_calloc((size_t)n, sizeof *c->schema);
+    c->suffix = di_calloc((size_t)n, sizeof *c->suffix);
+    c->suffix_len = di_calloc((size_t)n, sizeof *c->suffix_len);
+    for (int i = 0; i < n; i++) {
+        c->suffix[i] = di_strdup(forms[i].suffix ? forms[i].suffix : "");
+        c->suffix_len[i] = (int)strlen(c->suffix[i]);
+        table_add(&c->t[T_FIRST], forms[i].first ? forms[i].first : "", i);
+        table_add(&c->t[T_NEXT], forms[i].next ? forms[i].next : "", i);
+        if (!forms[i].schema) continue;
+        char w[160];
+        c->schema[i] = jg_schema_compile(forms[i].schema, strlen(forms[i].schema), w, sizeof w);
+        if (!c->schema[i]) {
+            snprintf(why, cap, "tool %d's parameters: %s", i, w);
+            jg_calls_free(c);
+            return NULL;
+        }
+    }
+    table_add(&c->t[T_NEXT], close ? close : "", -1);
+    table_add(&c->t[T_CLOSE], close ? close : "", -1);
+    for (int k = 0; k < 3; k++)
+        if (!table_sort(&c->t[k], why, cap)) {
+            jg_calls_free(c);
+            return NULL;
+        }
+    return c;
+}
+
+/* ---- following --------------------------------------------------------------- */
+
+static void start_value(jg_state *s, int alt) {
+    const jg_calls *c = s->calls;
+    jg_state keep = *s;
+    jg_init_schema(s, c->schema[alt]);
+    s->calls = c;
+    s->ctable = keep.ctable;
+    s->ncalls = keep.ncalls;
+    s->calt = (uint16_t)alt;
+    s->cphase = JG_CALLS_VALUE;
+}
+
+/* A choice down to one entry matched whole is made. */
+static void settle(jg_state *s) {
+    const choice_entry *e = &s->calls->t[s->ctable].e[s->clo];
+    if (s->chi - s->clo != 1 || e->len != s->cpos) return;
+    if (e->alt < 0)
+        s->cphase = JG_CALLS_END;
+    else
+        start_value(s, e->alt);
+}
+
+static void choose(jg_state *s, int table) {
+    s->cphase = JG_CALLS_CHOICE;
+    s->ctable = (uint8_t)table;
+    s->clo = 0;
+    s->chi = (uint16_t)s->calls->t[table].n;
+    s->cpos = 0;
+    settle(s);
+}
+
+/* After a call's suffix: another call (up to max_calls) or the close. */
+static void call_done(jg_state *s) {
+    s->ncalls++;
+    choose(s, s->ncalls < s->calls->max_calls ? T_NEXT : T_CLOSE);
+}
+
+void jg_init_calls(jg_state *s, const jg_calls *c) {
+    jg_init(s);
+    s->calls = c;
+    choose(s, T_FIRST);
+}
+
+bool jg_calls_step(jg_state *s, uint8_t b) {
+    const jg_calls *c = s->calls;
+    switch (s->cphase) {
+    case JG_CALLS_CHOICE: {
+        const choice_table *t = &c->t[s->ctable];
+        int lo = s->clo, hi = s->chi, pos = s->cpos;
+        while (lo < hi && (t->e[lo].len <= pos || (uint8_t)t->e[lo].s[pos] < b)) lo++;
+        int end = lo;
+        while (end < hi && (uint8_t)t->e[end].s[pos] == b) end++;
+        if (lo == end) return false;
+        s->clo = (uint16_t)lo, s->chi = (uint16_t)end, s->cpos = (uint16_t)(pos + 1);
+        settle(s);
+        return true;
+    }
+    case JG_CALLS_VALUE:
+        if (!(s->schema ? jg_schema_step(s, b) : jg_core_step(&s->c, b))) return false;
+        if (s->schema ? s->done : s->c.mode == M_DONE) {
+            s->cphase = JG_CALLS_SUFFIX;
+            s->cpos = 0;
+            if (!c->suffix_len[s->calt]) call_done(s);
+        }
+        return true;
+    case JG_CALLS_SUFFIX:
+        if ((uint8_t)c->suffix[s->calt][s->cpos] != b) return false;
+        if (++s->cpos == c->suffix_len[s->calt]) call_done(s);
+        return true;
+    default: /* JG_CALLS_END */
+        return false;
+    }
+}
+
+bool jg_calls_done(const jg_state *s) {
+    if (s->cphase == JG_CALLS_END) return true;
+    if (s->cphase != JG_CALLS_CHOICE || s->ctable == T_FIRST) return false;
+    const choice_entry *e = &s->calls->t[s->ctable].e[s->clo];
+    return e->alt < 0 && e->len == s->cpos;
+}

@@ -1,0 +1,282 @@
+/* test_json_calls.c — tool calls held to their tools' schemas
+ * (json_calls.c): texts taken and refused as a whole, the forms' clashes
+ * refused at compile time, and random walks through the mask (checked at
+ * every step against feeding each token) whose outputs the output parser,
+ * an independent reader of the same syntax, must read back as calls of the
+ * offered tools with arguments their schemas take. */
+#include "harness.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/json_grammar.h"
+#include "recipe/output_parser.h"
+
+static const char WEATHER[] = "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\","
+                              "\"maxLength\":6},\"days\":{\"type\":\"integer\",\"minimum\":1,"
+                              "\"maximum\":7}},\"required\":[\"city\"],\"additionalProperties\":"
+                              "false}";
+
+#define H_FIRST(n) "{\"name\": \"" n "\", \"arguments\": "
+#define H_NEXT(n)  "\n<tool_call>\n" H_FIRST(n)
+#define H_SUFFIX   "}\n</tool_call>"
+
+/* Hermes after `<tool_call>\n`: get_weather (schema) and get_time (any
+ * object), at most max calls. */
+static jg_calls *hermes(int max) {
+    jg_call_form f[2] = {
+        {H_FIRST("get_weather"), H_NEXT("get_weather"), H_SUFFIX, WEATHER},
+        {H_FIRST("get_time"), H_NEXT("get_time"), H_SUFFIX, NULL},
+    };
+    char why[200];
+    jg_calls *c = jg_calls_compile(f, 2, "", max, why, sizeof why);
+    if (!c) fprintf(stderr, "  hermes forms: %s\n", why);
+    return c;
+}
+
+/* 1: taken and complete; 0: taken, not complete; -1: refused. */
+static int verdict(const jg_calls *c, const char *text) {
+    jg_state s;
+    jg_init_calls(&s, c);
+    if (!jg_feed(&s, text, strlen(text))) return -1;
+    return jg_done(&s);
+}
+
+#define W1 H_FIRST("get_weather") "{\"city\": \"Paris\"}" H_SUFFIX
+#define T1 H_FIRST("get_time") "{\"zone\": [1, {\"x\": null}]}" H_SUFFIX
+
+TEST(json_calls_take_and_refuse) {
+    jg_calls *c = hermes(3);
+    CHECK(c);
+    static const struct {
+        const char *text;
+        int want;
+    } cases[] = {
+        {W1, 1},
+        {T1, 1},
+        {W1 "\n<tool_call>\n" H_FIRST("get_time") "{}" H_SUFFIX, 1},
+        {W1 "\n<tool_call>\n" H_FIRST("get_weather") "{\"days\": 7, \"city\": \"Rome\"}" H_SUFFIX
+                                                     "\n<tool_call>\n" H_FIRST(
+                                                         "get_time") "{}" H_SUFFIX,
+         1},
+        {"", 0},
+        {"{\"name\": \"get_w", 0},
+        {H_FIRST("get_weather") "{\"city\": \"Paris\"}", 0},
+        {H_FIRST("get_weather") "{\"city\": \"Paris\"}}\n</tool", 0},
+        {W1 "\n<tool_call>\n", 0},
+        {H_FIRST("get_x"), -1},                                       /* no such tool */
+        {"{\"name\":\"get_weather\"", -1},                            /* not the form's spelling */
+        {H_FIRST("get_weather") "{}", -1},                            /* city required */
+        {H_FIRST("get_weather") "{\"city\": \"Paris!!\"", -1},        /* maxLength 6 */
+        {H_FIRST("get_weather") "{\"city\": \"P\", \"days\": 8", -1}, /* maximum 7 */
+        {H_FIRST("get_weather") "{\"city\": \"P\", \"x\"", -1},       /* no other property */
+        {H_FIRST("get_time") "[]", -1},                               /* arguments are an object */
+        {W1 " ", -1},                                                 /* nothing but a next call */
+        {W1 W1, -1},
+        {W1 "\n<tool_call>\n" H_FIRST("get_time") "{}" H_SUFFIX "\n<tool_call>\n" H_FIRST(
+             "get_time") "{}" H_SUFFIX "\n",
+         -1}, /* a fourth call */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        CHECKF(verdict(c, cases[i].text) == cases[i].want, "case %zu [%s]: %d, want %d", i,
+               cases[i].text, verdict(c, cases[i].text), cases[i].want);
+    jg_calls_free(c);
+
+    /* one call at most: complete after it, nothing more */
+    c = hermes(1);
+    CHECK(c);
+    CHECK(verdict(c, W1) == 1 && verdict(c, W1 "\n") == -1);
+    jg_calls_free(c);
+
+    /* a named call the prompt opened (empty opener), DeepSeek V3's markers
+     * with a closing text */
+    jg_call_form v3 = {"", "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n",
+                       "\n```<｜tool▁call▁end｜>", WEATHER};
+    char why[200];
+    c = jg_calls_compile(&v3, 1, "<｜tool▁calls▁end｜>", 4, why, sizeof why);
+    CHECKF(c, "%s", why);
+    if (!c) return;
+    CHECK(verdict(c, "{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜>") == 0);
+    CHECK(verdict(c, "{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>") == 1);
+    CHECK(verdict(c, "{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜><｜tool▁call▁begin｜>function<｜"
+                     "tool▁sep｜>f\n```json\n{\"city\": \"\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁"
+                     "end｜>") == 1);
+    CHECK(verdict(c, "{\"city\": 1}") == -1);
+    jg_calls_free(c);
+}
+
+TEST(json_calls_refuse_clashing_forms) {
+    char why[200];
+    jg_call_form same[2] = {{"a", "b", "", NULL}, {"a", "c", "", NULL}};
+    CHECK(!jg_calls_compile(same, 2, "", 2, why, sizeof why) && strstr(why, "begins"));
+    jg_call_form prefix[2] = {{"ab", "x", "", NULL}, {"abc", "y", "", NULL}};
+    CHECK(!jg_calls_compile(prefix, 2, "", 2, why, sizeof why));
+    jg_call_form close_clash[1] = {{"a", "z", "", NULL}};
+    CHECK(!jg_calls_compile(close_clash, 1, "zz", 2, why, sizeof why)); /* next "z" begins "zz" */
+    jg_call_form bad_schema[1] = {{"a", "b", "", "{\"type\":\"array\"}"}};
+    CHECK(!jg_calls_compile(bad_schema, 1, "", 2, why, sizeof why) && strstr(why, "parameters"));
+    CHECK(!jg_calls_compile(bad_schema, 0, "", 2, why, sizeof why));
+}
+
+/* ---- the mask ------------------------------------------------------------------ */
+
+static const char *const PIECES[] = {
+    "{\"name\": \"",
+    "get_weather",
+    "get_time",
+    "\", \"arguments\": ",
+    "get",
+    "_time",
+    "\"city\"",
+    "Paris",
+    "}\n",
+    "</tool_call>",
+    "<tool_call>",
+    "\n<tool_call>\n",
+    ": ",
+    ", ",
+    "\"days\": ",
+    "\": \"",
+    "\"}",
+    "12",
+    "\\n",
+    "\\u00e9",
+    "\xC3\xA9",
+    "\xC3",
+    "\xA9",
+    "nu",
+    "ll",
+};
+#define N_ASCII  96 /* '\n' and 0x20..0x7e */
+#define N_PIECES ((int)(sizeof PIECES / sizeof *PIECES))
+#define NV       (1 + N_ASCII + N_PIECES + 1) /* EOS, bytes, pieces, a control token */
+
+static const char *tok(int id, char *one) {
+    if (id == 0 || id == NV - 1) return NULL;
+    if (id <= N_ASCII) {
+        one[0] = id == 1 ? '\n' : (char)(0x20 + id - 2);
+        one[1] = 0;
+        return one;
+    }
+    return PIECES[id - 1 - N_ASCII];
+}
+
+static char *vocab_bytes(void *ctx, int id, size_t *len) {
+    (void)ctx;
+    char one[2];
+    const char *t = tok(id, one);
+    if (!t) return NULL;
+    *len = strlen(t);
+    return strdup(t);
+}
+
+/* The mask at s against feeding each token by itself; the allowed ids. */
+static void mask_check(const jg_vocab *v, const jg_state *s, int *pick, int *n_pick,
+                       const char *where) {
+    float lg[NV] = {0};
+    jg_mask(v, s, lg);
+    int n = 0;
+    bool any = false, want[NV];
+    for (int id = 0; id < NV; id++) {
+        char one[2];
+        const char *t = tok(id, one);
+        jg_state c = *s;
+        want[id] = id == 0 ? jg_done(s) : t ? jg_feed(&c, t, strlen(t)) : false;
+        any |= want[id];
+    }
+    want[0] |= !any;
+    for (int id = 0; id < NV; id++) {
+        CHECKF(want[id] == (lg[id] == 0), "%s: token %d: mask %d, fed %d", where, id, lg[id] == 0,
+               want[id]);
+        if (lg[id] == 0) pick[n++] = id;
+    }
+    *n_pick = n;
+}
+
+typedef struct calls_seen {
+    int n, errors, complete;
+    char names[8][32];
+    di_buf args[8];
+} calls_seen;
+
+static void on_event(void *ctx, const outp_event *ev) {
+    calls_seen *w = ctx;
+    if (ev->kind == OUTP_EV_ERROR) w->errors++;
+    if (ev->kind == OUTP_EV_TOOL_START && w->n < 8) snprintf(w->names[w->n++], 32, "%s", ev->name);
+    if (ev->kind == OUTP_EV_TOOL_ARGS && ev->index >= 0 && ev->index < 8)
+        di_buf_add(&w->args[ev->index], ev->text, ev->len);
+    if (ev->kind == OUTP_EV_TOOL_END) w->complete += ev->complete;
+}
+
+/* The output parser reads what the walk wrote (after the prompt's
+ * `<tool_call>\n`) as `calls` calls of the two tools, arguments that their
+ * schemas take. */
+static void read_back(const char *text, size_t n, int calls, const jg_schema *weather) {
+    outp_config cfg = {.tools = true, .syntax = OUTP_SYNTAX_HERMES, .start_in_block = true};
+    di_err err = {{0}};
+    outp_parser *p = outp_new(&cfg, &err);
+    calls_seen w = {0};
+    outp_feed(p, text, n, on_event, &w);
+    outp_finish(p, on_event, &w);
+    outp_free(p);
+    CHECKF(w.n == calls && w.complete == calls && !w.errors,
+           "[%.*s]: %d calls (%d complete), %d "
+           "errors, want %d",
+           (int)n, text, w.n, w.complete, w.errors, calls);
+    for (int i = 0; i < w.n && i < 8; i++) {
+        bool is_w = !strcmp(w.names[i], "get_weather");
+        CHECKF(is_w || !strcmp(w.names[i], "get_time"), "call %d: %s", i, w.names[i]);
+        json_error_t je;
+        json_t *a = json_loadb(w.args[i].p, w.args[i].n, JSON_ALLOW_NUL, &je);
+        /* jansson reads numbers as doubles: 6E9999 is JSON it refuses */
+        CHECKF(json_is_object(a) || strstr(je.text, "overflow"), "call %d's arguments [%.*s]: %s",
+               i, (int)w.args[i].n, w.args[i].p, je.text);
+        json_decref(a);
+        if (is_w) {
+            jg_state s;
+            jg_init_schema(&s, weather);
+            CHECKF(jg_feed(&s, w.args[i].p, w.args[i].n) && jg_done(&s), "[%.*s]", (int)w.args[i].n,
+                   w.args[i].p);
+        }
+        di_buf_free(&w.args[i]);
+    }
+}
+
+TEST(json_calls_mask_equals_feeding_each_token) {
+    jg_calls *c = hermes(2);
+    char why[160];
+    jg_schema *weather = jg_schema_compile(WEATHER, strlen(WEATHER), why, sizeof why);
+    CHECK(c && weather);
+    int eos = 0, pick[NV], n = 0;
+    jg_vocab *v = jg_vocab_new(NV, vocab_bytes, NULL, &eos, 1);
+    jg_state s;
+    jg_init_calls(&s, c);
+    di_buf out = {0};
+    uint64_t x = 29;
+    int completed = 0, steps = 0;
+    for (; steps < 40000 && completed < 12; steps++) {
+        mask_check(v, &s, pick, &n, "walk");
+        if (!n) break;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int id = pick[x % (uint64_t)n];
+        if (id == eos) {
+            CHECKF(jg_done(&s), "a dead end after [%.*s]", (int)out.n, out.p);
+            completed++;
+            read_back(out.p, out.n, s.ncalls, weather);
+            out.n = 0;
+            jg_init_calls(&s, c);
+            continue;
+        }
+        char one[2];
+        const char *t = tok(id, one);
+        CHECK(jg_feed_token(v, &s, id));
+        di_buf_add(&out, t, strlen(t));
+    }
+    CHECKF(completed == 12, "%d outputs completed in %d steps", completed, steps);
+    di_buf_free(&out);
+    jg_vocab_free(v);
+    jg_schema_free(weather);
+    jg_calls_free(c);
+}
