@@ -3,7 +3,10 @@
  * NUL, then bytes fed to a state that follows the schema (or any object,
  * where the schema does not compile; with '~' first, plain text held to the
  * rest as a pattern, where it compiles; with '=' first, to the rest as a
- * GBNF grammar, its matcher's caches started afresh past 4 KiB), byte by
+ * GBNF grammar, its matcher's caches started afresh past 4 KiB; with '@'
+ * first, tool calls: one to three calls of two tools, "a" + an object the
+ * rest holds as a schema + "x", or "x" + any object + "]", ","
+ * before a later call, "." to close), byte by
  * byte, the mask of a small fixed vocabulary taken at every step and
  * checked against feeding each token alone (for a grammar: the text so far
  * and the token, to a fresh matcher, over the first 256 bytes), and some
@@ -45,12 +48,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     jr_dfa *re = NULL;
     gr_grammar *g = NULL;
     gr_matcher *m = NULL;
+    jg_calls *calls = NULL;
     jg_state s;
     if (slen && data[0] == '~') /* a pattern the text is held to whole (structured outputs) */
         re = jr_compile((const char *)data + 1, slen - 1, JR_MAX_STATES, why, sizeof why);
     else if (slen && data[0] == '=') /* a grammar */
         g = gr_compile((const char *)data + 1, slen - 1, why, sizeof why);
-    else
+    else if (slen && data[0] == '@') { /* tool calls, the first one's schema the rest */
+        char *schema = strndup((const char *)data + 1, slen - 1);
+        jg_call_form forms[2] = {{"a", ",a", "x", schema}, {"x", ",x", "]", NULL}};
+        calls = jg_calls_compile(forms, 2, ".", 3, why, sizeof why);
+        free(schema);
+    } else
         sc = jg_schema_compile((const char *)data, slen, why, sizeof why);
     if (re)
         jg_init_regex(&s, re);
@@ -58,7 +67,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         m = gr_matcher_new(g);
         gr_matcher_set_budget(m, 4096);
         jg_init_grammar(&s, m);
-    } else
+    } else if (calls)
+        jg_init_calls(&s, calls);
+    else
         jg_init_schema(&s, sc);
     const uint8_t *out = sep ? sep + 1 : data + size;
     size_t n = (size_t)(data + size - out);
@@ -95,5 +106,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     jr_free(re);
     gr_matcher_free(m);
     gr_free(g);
+    jg_calls_free(calls);
     return 0;
 }

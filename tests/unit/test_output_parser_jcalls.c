@@ -17,7 +17,7 @@
 #define V3_END   "<｜tool▁calls▁end｜>"
 #define V3_CALL(name, args)                                                                        \
     "<｜tool▁call▁begin｜>function<｜tool▁sep｜>" name "\n```json\n" args "\n```<"                 \
-                                                                          "｜tool▁call▁end｜>"
+    "｜tool▁call▁end｜>"
 
 typedef struct want {
     const char *in;
