@@ -401,6 +401,7 @@ static ereq *copy_request(const engine_request *q) {
     r->r.call_forms = NULL;  /* ... r->calls */
     r->r.n_call_forms = 0;
     r->r.calls_close = NULL;
+    r->r.calls_trigger = NULL;
     if (q->prompt_logprobs) {
         r->plp = di_calloc((size_t)q->n_prompt, sizeof *r->plp);
         r->plp[0] = (samp_out){.token = q->prompt[0], .logprob = NAN};
@@ -446,6 +447,7 @@ uint64_t engine_submit(engine *e, const engine_request *q, di_err *err) {
             gr_free(grammar);
             return di_errf(err, "request: tools: %s", why), 0;
         }
+        jg_calls_set_trigger(calls, q->calls_trigger);
     }
     ereq *r = copy_request(q);
     r->calls = calls;

@@ -117,6 +117,8 @@ typedef struct engine_request {
     int n_call_forms;
     const char *calls_close;
     int max_calls;
+    const char *calls_trigger; /* NULL: the calls start at once; else after this text
+                                  (jg_calls_set_trigger) */
     /* Score the prompt: each prompt token's logprob given those before it,
      * with prompt_top alternatives (0..SAMP_MAX_TOP), on each branch's first
      * event. The prompt is then computed whole, without the prefix cache

@@ -83,6 +83,10 @@ static char *td_token_bytes(void *t, int id, size_t *len) {
     return tok_is_control(t, id) ? NULL : tok_token_bytes(t, id, len);
 }
 
+static char *td_control_bytes(void *t, int id, size_t *len) {
+    return tok_is_control(t, id) ? tok_token_bytes(t, id, len) : NULL;
+}
+
 engine *engine_create(model *m, tokenizer *tok, const engine_opts *opts, di_err *err) {
     const model_info *info = model_get_info(m);
     engine_opts o = opts ? *opts : (engine_opts){0};
@@ -138,7 +142,8 @@ engine *engine_create(model *m, tokenizer *tok, const engine_opts *opts, di_err 
                       .push = td_push,
                       .flush = td_flush,
                       .close = td_close,
-                      .token_bytes = td_token_bytes};
+                      .token_bytes = td_token_bytes,
+                      .control_bytes = td_control_bytes};
     return engine_create_runner(&r, tok ? &d : NULL, &o, err);
 }
 

@@ -68,9 +68,12 @@ static void seq_setup(engine *e, ereq *r, seq *q, int branch) {
     q->plp_sent = false;
     q->scored = r->r.prompt_logprobs;
     if (r->r.json) {
-        if (!e->jv) /* once per engine: every token's bytes, sorted */
+        if (!e->jv) { /* once per engine: every token's bytes, sorted */
             e->jv = jg_vocab_new(e->run.vocab, e->detok.token_bytes, e->detok.ctx, e->run.eos_ids,
                                  e->run.n_eos);
+            if (e->detok.control_bytes)
+                jg_vocab_add_controls(e->jv, e->detok.control_bytes, e->detok.ctx);
+        }
         if (r->grammar) /* the branch's own matcher, freed with it */
             jg_init_grammar(&q->json, gr_matcher_new(r->grammar));
         else if (r->regex)

@@ -3,7 +3,8 @@
  * byte, the arguments read by the JSON automaton (following the tool's
  * compiled schema).
  *
- * Phases: CHOICE (the text opening a call, or the closing text, matched
+ * Phases: FREE (with a trigger: any text, the trigger's bytes matched so
+ * far tracked as KMP does), CHOICE (the text opening a call, or the closing text, matched
  * against a table sorted by bytes: the entries still matching are a range of
  * it, narrowed by each byte), VALUE (the arguments), SUFFIX (the tool's text
  * after them), END (closed: nothing more). A choice is made once one entry
@@ -42,6 +43,9 @@ struct jg_calls {
     int *suffix_len;
     choice_table t[3];
     int max_calls;
+    char *trigger; /* jg_calls_set_trigger: NULL, or the text the calls start after */
+    int trigger_len;
+    int *fail; /* KMP's: the longest proper border of the trigger's first k + 1 bytes */
 };
 
 static int entry_cmp(const void *a, const void *b) {
@@ -80,6 +84,8 @@ void jg_calls_free(jg_calls *c) {
         for (int i = 0; i < c->t[k].n; i++) free(c->t[k].e[i].s);
         free(c->t[k].e);
     }
+    free(c->trigger);
+    free(c->fail);
     free(c->schema);
     free(c->suffix);
     free(c->suffix_len);
@@ -120,7 +126,27 @@ jg_calls *jg_calls_compile(const jg_call_form *forms, int n, const char *close, 
     return c;
 }
 
+void jg_calls_set_trigger(jg_calls *c, const char *trigger) {
+    free(c->trigger);
+    free(c->fail);
+    c->trigger = NULL, c->fail = NULL, c->trigger_len = 0;
+    if (!trigger || !trigger[0]) return;
+    c->trigger = di_strdup(trigger);
+    c->trigger_len = (int)strlen(trigger);
+    c->fail = di_calloc((size_t)c->trigger_len, sizeof *c->fail);
+    for (int i = 1, k = 0; i < c->trigger_len; i++) {
+        while (k > 0 && trigger[i] != trigger[k]) k = c->fail[k - 1];
+        if (trigger[i] == trigger[k]) k++;
+        c->fail[i] = k;
+    }
+}
+
 /* ---- following --------------------------------------------------------------- */
+
+static void free_text(jg_state *s) {
+    s->cphase = JG_CALLS_FREE;
+    s->cpos = 0;
+}
 
 static void start_value(jg_state *s, int alt) {
     const jg_calls *c = s->calls;
@@ -137,7 +163,9 @@ static void start_value(jg_state *s, int alt) {
 static void settle(jg_state *s) {
     const choice_entry *e = &s->calls->t[s->ctable].e[s->clo];
     if (s->chi - s->clo != 1 || e->len != s->cpos) return;
-    if (e->alt < 0)
+    if (e->alt < 0 && s->calls->trigger) /* the block closed: text until the next one */
+        free_text(s);
+    else if (e->alt < 0)
         s->cphase = JG_CALLS_END;
     else
         start_value(s, e->alt);
@@ -161,12 +189,26 @@ static void call_done(jg_state *s) {
 void jg_init_calls(jg_state *s, const jg_calls *c) {
     jg_init(s);
     s->calls = c;
-    choose(s, T_FIRST);
+    if (c->trigger)
+        free_text(s);
+    else
+        choose(s, T_FIRST);
 }
 
 bool jg_calls_step(jg_state *s, uint8_t b) {
     const jg_calls *c = s->calls;
     switch (s->cphase) {
+    case JG_CALLS_FREE: {
+        int k = s->cpos;
+        while (k > 0 && (uint8_t)c->trigger[k] != b) k = c->fail[k - 1];
+        if ((uint8_t)c->trigger[k] == b) k++;
+        s->cpos = (uint16_t)k;
+        if (k == c->trigger_len) {
+            s->ncalls = 0;
+            choose(s, T_FIRST);
+        }
+        return true;
+    }
     case JG_CALLS_CHOICE: {
         const choice_table *t = &c->t[s->ctable];
         int lo = s->clo, hi = s->chi, pos = s->cpos;
@@ -196,7 +238,7 @@ bool jg_calls_step(jg_state *s, uint8_t b) {
 }
 
 bool jg_calls_done(const jg_state *s) {
-    if (s->cphase == JG_CALLS_END) return true;
+    if (s->cphase == JG_CALLS_END || s->cphase == JG_CALLS_FREE) return true;
     if (s->cphase != JG_CALLS_CHOICE || s->ctable == T_FIRST) return false;
     const choice_entry *e = &s->calls->t[s->ctable].e[s->clo];
     return e->alt < 0 && e->len == s->cpos;

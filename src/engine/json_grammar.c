@@ -276,7 +276,18 @@ struct jg_vocab {
     uint16_t *plain_chars; /* by id: characters a plain token starts */
     jg_walk other;
     int eos[JG_MAX_EOS], n_eos;
+    /* control tokens (jg_vocab_add_controls): ids, and by id their bytes */
+    int *ctrl, n_ctrl;
+    uint32_t *coff;
+    uint16_t *clen;
+    char *cblob;
 };
+
+static bool is_eos(const jg_vocab *v, int id) {
+    for (int i = 0; i < v->n_eos; i++)
+        if (v->eos[i] == id) return true;
+    return false;
+}
 
 static bool plain_text(const uint8_t *b, int n) {
     jg_core s = {.mode = M_STRING};
@@ -347,8 +358,32 @@ jg_vocab *jg_vocab_new(int vocab, jg_token_bytes_fn bytes, void *ctx, const int 
     return v;
 }
 
+void jg_vocab_add_controls(jg_vocab *v, jg_token_bytes_fn control_bytes, void *ctx) {
+    size_t cap = (size_t)(v->vocab ? v->vocab : 1);
+    v->coff = di_calloc(cap, sizeof *v->coff);
+    v->clen = di_calloc(cap, sizeof *v->clen);
+    v->ctrl = di_malloc(sizeof(int) * cap);
+    di_buf blob = {0};
+    for (int id = 0; id < v->vocab; id++) {
+        size_t l = 0;
+        char *b = v->len[id] || is_eos(v, id) ? NULL : control_bytes(ctx, id, &l);
+        if (b && l > 0 && l <= JG_MAX_TOKEN) {
+            v->coff[id] = (uint32_t)blob.n;
+            v->clen[id] = (uint16_t)l;
+            v->ctrl[v->n_ctrl++] = id;
+            di_buf_add(&blob, b, l);
+        }
+        free(b);
+    }
+    v->cblob = blob.p;
+}
+
 void jg_vocab_free(jg_vocab *v) {
     if (!v) return;
+    free(v->ctrl);
+    free(v->coff);
+    free(v->clen);
+    free(v->cblob);
     free(v->off);
     free(v->len);
     free(v->blob);
@@ -360,12 +395,6 @@ void jg_vocab_free(jg_vocab *v) {
     free(v->plain.lcp);
     free(v->plain_chars);
     free(v);
-}
-
-static bool is_eos(const jg_vocab *v, int id) {
-    for (int i = 0; i < v->n_eos; i++)
-        if (v->eos[i] == id) return true;
-    return false;
 }
 
 /* Marks in ok the tokens of w that can follow s: each resumes from the
@@ -442,6 +471,15 @@ static void walk_grammar(const jg_vocab *v, const jg_walk *w, gr_matcher *m, uns
     }
 }
 
+/* A control token's bytes into tool calls, none of them inside the
+ * arguments (a marker is never part of a value). */
+static bool feed_control(const jg_vocab *v, jg_state *s, int id) {
+    const uint8_t *b = (const uint8_t *)v->cblob + v->coff[id];
+    for (int i = 0; i < v->clen[id]; i++)
+        if (s->cphase == JG_CALLS_VALUE || !jg_step(s, b[i])) return false;
+    return true;
+}
+
 int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
     unsigned char *ok = di_calloc((size_t)(v->vocab ? v->vocab : 1), 1);
     if (s->gram) {
@@ -460,6 +498,10 @@ int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
         walk(v, &v->other, s, ok);
     } else
         walk(v, &v->all, s, ok);
+    for (int k = 0; s->calls && k < v->n_ctrl; k++) {
+        jg_state t = *s;
+        ok[v->ctrl[k]] = feed_control(v, &t, v->ctrl[k]);
+    }
     int allowed = 0;
     bool done = jg_done(s);
     for (int id = 0; id < v->vocab; id++) {
@@ -478,6 +520,7 @@ int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
 
 bool jg_feed_token(const jg_vocab *v, jg_state *s, int id) {
     if (is_eos(v, id)) return true;
-    if (id < 0 || id >= v->vocab || !v->len[id]) return false;
+    if (id < 0 || id >= v->vocab) return false;
+    if (!v->len[id]) return s->calls && v->clen && v->clen[id] && feed_control(v, s, id);
     return jg_feed(s, v->blob + v->off[id], v->len[id]);
 }

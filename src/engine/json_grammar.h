@@ -123,6 +123,12 @@ typedef struct jg_call_form {
 #define JG_MAX_CALL_FORMS 256
 jg_calls *jg_calls_compile(const jg_call_form *forms, int n, const char *close, int max_calls,
                            char *why, size_t cap);
+/* Calls that start where the model writes `trigger` (strict tools under
+ * tool_choice auto): any text until then (control tokens too: the
+ * vocabulary's jg_vocab_add_controls), the calls held from the byte after
+ * it, and once they close any text again, until the trigger's next
+ * occurrence. The output may end anywhere outside a call. */
+void jg_calls_set_trigger(jg_calls *c, const char *trigger);
 void jg_calls_free(jg_calls *c);
 /* Text that c (borrowed) takes whole. */
 void jg_init_calls(jg_state *s, const jg_calls *c);
@@ -156,6 +162,11 @@ bool jg_done(const jg_state *s);
 typedef struct jg_vocab jg_vocab;
 typedef char *(*jg_token_bytes_fn)(void *ctx, int id, size_t *len);
 jg_vocab *jg_vocab_new(int vocab, jg_token_bytes_fn bytes, void *ctx, const int *eos, int n_eos);
+/* The control tokens' bytes (control_bytes: a control token's text, NULL
+ * for the others): tool calls (jg_init_calls) allow one wherever it is all
+ * text around the arguments (a marker the format spells as a token), never
+ * inside them; JSON, patterns and grammars never do. */
+void jg_vocab_add_controls(jg_vocab *v, jg_token_bytes_fn control_bytes, void *ctx);
 void jg_vocab_free(jg_vocab *v);
 /* Sets the logits of the tokens that cannot follow state s to -INFINITY;
  * returns how many can. */

@@ -35,7 +35,13 @@ bool jg_calls_step(jg_state *s, uint8_t c);
 bool jg_calls_done(const jg_state *s);
 /* The arguments' object is being read (the mask's string shortcut may
  * apply). */
-enum { JG_CALLS_CHOICE, JG_CALLS_VALUE, JG_CALLS_SUFFIX, JG_CALLS_END }; /* jg_state.cphase */
+enum { /* jg_state.cphase */
+       JG_CALLS_CHOICE,
+       JG_CALLS_VALUE,
+       JG_CALLS_SUFFIX,
+       JG_CALLS_END,
+       JG_CALLS_FREE, /* before the trigger (cpos: its bytes matched) */
+};
 static inline bool jg_calls_in_value(const jg_state *s) {
     return !s->calls || s->cphase == JG_CALLS_VALUE;
 }

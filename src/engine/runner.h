@@ -72,6 +72,9 @@ typedef struct engine_detok {
      * for a control token: what JSON-constrained requests are masked by.
      * NULL: such requests are refused. */
     char *(*token_bytes)(void *ctx, int id, size_t *len);
+    /* Optional: a control token's text (malloc'd), NULL for the others:
+     * tool calls let the markers a format spells as tokens through. */
+    char *(*control_bytes)(void *ctx, int id, size_t *len);
 } engine_detok;
 
 #endif

@@ -105,6 +105,7 @@ void conv_add_tool(conversation *c, const char *name, const char *description,
     t->name = di_strdup(name);
     t->description = description ? di_strdup(description) : NULL;
     t->parameters = parameters ? di_strdup(parameters) : NULL;
+    t->strict = false;
 }
 
 char *conv_message_text(const conv_message *m, size_t *len) {

@@ -66,6 +66,7 @@ typedef struct conv_tool {
     char *name;
     char *description; /* NULL if absent */
     char *parameters;  /* JSON Schema as compact JSON text (key order kept); NULL if absent */
+    bool strict;       /* OpenAI's / Anthropic's strict: calls held to the schema */
 } conv_tool;
 
 typedef struct conversation {

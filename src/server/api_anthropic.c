@@ -223,6 +223,8 @@ static int msg_fields(const json_t *body, srv_req *r, const srv_limits *lim, boo
             char *p = json_dumps(schema, JSON_COMPACT | JSON_PRESERVE_ORDER);
             conv_add_tool(r->conv, json_string_value(name),
                           json_is_string(desc) ? json_string_value(desc) : NULL, p);
+            r->conv->tools[r->conv->n_tools - 1].strict =
+                json_is_true(json_object_get(t, "strict"));
             free(p);
         }
     }

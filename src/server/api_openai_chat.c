@@ -185,6 +185,7 @@ int srv_parse_tools(const json_t *tools, conversation *c, srv_fail *f) {
         const char *d = json_is_string(desc) ? json_string_value(desc) : NULL;
         if (d && memchr(d, 0, json_string_length(desc))) d = NULL;
         conv_add_tool(c, json_string_value(name), d, p);
+        c->tools[c->n_tools - 1].strict = json_is_true(json_object_get(fn, "strict"));
         free(p);
     }
     return 0;

@@ -112,14 +112,17 @@ static char *concat3(const char *a, const char *b, const char *c) {
     return s;
 }
 
-/* A forced choice's calls, in formats whose calls are JSON, held to the
- * tools' schemas from the prompt's opener on: each offered tool's texts as
- * the renderer spells a call (a named choice: its call already opened),
- * then at most one call (named, or parallel_tool_calls false) or
- * SRV_MAX_FORCED_CALLS. */
-static void forced_call_forms(render_format fmt, srv_req *r) {
+/* Calls in formats whose calls are JSON (chatml, deepseek-v3), held to the
+ * tools' schemas: each offered tool's texts as the renderer spells a call.
+ * Forced (tool_choice required / named): from the prompt's opener on (a
+ * named choice: its call already opened), then at most one call (named, or
+ * parallel_tool_calls false) or SRV_MAX_FORCED_CALLS, every tool's schema.
+ * Lazy (tool_choice auto with strict tools): free text until the model
+ * opens a block (Hermes: one call a block), the strict tools' arguments
+ * held to their schemas, the others any object. */
+static void call_forms(render_format fmt, srv_req *r, bool lazy) {
     const conversation *c = r->conv;
-    bool hermes = fmt == RENDER_CHATML, named = r->tool_choice == SRV_TC_NAMED;
+    bool hermes = fmt == RENDER_CHATML, named = r->tool_choice == SRV_TC_NAMED && !lazy;
     if ((!hermes && fmt != RENDER_DEEPSEEK_V3) || c->n_tools > JG_MAX_CALL_FORMS || r->call_forms)
         return;
     r->call_forms = di_calloc(c->n_tools, sizeof *r->call_forms);
@@ -128,8 +131,11 @@ static void forced_call_forms(render_format fmt, srv_req *r) {
         const char *name = c->tools[i].name;
         jg_call_form *f = &r->call_forms[i];
         if (hermes) {
-            f->first = concat3("{\"name\": \"", name, "\", \"arguments\": ");
-            f->next = concat3("\n<tool_call>\n", f->first, "");
+            f->first = concat3(lazy ? "\n" : "", "{\"name\": \"", name);
+            char *open = concat3(f->first, "\", \"arguments\": ", "");
+            free((char *)f->first);
+            f->first = open;
+            f->next = concat3("\n<tool_call>\n", f->first + lazy, "");
             f->suffix = di_strdup("}\n</tool_call>");
         } else {
             f->first = concat3("<｜tool▁call▁begin｜>function<｜tool▁sep｜>", name, "\n```json\n");
@@ -140,10 +146,11 @@ static void forced_call_forms(render_format fmt, srv_req *r) {
             free((char *)f->first);
             f->first = di_strdup("");
         }
-        f->schema = params_schema(c->tools[i].parameters);
+        f->schema = !lazy || c->tools[i].strict ? params_schema(c->tools[i].parameters) : NULL;
     }
     r->calls_close = hermes ? "" : "<｜tool▁calls▁end｜>";
-    r->max_calls = named || !r->parallel_tool_calls ? 1 : SRV_MAX_FORCED_CALLS;
+    r->max_calls = named || !r->parallel_tool_calls || (lazy && hermes) ? 1 : SRV_MAX_FORCED_CALLS;
+    if (lazy) r->calls_trigger = hermes ? "<tool_call>" : "<｜tool▁calls▁begin｜>";
 }
 
 int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *err) {
@@ -157,7 +164,11 @@ int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *er
     if (render_conversation(fmt, r->conv, segs, err)) return -1;
     if (r->tool_forced) {
         force_tool_block(fmt, r, segs);
-        forced_call_forms(fmt, r);
+        call_forms(fmt, r, false);
+    } else if (r->tool_choice == SRV_TC_AUTO && r->conv->add_generation_prompt) {
+        bool strict = false;
+        for (size_t i = 0; i < r->conv->n_tools; i++) strict |= r->conv->tools[i].strict;
+        if (strict) call_forms(fmt, r, true);
     }
     return 0;
 }
@@ -174,6 +185,7 @@ void srv_json_constraint(const srv_req *r, bool think_opened, const tokenizer *t
         er->n_call_forms = r->n_call_forms;
         er->calls_close = r->calls_close;
         er->max_calls = r->max_calls;
+        er->calls_trigger = r->calls_trigger;
     }
     if (!er->json || !think_opened) return;
     er->json_wait_for = tok ? tok_control_id(tok, "</think>") : -1;

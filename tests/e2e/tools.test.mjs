@@ -54,6 +54,16 @@ test('tool_choice auto: the model on its own writes no call', async () => {
   }
 });
 
+test('tool_choice auto with a strict tool: text answers stay free', async () => {
+  const strictTools = chatTools.map((t) => ({ ...t, function: { ...t.function, strict: true } }));
+  for (const seed of [1, 2]) {
+    const r = await openai.chat.completions.create({ model: MODEL, messages: user, tools: strictTools, max_tokens: 40, seed, temperature: 1 });
+    assert.equal(r.choices[0].message.tool_calls, undefined);
+    assert.ok(r.choices[0].message.content.length > 0);
+    assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
+  }
+});
+
 test('chat: required gives calls the schemas take, streamed or not', async () => {
   let calls = 0;
   for (const seed of [1, 2, 3, 4]) {

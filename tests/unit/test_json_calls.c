@@ -197,15 +197,17 @@ static void mask_check(const jg_vocab *v, const jg_state *s, int *pick, int *n_p
 
 typedef struct calls_seen {
     int n, errors, complete;
-    char names[8][32];
-    di_buf args[8];
+    char error[160];
+    char names[64][32];
+    di_buf args[64];
 } calls_seen;
 
 static void on_event(void *ctx, const outp_event *ev) {
     calls_seen *w = ctx;
-    if (ev->kind == OUTP_EV_ERROR) w->errors++;
-    if (ev->kind == OUTP_EV_TOOL_START && w->n < 8) snprintf(w->names[w->n++], 32, "%s", ev->name);
-    if (ev->kind == OUTP_EV_TOOL_ARGS && ev->index >= 0 && ev->index < 8)
+    if (ev->kind == OUTP_EV_ERROR && !w->errors++)
+        snprintf(w->error, sizeof w->error, "%s", ev->text);
+    if (ev->kind == OUTP_EV_TOOL_START && w->n < 64) snprintf(w->names[w->n++], 32, "%s", ev->name);
+    if (ev->kind == OUTP_EV_TOOL_ARGS && ev->index >= 0 && ev->index < 64)
         di_buf_add(&w->args[ev->index], ev->text, ev->len);
     if (ev->kind == OUTP_EV_TOOL_END) w->complete += ev->complete;
 }
@@ -225,7 +227,7 @@ static void read_back(const char *text, size_t n, int calls, const jg_schema *we
            "[%.*s]: %d calls (%d complete), %d "
            "errors, want %d",
            (int)n, text, w.n, w.complete, w.errors, calls);
-    for (int i = 0; i < w.n && i < 8; i++) {
+    for (int i = 0; i < w.n && i < 64; i++) {
         bool is_w = !strcmp(w.names[i], "get_weather");
         CHECKF(is_w || !strcmp(w.names[i], "get_time"), "call %d: %s", i, w.names[i]);
         json_error_t je;
@@ -275,6 +277,145 @@ TEST(json_calls_mask_equals_feeding_each_token) {
         di_buf_add(&out, t, strlen(t));
     }
     CHECKF(completed == 12, "%d outputs completed in %d steps", completed, steps);
+    di_buf_free(&out);
+    jg_vocab_free(v);
+    jg_schema_free(weather);
+    jg_calls_free(c);
+}
+
+/* ---- strict tools under tool_choice auto: calls after a trigger ---------------- */
+
+/* Hermes as the model writes it unprompted: free text, `<tool_call>`, one
+ * call a block, free text again. */
+static jg_calls *hermes_lazy(void) {
+    jg_call_form f[2] = {
+        {"\n" H_FIRST("get_weather"), H_NEXT("get_weather"), H_SUFFIX, WEATHER},
+        {"\n" H_FIRST("get_time"), H_NEXT("get_time"), H_SUFFIX, NULL},
+    };
+    char why[200];
+    jg_calls *c = jg_calls_compile(f, 2, "", 1, why, sizeof why);
+    if (c) jg_calls_set_trigger(c, "<tool_call>");
+    return c;
+}
+
+#define LAZY_W1 "<tool_call>\n" W1
+
+TEST(json_calls_after_a_trigger) {
+    jg_calls *c = hermes_lazy();
+    CHECK(c);
+    static const struct {
+        const char *text;
+        int want;
+    } cases[] = {
+        {"", 1},
+        {"Sure, let me look that up.", 1},
+        {"<tool_ca", 1}, /* a trigger's start is text */
+        {"<tool_call>", 0},
+        {LAZY_W1, 1},
+        {"I'll check. " LAZY_W1 " Then " LAZY_W1 "\nDone.", 1},
+        {"<tool<tool_call>\n" H_FIRST("get_time") "{}" H_SUFFIX, 1}, /* found after a false start */
+        {"<tool_call>\n" H_FIRST("get_weather") "{\"city\": \"Paris\"}", 0},
+        {"<tool_call>\n" H_FIRST("nope"), -1},
+        {"<tool_call>\n" H_FIRST("get_weather") "{\"city\": 3", -1},
+        {"<tool_call>{", -1}, /* the form's newline first */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        CHECKF(verdict(c, cases[i].text) == cases[i].want, "case %zu [%s]: %d, want %d", i,
+               cases[i].text, verdict(c, cases[i].text), cases[i].want);
+    jg_calls_free(c);
+}
+
+/* The test vocabulary's control tokens: the trigger as a token of its own,
+ * and one that is no marker of the calls. */
+static const char *const CONTROLS[] = {"<tool_call>", "</think>"};
+#define NVC (NV + 2)
+
+static const char *ctok(int id, char *one) {
+    return id >= NV ? CONTROLS[id - NV] : tok(id, one);
+}
+
+static char *vocab_bytes_c(void *ctx, int id, size_t *len) {
+    return id >= NV ? NULL : vocab_bytes(ctx, id, len);
+}
+
+static char *control_bytes(void *ctx, int id, size_t *len) {
+    (void)ctx;
+    if (id < NV) return NULL;
+    *len = strlen(CONTROLS[id - NV]);
+    return strdup(CONTROLS[id - NV]);
+}
+
+/* The output parser reads free text and its calls: the calls the walk
+ * completed, every one valid, no error. */
+static void read_back_lazy(const char *text, size_t n, int calls, const jg_schema *weather) {
+    outp_config cfg = {.tools = true, .syntax = OUTP_SYNTAX_HERMES};
+    di_err err = {{0}};
+    outp_parser *p = outp_new(&cfg, &err);
+    calls_seen w = {0};
+    outp_feed(p, text, n, on_event, &w);
+    outp_finish(p, on_event, &w);
+    outp_free(p);
+    CHECKF(w.n == calls && w.complete == calls && !w.errors,
+           "%d calls (%d complete), %d errors (%s), want %d: [%.*s]", w.n, w.complete, w.errors,
+           w.error, calls, (int)n, text);
+    for (int i = 0; i < w.n && i < 64; i++) {
+        if (!strcmp(w.names[i], "get_weather")) {
+            jg_state s;
+            jg_init_schema(&s, weather);
+            CHECKF(jg_feed(&s, w.args[i].p, w.args[i].n) && jg_done(&s), "[%.*s]", (int)w.args[i].n,
+                   w.args[i].p);
+        }
+        di_buf_free(&w.args[i]);
+    }
+}
+
+TEST(json_calls_after_a_trigger_mask_equals_feeding_each_token) {
+    jg_calls *c = hermes_lazy();
+    char why[160];
+    jg_schema *weather = jg_schema_compile(WEATHER, strlen(WEATHER), why, sizeof why);
+    CHECK(c && weather);
+    int eos = 0;
+    jg_vocab *v = jg_vocab_new(NVC, vocab_bytes_c, NULL, &eos, 1);
+    jg_vocab_add_controls(v, control_bytes, NULL);
+    jg_state s;
+    jg_init_calls(&s, c);
+    di_buf out = {0};
+    uint64_t x = 41;
+    int completed = 0, with_calls = 0, blocks = 0, think_in_value = 0;
+    for (int steps = 0; steps < 60000 && completed < 16; steps++) {
+        float lg[NVC] = {0};
+        jg_mask(v, &s, lg);
+        int pick[NVC], n = 0;
+        for (int id = 0; id < NVC; id++) {
+            char one[2];
+            const char *t = ctok(id, one);
+            jg_state f = s;
+            bool want = id == 0 ? jg_done(&s) : t ? jg_feed_token(v, &f, id) : false;
+            CHECKF(want == (lg[id] == 0), "token %d: mask %d, fed %d", id, lg[id] == 0, want);
+            if (lg[id] == 0 && id) pick[n++] = id;
+        }
+        think_in_value += s.cphase == 1 && lg[NV + 1] == 0; /* JG_CALLS_VALUE */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        bool free_text = jg_done(&s);
+        if (free_text && (x % 64 == 0 || !n)) { /* the end */
+            completed++;
+            with_calls += blocks > 0;
+            read_back_lazy(out.p, out.n, blocks, weather);
+            out.n = blocks = 0;
+            jg_init_calls(&s, c);
+            continue;
+        }
+        CHECK(n > 0);
+        int id = free_text && x % 8 == 1 && lg[NV] == 0 ? NV : pick[(x >> 8) % (uint64_t)n];
+        char one[2];
+        const char *t = ctok(id, one);
+        bool was_free = s.cphase == 4; /* JG_CALLS_FREE */
+        CHECK(jg_feed_token(v, &s, id));
+        blocks += was_free && s.cphase != 4;
+        di_buf_add(&out, t, strlen(t));
+    }
+    CHECKF(completed == 16 && with_calls >= 4, "%d outputs, %d with calls", completed, with_calls);
+    CHECK(think_in_value == 0);
     di_buf_free(&out);
     jg_vocab_free(v);
     jg_schema_free(weather);

@@ -432,3 +432,58 @@ TEST(server_forced_calls_are_held_to_the_tools_forms) {
             srv_prepared_free(&p);
         }
 }
+
+/* tool_choice auto with a strict tool (chat's function.strict, Messages'
+ * strict): in chatml and deepseek-v3 the calls are held once the model
+ * opens a block, the strict tool's arguments to its schema, the other's
+ * free; the answer the auto test above parses is taken whole. Without a
+ * strict tool, or in DSML, nothing is held. */
+TEST(server_strict_tools_hold_calls_after_the_opener) {
+    static const char *const outputs[] = {
+        "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"
+        "\n</tool_call>",
+        "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+        "```json\n{\"city\": \"Paris\"}" V3_TAIL,
+    };
+    const render_format fmts[] = {RENDER_CHATML, RENDER_DEEPSEEK_V3, RENDER_DEEPSEEK_V4};
+    for (int k = 0; k < 3; k++)
+        for (int strict = 0; strict < 2; strict++) {
+            char body[1024];
+            snprintf(body, sizeof body,
+                     "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"w?\"}],"
+                     "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                     "\"strict\":%s,\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":"
+                     "{\"type\":\"string\"}},\"required\":[\"city\"]}}},{\"type\":\"function\","
+                     "\"function\":{\"name\":\"other\"}}]}",
+                     strict ? "true" : "false");
+            srv_req r;
+            srv_prepared p;
+            srv_fail f = {0};
+            CHECK(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, fmts[k], NULL, &r, &p, &f) ==
+                  0);
+            CHECK(!r.tool_forced);
+            if (!strict || k == 2) {
+                CHECK(r.n_call_forms == 0 && !r.calls_trigger);
+            } else {
+                CHECK(r.n_call_forms == 2 && r.calls_trigger);
+                char why[200];
+                jg_calls *jc = jg_calls_compile(r.call_forms, r.n_call_forms, r.calls_close,
+                                                r.max_calls, why, sizeof why);
+                CHECKF(jc, "%s", why);
+                jg_calls_set_trigger(jc, r.calls_trigger);
+                jg_state s;
+                jg_init_calls(&s, jc);
+                CHECKF(jg_feed(&s, outputs[k], strlen(outputs[k])) && jg_done(&s), "%s",
+                       render_format_name(fmts[k]));
+                const char *bad = k == 0 ? "x<tool_call>\n{\"name\": \"get_weather\", "
+                                           "\"arguments\": {\"town\""
+                                         : "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<"
+                                           "｜tool▁sep｜>get_weather\n```json\n{\"town\"";
+                jg_init_calls(&s, jc);
+                CHECK(!jg_feed(&s, bad, strlen(bad))); /* not a property of the strict tool */
+                jg_calls_free(jc);
+            }
+            srv_req_free(&r);
+            srv_prepared_free(&p);
+        }
+}
