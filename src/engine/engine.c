@@ -448,6 +448,7 @@ uint64_t engine_submit(engine *e, const engine_request *q, di_err *err) {
             return di_errf(err, "request: tools: %s", why), 0;
         }
         jg_calls_set_trigger(calls, q->calls_trigger);
+        if (q->calls_dsml) jg_calls_set_dsml(calls);
     }
     ereq *r = copy_request(q);
     r->calls = calls;

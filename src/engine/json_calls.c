@@ -43,6 +43,7 @@ struct jg_calls {
     int *suffix_len;
     choice_table t[3];
     int max_calls;
+    bool dsml;     /* jg_calls_set_dsml: the arguments are DSML parameters */
     char *trigger; /* jg_calls_set_trigger: NULL, or the text the calls start after */
     int trigger_len;
     int *fail; /* KMP's: the longest proper border of the trigger's first k + 1 bytes */
@@ -141,7 +142,194 @@ void jg_calls_set_trigger(jg_calls *c, const char *trigger) {
     }
 }
 
+void jg_calls_set_dsml(jg_calls *c) {
+    c->dsml = true;
+}
+
 /* ---- following --------------------------------------------------------------- */
+
+static void call_done(jg_state *s);
+
+/* The arguments' JSON: the tool's schema (or any object) stepped by byte. */
+static bool value_step(jg_state *s, uint8_t b) {
+    return s->schema ? jg_schema_step(s, b) : jg_core_step(&s->c, b);
+}
+
+static bool value_done(const jg_state *s) {
+    return s->schema ? s->done : s->c.mode == M_DONE;
+}
+
+static bool value_feed(jg_state *s, const char *t) {
+    for (; *t; t++)
+        if (!value_step(s, (uint8_t)*t)) return false;
+    return true;
+}
+
+bool jg_calls_in_value(const jg_state *s) {
+    return !s->calls || (s->cphase == JG_CALLS_VALUE && !s->calls->dsml);
+}
+
+/* ---- DSML arguments: parameters standing for the object's members, fed
+ * to the JSON automaton as `{"KEY": VALUE, ...}` would be ---- */
+#define DSML "｜DSML｜"
+static const char P_OPEN[] = "<" DSML "parameter name=\"";
+static const char P_TRUE[] = "\" string=\"true\">";
+static const char P_FALSE[] = "\" string=\"false\">";
+static const char P_END[] = "</" DSML "parameter>\n";
+#define P_ATTR    10                      /* bytes P_TRUE and P_FALSE share */
+#define P_CLOSE   ((int)sizeof P_END - 2) /* the closing tag, before its newline */
+#define D_MAX_KEY 256
+
+enum {
+    D_NEXT,   /* a parameter's tag or the arguments' end (the suffix); dpos: bytes matched */
+    D_OPEN,   /* in P_OPEN */
+    D_KEY,    /* the name */
+    D_ATTR,   /* in P_TRUE / P_FALSE, before they part */
+    D_ATTR_T, /* in P_TRUE */
+    D_ATTR_F, /* in P_FALSE */
+    D_RAW,    /* a string="true" value; dpos: bytes of the closing tag held */
+    D_JSON,   /* a string="false" value; dpos: bytes of the closing tag in it so far */
+    D_TAG,    /* in P_END */
+};
+
+/* A raw value's byte as the JSON string's characters. */
+static bool raw_byte(jg_state *s, uint8_t b) {
+    static const char hex[] = "0123456789abcdef";
+    char e[7] = {'\\', 0};
+    s->cbytes++;
+    if (b == '"' || b == '\\') {
+        e[1] = (char)b;
+        return value_feed(s, e);
+    }
+    if (b >= 0x20) return value_step(s, b);
+    const char *sh = b == '\n'   ? "n"
+                     : b == '\t' ? "t"
+                     : b == '\r' ? "r"
+                     : b == '\b' ? "b"
+                     : b == '\f' ? "f"
+                                 : NULL;
+    if (sh) {
+        e[1] = sh[0];
+        return value_feed(s, e);
+    }
+    e[1] = 'u', e[2] = '0', e[3] = '0', e[4] = hex[b >> 4], e[5] = hex[b & 15];
+    return value_feed(s, e);
+}
+
+/* A string="false" value may end here: outside its strings, at its own
+ * level, and the automaton takes the member's end (another member after it,
+ * or the object's close). */
+static bool json_may_end(const jg_state *s) {
+    if (s->dstr || s->ddepth) return false;
+    jg_state t = *s, u = *s;
+    return value_step(&t, ',') || value_step(&u, '}');
+}
+
+static bool dsml_step(jg_state *s, uint8_t b) {
+    const char *suffix = s->calls->suffix[s->calt];
+    switch (s->dphase) {
+    case D_NEXT: { /* a member can follow / the object can close (checked on copies) */
+        const char *sep = s->dhave ? ",\"" : "\"";
+        jg_state m = *s, e = *s;
+        bool param = (uint8_t)P_OPEN[s->dpos] == b && value_feed(&m, sep);
+        bool end = (uint8_t)suffix[s->dpos] == b && value_step(&e, '}') && value_done(&e);
+        if (param && end) { /* both begin alike ("<") */
+            s->dpos++;
+            return true;
+        }
+        if (param) {
+            *s = m;
+            s->dphase = D_OPEN, s->dpos++;
+            return true;
+        }
+        if (!end) return false;
+        *s = e;
+        s->cphase = JG_CALLS_SUFFIX; /* the arguments' end: the suffix goes on */
+        s->cpos = (uint16_t)(s->dpos + 1);
+        if (!suffix[s->cpos]) call_done(s);
+        return true;
+    }
+    case D_OPEN:
+        if ((uint8_t)P_OPEN[s->dpos] != b) return false;
+        if (P_OPEN[++s->dpos]) return true;
+        s->dphase = D_KEY, s->dpos = 0;
+        return true;
+    case D_KEY: /* dpos: its bytes (a tag the parser reads is at most 1 KiB) */
+        if (b == '"' && s->dpos) {
+            s->dphase = D_ATTR, s->dpos = 1;
+            return value_feed(s, "\":");
+        }
+        if (b < 0x20 || b == '\\' || b == '"' || ++s->dpos > D_MAX_KEY) return false;
+        s->cbytes++;
+        return value_step(s, b);
+    case D_ATTR:
+        if (s->dpos == P_ATTR) {
+            if (b != 't' && b != 'f') return false;
+            s->dphase = b == 't' ? D_ATTR_T : D_ATTR_F;
+            if (b == 't' && !value_step(s, '"')) return false; /* string="true": a string */
+        } else if ((uint8_t)P_TRUE[s->dpos] != b)
+            return false;
+        s->dpos++;
+        return true;
+    case D_ATTR_T:
+    case D_ATTR_F: {
+        const char *lit = s->dphase == D_ATTR_T ? P_TRUE : P_FALSE;
+        if ((uint8_t)lit[s->dpos] != b) return false;
+        if (lit[++s->dpos]) return true;
+        s->dphase = s->dphase == D_ATTR_T ? D_RAW : D_JSON, s->dpos = 0;
+        s->dstr = s->desc = false, s->ddepth = 0;
+        return true;
+    }
+    case D_RAW:
+        if ((uint8_t)P_END[s->dpos] == b) { /* (more of) the closing tag: held */
+            if (s->dpos + 1 == P_CLOSE) {   /* the value's end */
+                s->dphase = D_TAG, s->dpos = P_CLOSE;
+                return value_step(s, '"');
+            }
+            jg_state e = *s, t = *s; /* the value can end, or the held bytes be text */
+            bool text = true;
+            for (int i = 0; i <= s->dpos && text; i++) text = raw_byte(&t, (uint8_t)P_END[i]);
+            if (!value_step(&e, '"') && !text) return false;
+            s->dpos++;
+            return true;
+        }
+        if (!s->dpos) return raw_byte(s, b);
+        for (int i = 0; i < s->dpos; i++) /* a held start of the tag was text */
+            if (!raw_byte(s, (uint8_t)P_END[i])) return false;
+        s->dpos = 0;
+        return dsml_step(s, b);
+    case D_JSON:
+        if (b == '<' && json_may_end(s)) {
+            s->dphase = D_TAG, s->dpos = 1;
+            return true;
+        }
+        /* the tag must not be spelled inside the value: the parser would
+         * end it there */
+        s->dpos = (uint8_t)P_END[s->dpos] == b ? s->dpos + 1 : b == '<';
+        if (s->dpos == P_CLOSE) return false;
+        if (!s->dstr && !s->ddepth && (b == ',' || b == '}')) return false; /* the object's own */
+        if (s->dstr) {
+            if (s->desc)
+                s->desc = false;
+            else if (b == '\\')
+                s->desc = true;
+            else if (b == '"')
+                s->dstr = false;
+        } else if (b == '"')
+            s->dstr = true;
+        else if (b == '{' || b == '[')
+            s->ddepth++;
+        else if ((b == '}' || b == ']') && s->ddepth)
+            s->ddepth--;
+        s->cbytes++;
+        return value_step(s, b);
+    default: /* D_TAG */
+        if ((uint8_t)P_END[s->dpos] != b) return false;
+        if (P_END[++s->dpos]) return true;
+        s->dphase = D_NEXT, s->dpos = 0, s->dhave = true;
+        return true;
+    }
+}
 
 static void free_text(jg_state *s) {
     s->cphase = JG_CALLS_FREE;
@@ -155,8 +343,13 @@ static void start_value(jg_state *s, int alt) {
     s->calls = c;
     s->ctable = keep.ctable;
     s->ncalls = keep.ncalls;
+    s->cbytes = keep.cbytes;
     s->calt = (uint16_t)alt;
     s->cphase = JG_CALLS_VALUE;
+    if (c->dsml) { /* the object the parameters stand for */
+        value_step(s, '{');
+        s->dphase = D_NEXT, s->dpos = 0, s->dhave = false;
+    }
 }
 
 /* A choice down to one entry matched whole is made. */
@@ -221,8 +414,10 @@ bool jg_calls_step(jg_state *s, uint8_t b) {
         return true;
     }
     case JG_CALLS_VALUE:
-        if (!(s->schema ? jg_schema_step(s, b) : jg_core_step(&s->c, b))) return false;
-        if (s->schema ? s->done : s->c.mode == M_DONE) {
+        if (c->dsml) return dsml_step(s, b);
+        s->cbytes++;
+        if (!value_step(s, b)) return false;
+        if (value_done(s)) {
             s->cphase = JG_CALLS_SUFFIX;
             s->cpos = 0;
             if (!c->suffix_len[s->calt]) call_done(s);

@@ -475,8 +475,9 @@ static void walk_grammar(const jg_vocab *v, const jg_walk *w, gr_matcher *m, uns
  * arguments (a marker is never part of a value). */
 static bool feed_control(const jg_vocab *v, jg_state *s, int id) {
     const uint8_t *b = (const uint8_t *)v->cblob + v->coff[id];
+    uint32_t before = s->cbytes;
     for (int i = 0; i < v->clen[id]; i++)
-        if (s->cphase == JG_CALLS_VALUE || !jg_step(s, b[i])) return false;
+        if (!jg_step(s, b[i]) || s->cbytes != before) return false;
     return true;
 }
 

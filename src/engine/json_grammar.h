@@ -96,6 +96,13 @@ typedef struct jg_state {
     const jg_calls *calls;
     uint8_t cphase, ctable;
     uint16_t clo, chi, cpos, calt, ncalls;
+    uint32_t cbytes; /* bytes of arguments read (a control token adds none) */
+    /* DSML arguments (jg_calls_set_dsml): where in a parameter's markup or
+     * value, the bytes of a tag matched, a parameter written before, and a
+     * string="false" value's JSON strings and nesting */
+    uint8_t dphase;
+    bool dhave, dstr, desc;
+    uint16_t dpos, ddepth;
 } jg_state;
 
 /* Any JSON object, or one that schema (borrowed) describes. */
@@ -129,6 +136,13 @@ jg_calls *jg_calls_compile(const jg_call_form *forms, int n, const char *close, 
  * it, and once they close any text again, until the trigger's next
  * occurrence. The output may end anywhere outside a call. */
 void jg_calls_set_trigger(jg_calls *c, const char *trigger);
+/* The arguments are DeepSeek V4's DSML parameters, not a JSON object:
+ *   <｜DSML｜parameter name="KEY" string="true">RAW</｜DSML｜parameter>\n
+ *   <｜DSML｜parameter name="KEY" string="false">JSON</｜DSML｜parameter>\n
+ * one after another (none: no arguments), held to the tool's schema as the
+ * object they stand for (RAW: a string's characters as they are, JSON: any
+ * other value); the arguments end where the form's suffix begins. */
+void jg_calls_set_dsml(jg_calls *c);
 void jg_calls_free(jg_calls *c);
 /* Text that c (borrowed) takes whole. */
 void jg_init_calls(jg_state *s, const jg_calls *c);

@@ -33,8 +33,8 @@ enum { W_NONE, W_CORE, W_KEY, W_ENUM };
 /* One byte of tool calls; complete there (json_calls.c). */
 bool jg_calls_step(jg_state *s, uint8_t c);
 bool jg_calls_done(const jg_state *s);
-/* The arguments' object is being read (the mask's string shortcut may
- * apply). */
+/* A JSON value's bytes are being read as they are written (the mask's
+ * string shortcut may apply). */
 enum { /* jg_state.cphase */
        JG_CALLS_CHOICE,
        JG_CALLS_VALUE,
@@ -42,9 +42,7 @@ enum { /* jg_state.cphase */
        JG_CALLS_END,
        JG_CALLS_FREE, /* before the trigger (cpos: its bytes matched) */
 };
-static inline bool jg_calls_in_value(const jg_state *s) {
-    return !s->calls || s->cphase == JG_CALLS_VALUE;
-}
+bool jg_calls_in_value(const jg_state *s);
 
 /* One byte into the core automaton. */
 bool jg_core_step(jg_core *s, uint8_t c);

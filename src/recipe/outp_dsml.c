@@ -6,22 +6,20 @@
  * TAG_MAX bytes, so a runaway one cannot grow the buffer); a byte that cannot
  * begin a DSML tag is malformed markup at once. Values stream: string="true"
  * text is JSON-escaped and emitted as soon as it cannot be the start of the
- * closing tag; string="false" text is collected and validated with jansson
- * when its closing tag arrives, then emitted with its key in one delta, so
+ * closing tag; string="false" text is collected and checked to be JSON
+ * (outp_json_value: any number, as the JSON grammar has it) when its closing
+ * tag arrives, then emitted with its key in one delta, so
  * the arguments stay valid JSON whatever the model wrote. Space after
  * `｜DSML｜` is optional in every tag here (V4.1 writes one, V4 does not). */
 #include "recipe/outp_internal.h"
 
-#include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define DSML     "｜DSML｜" /* U+FF5C on both sides */
 #define DSML_LEN (sizeof DSML - 1)
 #define TAG_MAX  1024
-/* Validation only (the text passes through verbatim): integers beyond int64
- * are valid JSON, so they are read as reals rather than rejected. */
-#define JSON_FLAGS (JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL)
 
 static const outp_marker param_close[] = {
     {"</" DSML "parameter>", sizeof("</" DSML "parameter>") - 1},
@@ -349,11 +347,8 @@ bool outp_step_param_json(outp_parser *p, bool final) {
     size_t vn = p->pval.n;
     di_buf o = {0};
     di_buf_add(&o, p->param_key, strlen(p->param_key));
-    json_error_t je;
-    json_t *j = trim_ws(&v, &vn) ? json_loadb(v, vn, JSON_FLAGS, &je) : NULL;
-    if (j) {
+    if (trim_ws(&v, &vn) && outp_json_value(v, vn)) {
         di_buf_add(&o, v, vn);
-        json_decref(j);
     } else { /* not JSON: keep what the model wrote, as a string */
         di_buf_add(&o, "\"", 1);
         json_escape(&o, p->pval.p ? p->pval.p : "", p->pval.n);

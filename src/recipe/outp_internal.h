@@ -129,6 +129,10 @@ void outp_dsml_start_forced(outp_parser *p);
 /* End of output inside a tool block: close what is open, report it. */
 void outp_dsml_truncated(outp_parser *p);
 
+/* b[0..n) is one JSON value, whitespace around it allowed (RFC 8259's
+ * syntax, numbers of any size; outp_jcalls.c). */
+bool outp_json_value(const char *b, size_t n);
+
 /* JSON-bodied calls (outp_jcalls.c): the syntax's openers into the answer
  * markers; the state an opener found in the answer enters; the forced start
  * (name: the named call's body as the prompt began it, or NULL: the block);

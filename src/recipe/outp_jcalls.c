@@ -151,10 +151,15 @@ static bool value(const char **p, const char *e, int depth) {
     return true;
 }
 
+bool outp_json_value(const char *b, size_t n) {
+    const char *p = skip_ws(b, b + n), *e = b + n;
+    return p < e && value(&p, e, 0) && skip_ws(p, e) == e;
+}
+
 /* b[0..n) is one JSON object (whitespace around it allowed). */
 static bool is_object(const char *b, size_t n) {
-    const char *p = skip_ws(b, b + n), *e = b + n;
-    return p < e && *p == '{' && value(&p, e, 0) && skip_ws(p, e) == e;
+    const char *p = skip_ws(b, b + n);
+    return p < b + n && *p == '{' && outp_json_value(b, n);
 }
 
 /* The raw text of member `key` of the object b[0..n) (valid: checked

@@ -7,7 +7,7 @@
  * and the fuzzer drive it directly.
  *
  * Forced tool calls (tool_choice "required" / Anthropic "any", or a named
- * tool), without constrained decoding: for the formats that write tool
+ * tool): for the formats that write tool
  * calls (deepseek-v4's DSML, chatml's Hermes tags, deepseek-v3's markers),
  * with a generation prompt, the request is rendered in non-thinking mode (as
  * DeepSeek's own API does for forced calls: the assistant turn opens with
@@ -19,8 +19,9 @@
  *   deepseek-v3  `<｜tool▁calls▁begin｜>`, named: + `<｜tool▁call▁begin｜>function
  *                <｜tool▁sep｜>X\n```json\n`
  * r->tool_forced tells gen.c to start the output parser inside that block /
- * call (the parser's forced start spells the same). Llama 3's template has
- * no tools, so there the choice is only validated (and a named choice
+ * call (the parser's forced start spells the same), and call_forms holds the
+ * calls to the tools' schemas from there (json_calls.c). Llama 3's template
+ * has no tools, so there the choice is only validated (and a named choice
  * offers that one tool). */
 #include <stdlib.h>
 #include <string.h>
@@ -112,18 +113,20 @@ static char *concat3(const char *a, const char *b, const char *c) {
     return s;
 }
 
-/* Calls in formats whose calls are JSON (chatml, deepseek-v3), held to the
- * tools' schemas: each offered tool's texts as the renderer spells a call.
- * Forced (tool_choice required / named): from the prompt's opener on (a
- * named choice: its call already opened), then at most one call (named, or
+/* Tool calls held to the tools' schemas (chatml, deepseek-v3, deepseek-v4):
+ * each offered tool's texts as the renderer spells a call. Forced
+ * (tool_choice required / named): from the prompt's opener on (a named
+ * choice: its call already opened), then at most one call (named, or
  * parallel_tool_calls false) or SRV_MAX_FORCED_CALLS, every tool's schema.
  * Lazy (tool_choice auto with strict tools): free text until the model
  * opens a block (Hermes: one call a block), the strict tools' arguments
  * held to their schemas, the others any object. */
 static void call_forms(render_format fmt, srv_req *r, bool lazy) {
     const conversation *c = r->conv;
-    bool hermes = fmt == RENDER_CHATML, named = r->tool_choice == SRV_TC_NAMED && !lazy;
-    if ((!hermes && fmt != RENDER_DEEPSEEK_V3) || c->n_tools > JG_MAX_CALL_FORMS || r->call_forms)
+    bool hermes = fmt == RENDER_CHATML, dsml = fmt == RENDER_DEEPSEEK_V4;
+    bool named = r->tool_choice == SRV_TC_NAMED && !lazy;
+    if ((!hermes && !dsml && fmt != RENDER_DEEPSEEK_V3) || c->n_tools > JG_MAX_CALL_FORMS ||
+        r->call_forms)
         return;
     r->call_forms = di_calloc(c->n_tools, sizeof *r->call_forms);
     r->n_call_forms = (int)c->n_tools;
@@ -131,12 +134,15 @@ static void call_forms(render_format fmt, srv_req *r, bool lazy) {
         const char *name = c->tools[i].name;
         jg_call_form *f = &r->call_forms[i];
         if (hermes) {
-            f->first = concat3(lazy ? "\n" : "", "{\"name\": \"", name);
-            char *open = concat3(f->first, "\", \"arguments\": ", "");
-            free((char *)f->first);
-            f->first = open;
+            char *head = concat3(lazy ? "\n" : "", "{\"name\": \"", name);
+            f->first = concat3(head, "\", \"arguments\": ", "");
+            free(head);
             f->next = concat3("\n<tool_call>\n", f->first + lazy, "");
             f->suffix = di_strdup("}\n</tool_call>");
+        } else if (dsml) { /* after the block opener and its newline */
+            f->next = concat3("<｜DSML｜invoke name=\"", name, "\">\n");
+            f->first = concat3(lazy ? "\n" : "", f->next, "");
+            f->suffix = di_strdup("</｜DSML｜invoke>\n");
         } else {
             f->first = concat3("<｜tool▁call▁begin｜>function<｜tool▁sep｜>", name, "\n```json\n");
             f->next = di_strdup(f->first);
@@ -148,9 +154,13 @@ static void call_forms(render_format fmt, srv_req *r, bool lazy) {
         }
         f->schema = !lazy || c->tools[i].strict ? params_schema(c->tools[i].parameters) : NULL;
     }
-    r->calls_close = hermes ? "" : "<｜tool▁calls▁end｜>";
+    r->calls_close = hermes ? "" : dsml ? "</｜DSML｜tool_calls>" : "<｜tool▁calls▁end｜>";
     r->max_calls = named || !r->parallel_tool_calls || (lazy && hermes) ? 1 : SRV_MAX_FORCED_CALLS;
-    if (lazy) r->calls_trigger = hermes ? "<tool_call>" : "<｜tool▁calls▁begin｜>";
+    r->calls_dsml = dsml;
+    if (lazy)
+        r->calls_trigger = hermes ? "<tool_call>"
+                           : dsml ? "<｜DSML｜tool_calls>"
+                                  : "<｜tool▁calls▁begin｜>";
 }
 
 int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *err) {
@@ -186,6 +196,7 @@ void srv_json_constraint(const srv_req *r, bool think_opened, const tokenizer *t
         er->calls_close = r->calls_close;
         er->max_calls = r->max_calls;
         er->calls_trigger = r->calls_trigger;
+        er->calls_dsml = r->calls_dsml;
     }
     if (!er->json || !think_opened) return;
     er->json_wait_for = tok ? tok_control_id(tok, "</think>") : -1;

@@ -105,6 +105,7 @@ typedef struct srv_req {
     int n_call_forms, max_calls;
     const char *calls_close;
     const char *calls_trigger; /* strict tools under tool_choice auto: the calls' opener */
+    bool calls_dsml;           /* the arguments are DSML parameters */
     bool parallel_tool_calls;
     bool echo; /* completions */
     /* completions: max_tokens 0, nothing generated (with echo and logprobs:

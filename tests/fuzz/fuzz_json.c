@@ -6,7 +6,8 @@
  * GBNF grammar, its matcher's caches started afresh past 4 KiB; with '@'
  * first, tool calls: one to three calls of two tools, "a" + an object the
  * rest holds as a schema + "x", or "x" + any object + "]", ","
- * before a later call, "." to close), byte by
+ * before a later call, "." to close; with '&' first, the same calls with
+ * DSML parameters for arguments), byte by
  * byte, the mask of a small fixed vocabulary taken at every step and
  * checked against feeding each token alone (for a grammar: the text so far
  * and the token, to a fresh matcher, over the first 256 bytes), and some
@@ -21,10 +22,40 @@
 #include "engine/json_grammar.h"
 #include "engine/json_regex.h"
 
-static const char *const VOCAB[] = {NULL,   "{",    "}",      "[",  "]",     "\"",   ":",
-                                    ",",    " ",    "a",      "1",  "-",     ".",    "e",
-                                    "true", "null", "\"a\":", "\\", "u",     "\xC3", "\xA9",
-                                    "\"}",  "]}",   "x",      "0",  "\"b\"", "false"};
+#define DSML "｜DSML｜"
+
+static const char *const VOCAB[] = {NULL,
+                                    "{",
+                                    "}",
+                                    "[",
+                                    "]",
+                                    "\"",
+                                    ":",
+                                    ",",
+                                    " ",
+                                    "a",
+                                    "1",
+                                    "-",
+                                    ".",
+                                    "e",
+                                    "true",
+                                    "null",
+                                    "\"a\":",
+                                    "\\",
+                                    "u",
+                                    "\xC3",
+                                    "\xA9",
+                                    "\"}",
+                                    "]}",
+                                    "x",
+                                    "0",
+                                    "\"b\"",
+                                    "false",
+                                    "<" DSML "parameter name=\"",
+                                    "\" string=\"true\">",
+                                    "\" string=\"false\">",
+                                    "</" DSML "parameter>\n",
+                                    "</" DSML "invoke>\n"};
 #define NV ((int)(sizeof VOCAB / sizeof *VOCAB))
 
 static char *vocab_bytes(void *ctx, int id, size_t *len) {
@@ -58,6 +89,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char *schema = strndup((const char *)data + 1, slen - 1);
         jg_call_form forms[2] = {{"a", ",a", "x", schema}, {"x", ",x", "]", NULL}};
         calls = jg_calls_compile(forms, 2, ".", 3, why, sizeof why);
+        free(schema);
+    } else if (slen && data[0] == '&') { /* ... as DSML parameters */
+        char *schema = strndup((const char *)data + 1, slen - 1);
+        jg_call_form forms[2] = {{"a", "a", "</" DSML "invoke>\n", schema},
+                                 {"x", "x", "</" DSML "invoke>\n", NULL}};
+        calls = jg_calls_compile(forms, 2, ".", 3, why, sizeof why);
+        if (calls) jg_calls_set_dsml(calls);
         free(schema);
     } else
         sc = jg_schema_compile((const char *)data, slen, why, sizeof why);

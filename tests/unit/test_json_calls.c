@@ -421,3 +421,178 @@ TEST(json_calls_after_a_trigger_mask_equals_feeding_each_token) {
     jg_schema_free(weather);
     jg_calls_free(c);
 }
+
+/* ---- DSML (DeepSeek V4): parameters standing for the arguments' object ---- */
+
+#define DS        "｜DSML｜"
+#define D_INV(n)  "<" DS "invoke name=\"" n "\">\n"
+#define D_INV_END "</" DS "invoke>\n"
+#define D_CLOSE   "</" DS "tool_calls>"
+#define D_P(k, str, v)                                                                             \
+    "<" DS "parameter name=\"" k "\" string=\"" str "\">" v "</" DS "parameter>\n"
+
+/* After `<｜DSML｜tool_calls>\n`: get_weather and get_time, up to max calls. */
+static jg_calls *dsml(int max) {
+    jg_call_form f[2] = {
+        {D_INV("get_weather"), D_INV("get_weather"), D_INV_END, WEATHER},
+        {D_INV("get_time"), D_INV("get_time"), D_INV_END, NULL},
+    };
+    char why[200];
+    jg_calls *c = jg_calls_compile(f, 2, D_CLOSE, max, why, sizeof why);
+    if (c) jg_calls_set_dsml(c);
+    return c;
+}
+
+TEST(json_calls_dsml_take_and_refuse) {
+    jg_calls *c = dsml(2);
+    CHECK(c);
+    static const struct {
+        const char *text;
+        int want;
+    } cases[] = {
+        {D_INV("get_weather") D_P("city", "true", "Paris") D_INV_END D_CLOSE, 1},
+        {D_INV("get_weather") D_P("days", "false", "3") D_P("city", "true", "a\"b<c")
+             D_INV_END D_INV("get_time") D_INV_END D_CLOSE,
+         1},
+        {D_INV("get_weather") D_P("city", "false", "\"Rome\"") D_INV_END D_CLOSE, 1},
+        {D_INV("get_time") D_P("note", "true", "a</" DS "b\n\\")
+             D_P("n", "false", "[1, {\"x\": \"<\"}]") D_INV_END D_CLOSE,
+         1},
+        {D_INV("get_weather") D_P("city", "true", "Paris") D_INV_END, 0},
+        {D_INV("get_weather") D_P("days", "true", "3"), -1},            /* an integer */
+        {D_INV("get_weather") D_P("days", "false", "3") D_INV_END, -1}, /* city required */
+        {D_INV("get_weather") D_P("city", "true", "Paris!!"), -1},      /* maxLength 6 */
+        {D_INV("get_weather") D_P("town", "true", "x"), -1},            /* no such property */
+        {D_INV("get_weather") D_P("city", "true", "a") D_P("city", "true", "b"), -1}, /* twice */
+        {D_INV("get_time") "<" DS "parameter name=\"\"", -1},                         /* a name */
+        {D_INV("get_time") D_P("x", "false", ""), -1},                                /* a value */
+        {D_INV("get_time") D_P("x", "false", "\"a</" DS "parameter>\""), -1}, /* the tag in it */
+        {D_INV("get_time") D_P("x", "false", "1 ") D_INV_END D_CLOSE, 1},
+        {D_INV("get_time") D_INV_END D_INV("get_time") D_INV_END D_INV("get_time"), -1}, /* max 2 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        CHECKF(verdict(c, cases[i].text) == cases[i].want, "case %zu [%s]: %d, want %d", i,
+               cases[i].text, verdict(c, cases[i].text), cases[i].want);
+    jg_calls_free(c);
+}
+
+static const char *const D_PIECES[] = {
+    D_INV("get_weather"),
+    D_INV("get_time"),
+    "<" DS "parameter name=\"",
+    "\" string=\"true\">",
+    "\" string=\"false\">",
+    "</" DS "parameter>\n",
+    D_INV_END,
+    D_CLOSE,
+    "city",
+    "days",
+    "<" DS,
+    "</",
+    "12",
+    "Paris",
+    "\xC3\xA9",
+    "\\u00e9",
+    "nu",
+    "ll",
+    "\"a\"",
+    DS,
+    DS "parameter>\n",
+    DS "parameter name=\"",
+    "/" DS "invoke>\n",
+    "/" DS "tool_calls>",
+};
+/* -DDSML_SEED=S -DDSML_N=N: other and longer walks, by hand */
+#ifndef DSML_SEED
+#define DSML_SEED 17
+#define DSML_N    12
+#endif
+#define N_DPIECES ((int)(sizeof D_PIECES / sizeof *D_PIECES))
+#define NVD       (1 + N_ASCII + N_DPIECES)
+
+static const char *dtok(int id, char *one) {
+    if (id == 0) return NULL;
+    if (id <= N_ASCII) return tok(id, one);
+    return D_PIECES[id - 1 - N_ASCII];
+}
+
+static char *dvocab_bytes(void *ctx, int id, size_t *len) {
+    (void)ctx;
+    char one[2];
+    const char *t = dtok(id, one);
+    if (!t) return NULL;
+    *len = strlen(t);
+    return strdup(t);
+}
+
+/* Random walks through the DSML calls, the mask checked against feeding
+ * each token; the output parser must read every output back as the calls
+ * written, with arguments the schemas take. */
+TEST(json_calls_dsml_mask_equals_feeding_each_token) {
+    jg_calls *c = dsml(2);
+    char why[160];
+    jg_schema *weather = jg_schema_compile(WEATHER, strlen(WEATHER), why, sizeof why);
+    CHECK(c && weather);
+    int eos = 0;
+    jg_vocab *v = jg_vocab_new(NVD, dvocab_bytes, NULL, &eos, 1);
+    jg_state s;
+    jg_init_calls(&s, c);
+    di_buf out = {0};
+    uint64_t x = DSML_SEED;
+    int completed = 0, steps = 0;
+    for (; steps < 80000 * DSML_N / 12 && completed < DSML_N; steps++) {
+        float lg[NVD] = {0};
+        jg_mask(v, &s, lg);
+        int pick[NVD], n = 0;
+        for (int id = 0; id < NVD; id++) {
+            char one[2];
+            const char *t = dtok(id, one);
+            jg_state f = s;
+            bool want = id == 0 ? jg_done(&s) : jg_feed(&f, t, strlen(t));
+            CHECKF(want == (lg[id] == 0), "token %d: mask %d, fed %d (phase %d/%d/%d) after [%.*s]",
+                   id, lg[id] == 0, want, s.cphase, s.dphase, s.dpos, (int)out.n, out.p);
+            if (lg[id] == 0) pick[n++] = id;
+        }
+        CHECK(n > 0);
+        if (n == 1 && pick[0] == 0 && !jg_done(&s)) {
+            jg_state f = s;
+            fprintf(stderr, "DEAD phase %d dphase %d dpos %d calt %d lt %d\n", s.cphase, s.dphase,
+                    s.dpos, s.calt, jg_feed(&f, "<", 1));
+        }
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int id = pick[x % (uint64_t)n];
+        if (id == eos) {
+            CHECKF(jg_done(&s), "a dead end after [%.*s]", (int)out.n, out.p);
+            completed++;
+            outp_config cfg = {.tools = true, .start_in_block = true};
+            di_err err = {{0}};
+            outp_parser *p = outp_new(&cfg, &err);
+            calls_seen w = {0};
+            outp_feed(p, out.p, out.n, on_event, &w);
+            outp_finish(p, on_event, &w);
+            outp_free(p);
+            CHECKF(w.n == s.ncalls && w.complete == w.n && !w.errors,
+                   "%d calls (%d complete), %d errors (%s), want %d: [%.*s]", w.n, w.complete,
+                   w.errors, w.error, s.ncalls, (int)out.n, out.p);
+            for (int i = 0; i < w.n && i < 64; i++) {
+                jg_state a;
+                jg_init_schema(&a, strcmp(w.names[i], "get_weather") ? NULL : weather);
+                CHECKF(jg_feed(&a, w.args[i].p, w.args[i].n) && jg_done(&a), "%s [%.*s]",
+                       w.names[i], (int)w.args[i].n, w.args[i].p);
+                di_buf_free(&w.args[i]);
+            }
+            out.n = 0;
+            jg_init_calls(&s, c);
+            continue;
+        }
+        char one[2];
+        const char *t = dtok(id, one);
+        CHECK(jg_feed_token(v, &s, id));
+        di_buf_add(&out, t, strlen(t));
+    }
+    CHECKF(completed == DSML_N, "%d outputs completed in %d steps", completed, steps);
+    di_buf_free(&out);
+    jg_vocab_free(v);
+    jg_schema_free(weather);
+    jg_calls_free(c);
+}

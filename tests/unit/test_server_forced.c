@@ -28,7 +28,8 @@ static const char *HERMES_BLOCK =
 static const char *HERMES_NAMED = "{\"city\": \"Paris\"}}\n</tool_call>";
 /* ... and DeepSeek V3's markers, after `<｜tool▁calls▁begin｜>` and after
  * `<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n`. */
-#define V3_TAIL "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+#define INV_WEATHER "<" D "invoke name=\"get_weather\">\n"
+#define V3_TAIL     "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
 static const char *V3_BLOCK = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"
                               "\"city\": \"Paris\"}" V3_TAIL;
 static const char *V3_NAMED = "{\"city\": \"Paris\"}" V3_TAIL;
@@ -388,11 +389,11 @@ TEST(server_auto_tool_calls_in_hermes_and_v3) {
             }
 }
 
-/* Where calls are JSON (chatml, deepseek-v3), a forced choice holds them to
- * the tools' forms: the calls the parser reads above (the same texts) are
+/* A forced choice holds the calls to the tools' forms (chatml, deepseek-v3,
+ * deepseek-v4): the calls the parser reads above (the same texts) are
  * taken whole, a call of a tool not offered is not; a named choice or
  * parallel_tool_calls false allows one call, required up to
- * SRV_MAX_FORCED_CALLS. DSML and Llama 3 get no forms. */
+ * SRV_MAX_FORCED_CALLS. Llama 3 gets no forms. */
 TEST(server_forced_calls_are_held_to_the_tools_forms) {
     const render_format fmts[] = {RENDER_CHATML, RENDER_DEEPSEEK_V3, RENDER_DEEPSEEK_V4,
                                   RENDER_LLAMA3};
@@ -405,7 +406,7 @@ TEST(server_forced_calls_are_held_to_the_tools_forms) {
             srv_fail f = {0};
             CHECK(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, fmts[k], NULL, &r, &p, &f) ==
                   0);
-            if (k >= 2) {
+            if (k == 3) {
                 CHECK(r.n_call_forms == 0);
             } else {
                 CHECK(r.n_call_forms == (c == NAMED ? 1 : 2));
@@ -414,6 +415,7 @@ TEST(server_forced_calls_are_held_to_the_tools_forms) {
                 jg_calls *jc = jg_calls_compile(r.call_forms, r.n_call_forms, r.calls_close,
                                                 r.max_calls, why, sizeof why);
                 CHECKF(jc, "%s", why);
+                if (r.calls_dsml) jg_calls_set_dsml(jc);
                 const char *out = call_after(fmts[k], (choice)c);
                 jg_state s;
                 jg_init_calls(&s, jc);
@@ -422,6 +424,8 @@ TEST(server_forced_calls_are_held_to_the_tools_forms) {
                 if (c == REQUIRED) {
                     const char *other = fmts[k] == RENDER_CHATML
                                             ? "{\"name\": \"get_time\", \"arguments\": {}"
+                                        : fmts[k] == RENDER_DEEPSEEK_V4
+                                            ? "<" D "invoke name=\"get_t"
                                             : "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_t";
                     jg_init_calls(&s, jc);
                     CHECK(!jg_feed(&s, other, strlen(other)));
@@ -434,19 +438,22 @@ TEST(server_forced_calls_are_held_to_the_tools_forms) {
 }
 
 /* tool_choice auto with a strict tool (chat's function.strict, Messages'
- * strict): in chatml and deepseek-v3 the calls are held once the model
- * opens a block, the strict tool's arguments to its schema, the other's
- * free; the answer the auto test above parses is taken whole. Without a
- * strict tool, or in DSML, nothing is held. */
+ * strict): the calls are held once the model opens a block, the strict
+ * tool's arguments to its schema, the other's free; the answer the auto
+ * test above parses is taken whole. Without a strict tool, or in Llama 3's
+ * format, nothing is held. */
 TEST(server_strict_tools_hold_calls_after_the_opener) {
     static const char *const outputs[] = {
         "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"
         "\n</tool_call>",
         "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
         "```json\n{\"city\": \"Paris\"}" V3_TAIL,
+        "Checking.<" D "tool_calls>\n" INV_WEATHER "<" D "parameter name=\"city\" string=\"true\">"
+        "Paris</" D "parameter>\n</" D "invoke>\n</" D "tool_calls>",
     };
-    const render_format fmts[] = {RENDER_CHATML, RENDER_DEEPSEEK_V3, RENDER_DEEPSEEK_V4};
-    for (int k = 0; k < 3; k++)
+    const render_format fmts[] = {RENDER_CHATML, RENDER_DEEPSEEK_V3, RENDER_DEEPSEEK_V4,
+                                  RENDER_LLAMA3};
+    for (int k = 0; k < 4; k++)
         for (int strict = 0; strict < 2; strict++) {
             char body[1024];
             snprintf(body, sizeof body,
@@ -462,7 +469,7 @@ TEST(server_strict_tools_hold_calls_after_the_opener) {
             CHECK(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, fmts[k], NULL, &r, &p, &f) ==
                   0);
             CHECK(!r.tool_forced);
-            if (!strict || k == 2) {
+            if (!strict || k == 3) {
                 CHECK(r.n_call_forms == 0 && !r.calls_trigger);
             } else {
                 CHECK(r.n_call_forms == 2 && r.calls_trigger);
@@ -471,14 +478,16 @@ TEST(server_strict_tools_hold_calls_after_the_opener) {
                                                 r.max_calls, why, sizeof why);
                 CHECKF(jc, "%s", why);
                 jg_calls_set_trigger(jc, r.calls_trigger);
+                if (r.calls_dsml) jg_calls_set_dsml(jc);
                 jg_state s;
                 jg_init_calls(&s, jc);
                 CHECKF(jg_feed(&s, outputs[k], strlen(outputs[k])) && jg_done(&s), "%s",
                        render_format_name(fmts[k]));
-                const char *bad = k == 0 ? "x<tool_call>\n{\"name\": \"get_weather\", "
-                                           "\"arguments\": {\"town\""
-                                         : "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<"
-                                           "｜tool▁sep｜>get_weather\n```json\n{\"town\"";
+                const char *bad =
+                    k == 0 ? "x<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\""
+                    : k == 1 ? "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+                               "get_weather\n```json\n{\"town\""
+                             : "<" D "tool_calls>\n" INV_WEATHER "<" D "parameter name=\"town\"";
                 jg_init_calls(&s, jc);
                 CHECK(!jg_feed(&s, bad, strlen(bad))); /* not a property of the strict tool */
                 jg_calls_free(jc);
