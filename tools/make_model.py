@@ -25,7 +25,7 @@ their routed experts add more to the stream.
 
 Usage:
   make_model.py --list
-  make_model.py --preset NAME --out DIR [--seed S]
+  make_model.py --preset NAME --out DIR [--seed S] [--tokenizer REAL_MODEL_DIR]
   make_model.py --preset all-tiny --out DIR      (DIR/<preset>/, skips up-to-date)
 """
 
@@ -34,6 +34,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import time
 import zlib
@@ -610,14 +611,43 @@ def preset_digest(name, preset, seed):
     return hashlib.sha256(blob.encode() + src).hexdigest()
 
 
-def make(name, out, seed=0):
+def copy_tokenizer(src, out):
+    """A real model's tokenizer.json and tokenizer_config.json from src into
+    out; returns (vocab size, bos id, eos id): the vocabulary covers the added
+    tokens, BOS is the config's (else its EOS)."""
+    with open(os.path.join(src, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    with open(os.path.join(src, "tokenizer_config.json"), encoding="utf-8") as f:
+        tc = json.load(f)
+    ids = dict(tj["model"]["vocab"])
+    ids.update({a["content"]: a["id"] for a in tj.get("added_tokens", [])})
+
+    def token_id(field):
+        t = tc.get(field)
+        t = t.get("content") if isinstance(t, dict) else t
+        return ids.get(t) if t else None
+
+    eos = token_id("eos_token")
+    bos = token_id("bos_token")
+    for n in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(os.path.join(src, n), os.path.join(out, n))
+    return max(ids.values()) + 1, eos if bos is None else bos, eos
+
+
+def make(name, out, seed=0, tokenizer=None):
     preset = PRESETS[name]
     digest = preset_digest(name, preset, seed)
     t0 = time.time()
     os.makedirs(out, exist_ok=True)
     cfg = dict(preset["config"])
-    special = bpe_tokenizer.write(out, N_TOK)
-    bos, eos = special[bpe_tokenizer.BOS], special[bpe_tokenizer.EOS]
+    if tokenizer:
+        vocab, bos, eos = copy_tokenizer(tokenizer, out)
+        cfg["vocab_size"] = max(cfg["vocab_size"], vocab)
+        preset = dict(preset, config=cfg)
+        digest = "tokenizer from " + os.path.abspath(tokenizer)
+    else:
+        special = bpe_tokenizer.write(out, N_TOK)
+        bos, eos = special[bpe_tokenizer.BOS], special[bpe_tokenizer.EOS]
     cfg.update(bos_token_id=bos, eos_token_id=eos, torch_dtype=TORCH_DTYPE[preset["dtype"]])
     cfg.setdefault("transformers_version", "4.46.0")
     with open(os.path.join(out, "config.json"), "w") as f:
@@ -665,6 +695,8 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--tokenizer", help="a real model's directory: its tokenizer.json and "
+                    "tokenizer_config.json instead of the tiny BPE (the vocabulary grows to it)")
     a = ap.parse_args()
     if a.list:
         for n, p in PRESETS.items():
@@ -687,7 +719,7 @@ def main():
     if a.preset not in PRESETS:
         print(f"make_model: unknown preset '{a.preset}' (see --list)", file=sys.stderr)
         return 2
-    dt = make(a.preset, a.out, a.seed)
+    dt = make(a.preset, a.out, a.seed, a.tokenizer)
     print(f"{a.preset}: {n_params(PRESETS[a.preset]) / 1e6:.1f}M params made in {dt:.1f}s -> {a.out}")
     return 0
 

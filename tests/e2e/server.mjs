@@ -14,8 +14,9 @@ export const MODELS = process.env.DI_TEST_MODELS || path.join(root, 'build/model
 export const MODEL = 'dsv3-tiny';
 export const MODEL_DIR = path.join(MODELS, MODEL);
 
-export async function startServer(extra = [], bin = BIN) {
-  const args = ['serve', '--model', MODEL_DIR, '--port', '0', '--threads', '1', '--kv-memory', '64', '--format', 'deepseek-v4', ...extra];
+export async function startServer(extra = [], bin = BIN, modelDir = MODEL_DIR) {
+  const format = modelDir === MODEL_DIR ? ['--format', 'deepseek-v4'] : []; // others: guessed from the model
+  const args = ['serve', '--model', modelDir, '--port', '0', '--threads', '1', '--kv-memory', '64', ...format, ...extra];
   const env = { ...process.env, ASAN_OPTIONS: process.env.ASAN_OPTIONS || 'detect_leaks=1' };
   const proc = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'], env });
   let log = '';
