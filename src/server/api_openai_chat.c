@@ -191,8 +191,41 @@ int srv_parse_tools(const json_t *tools, conversation *c, srv_fail *f) {
     return 0;
 }
 
-/* Shared with the Responses parser: tool_choice as a string or an object
- * naming a function ({"type":"function","function":{"name"}} or flat). */
+/* {"type": "allowed_tools", "mode", "tools"} (Responses; Chat Completions
+ * nests mode and tools in "allowed_tools"): the tools calls may name, each
+ * {"type": "function", "function": {"name"}} or flat; mode auto or
+ * required. */
+static int parse_allowed_tools(const json_t *tc, srv_req *r, srv_fail *f) {
+    const json_t *at = json_object_get(tc, "allowed_tools");
+    if (!at) at = tc;
+    const char *mode = json_string_value(json_object_get(at, "mode"));
+    const json_t *tools = json_object_get(at, "tools");
+    if (!mode || (strcmp(mode, "auto") && strcmp(mode, "required")))
+        return srv_failf(f, 400, "tool_choice",
+                         "tool_choice.allowed_tools.mode: expected \"auto\" or \"required\"");
+    if (!json_is_array(tools) || !json_array_size(tools))
+        return srv_failf(f, 400, "tool_choice",
+                         "tool_choice.allowed_tools.tools: expected a non-empty array");
+    r->tool_choice = strcmp(mode, "auto") ? SRV_TC_REQUIRED : SRV_TC_AUTO;
+    r->allowed_tools = di_calloc(json_array_size(tools), sizeof *r->allowed_tools);
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const json_t *fn = json_object_get(t, "function");
+        const json_t *name = json_object_get(fn ? fn : t, "name");
+        const char *type = json_string_value(json_object_get(t, "type"));
+        if (!json_is_object(t) || (type && strcmp(type, "function")) || !json_is_string(name))
+            return srv_failf(f, 400, "tool_choice",
+                             "tool_choice.allowed_tools.tools[%zu]: expected a function by name",
+                             i);
+        r->allowed_tools[r->n_allowed_tools++] = di_strdup(json_string_value(name));
+    }
+    return 0;
+}
+
+/* Shared with the Responses parser: tool_choice as a string, an object
+ * naming a function ({"type":"function","function":{"name"}} or flat), or
+ * allowed_tools. */
 int srv_parse_tool_choice(const json_t *tc, srv_req *r, srv_fail *f) {
     if (!tc || json_is_null(tc)) return 0;
     if (json_is_string(tc)) {
@@ -207,12 +240,14 @@ int srv_parse_tool_choice(const json_t *tc, srv_req *r, srv_fail *f) {
             return srv_failf(f, 400, "tool_choice", "tool_choice: unknown value '%s'", s);
         return 0;
     }
+    const char *type = json_string_value(json_object_get(tc, "type"));
+    if (type && !strcmp(type, "allowed_tools")) return parse_allowed_tools(tc, r, f);
     const json_t *fn = json_object_get(tc, "function");
     const json_t *name = json_object_get(fn ? fn : tc, "name");
     if (!json_is_object(tc) || !json_is_string(name))
         return srv_failf(f, 400, "tool_choice",
-                         "tool_choice: expected \"auto\", \"none\", \"required\" or a named "
-                         "function");
+                         "tool_choice: expected \"auto\", \"none\", \"required\", a named "
+                         "function or allowed_tools");
     r->tool_choice = SRV_TC_NAMED;
     r->tool_name = di_strdup(json_string_value(name));
     return 0;
@@ -239,6 +274,15 @@ int srv_apply_tool_choice(srv_req *r, srv_fail *f) {
         c->n_tools = 1;
     } else if (r->tool_choice == SRV_TC_REQUIRED && c->n_tools == 0)
         return srv_failf(f, 400, "tool_choice", "tool_choice: \"required\" needs tools");
+    for (int k = 0; k < r->n_allowed_tools; k++) {
+        bool known = false;
+        for (size_t i = 0; i < c->n_tools && !known; i++)
+            known = !strcmp(c->tools[i].name, r->allowed_tools[k]);
+        if (!known)
+            return srv_failf(f, 400, "tool_choice",
+                             "tool_choice.allowed_tools: no tool named '%s' in tools",
+                             r->allowed_tools[k]);
+    }
     return 0;
 }
 

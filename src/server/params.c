@@ -325,6 +325,8 @@ void srv_req_free(srv_req *r) {
     free(r->bad_ids);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->tool_name);
+    for (int i = 0; i < r->n_allowed_tools; i++) free(r->allowed_tools[i]);
+    free(r->allowed_tools);
     for (int i = 0; i < r->n_call_forms; i++) {
         free((char *)r->call_forms[i].first);
         free((char *)r->call_forms[i].next);

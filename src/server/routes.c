@@ -118,9 +118,16 @@ static char *concat3(const char *a, const char *b, const char *c) {
  * (tool_choice required / named): from the prompt's opener on (a named
  * choice: its call already opened), then at most one call (named, or
  * parallel_tool_calls false) or SRV_MAX_FORCED_CALLS, every tool's schema.
- * Lazy (tool_choice auto with strict tools): free text until the model
- * opens a block (Hermes: one call a block), the strict tools' arguments
- * held to their schemas, the others any object. */
+ * Lazy (tool_choice auto with strict tools, or allowed_tools): free text
+ * until the model opens a block (Hermes: one call a block), the strict
+ * tools' arguments held to their schemas, the others any object. With
+ * allowed_tools, only those tools' calls. */
+static bool allowed(const srv_req *r, const char *name) {
+    for (int k = 0; k < r->n_allowed_tools; k++)
+        if (!strcmp(r->allowed_tools[k], name)) return true;
+    return !r->allowed_tools;
+}
+
 static void call_forms(render_format fmt, srv_req *r, bool lazy) {
     const conversation *c = r->conv;
     bool hermes = fmt == RENDER_CHATML, dsml = fmt == RENDER_DEEPSEEK_V4;
@@ -129,10 +136,10 @@ static void call_forms(render_format fmt, srv_req *r, bool lazy) {
         r->call_forms)
         return;
     r->call_forms = di_calloc(c->n_tools, sizeof *r->call_forms);
-    r->n_call_forms = (int)c->n_tools;
     for (size_t i = 0; i < c->n_tools; i++) {
         const char *name = c->tools[i].name;
-        jg_call_form *f = &r->call_forms[i];
+        if (!allowed(r, name)) continue;
+        jg_call_form *f = &r->call_forms[r->n_call_forms++];
         if (hermes) {
             char *head = concat3(lazy ? "\n" : "", "{\"name\": \"", name);
             f->first = concat3(head, "\", \"arguments\": ", "");
@@ -176,7 +183,7 @@ int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *er
         force_tool_block(fmt, r, segs);
         call_forms(fmt, r, false);
     } else if (r->tool_choice == SRV_TC_AUTO && r->conv->add_generation_prompt) {
-        bool strict = false;
+        bool strict = r->allowed_tools; /* the names held, if not the arguments */
         for (size_t i = 0; i < r->conv->n_tools; i++) strict |= r->conv->tools[i].strict;
         if (strict) call_forms(fmt, r, true);
     }

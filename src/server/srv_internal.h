@@ -94,6 +94,10 @@ typedef struct srv_req {
     char *grammar;     /* ... or this grammar (GBNF, grammar.h) */
     srv_tool_choice tool_choice;
     char *tool_name; /* SRV_TC_NAMED */
+    /* OpenAI's allowed_tools choice: the tools (by name) calls may name; the
+     * others stay in the prompt. NULL: all. */
+    char **allowed_tools;
+    int n_allowed_tools;
     /* Set by srv_prepare: tool_choice required/named is enforced by ending the
      * prompt with the DSML block opener (and the named invoke), thinking off;
      * the output parser starts inside it (routes.c has the details). */

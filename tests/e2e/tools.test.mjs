@@ -121,6 +121,23 @@ for (const format of FORMATS) {
     for (const c of tc) checkCall(c.function.name, c.function.arguments);
   });
 
+  test(`${format}: allowed_tools: required calls only the allowed tool, every tool still offered`, async () => {
+    const { openai } = servers[format];
+    for (const seed of [7, 8]) {
+      const r = await openai.chat.completions.create({
+        model: MODEL, messages: user, tools: chatTools, max_tokens: 600, seed, temperature: 1,
+        tool_choice: { type: 'allowed_tools', allowed_tools: { mode: 'required', tools: [{ type: 'function', function: { name: 'get_time' } }] } },
+      });
+      const tc = r.choices[0].message.tool_calls;
+      assert.ok(tc.length >= 1);
+      for (const c of tc) {
+        assert.equal(c.function.name, 'get_time');
+        checkCall(c.function.name, c.function.arguments);
+      }
+      assert.ok(r.usage.prompt_tokens > (await openai.chat.completions.create({ model: MODEL, messages: user, tools: [chatTools[1]], max_tokens: 1 })).usage.prompt_tokens, 'both tools in the prompt');
+    }
+  });
+
   test(`${format}: responses and messages: forced calls follow the schemas too`, async () => {
       const { openai, anthropic } = servers[format];
     const rtools = Object.entries(SCHEMAS).map(([name, parameters]) => ({ type: 'function', name, parameters }));

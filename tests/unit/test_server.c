@@ -380,6 +380,21 @@ TEST(server_bad_requests_name_the_field_in_the_protocol_shape) {
                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":"
                 "{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}",
                 400, "tool_choice", oa, &bad);
+#define AT_BODY(choice)                                                                            \
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","     \
+    "\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"allowed_tools\",\"allowed_"       \
+    "tools\":" choice "}}"
+    expect_fail(&srv_api_chat,
+                AT_BODY("{\"mode\":\"required\",\"tools\":[{\"type\":\"function\","
+                        "\"function\":{\"name\":\"g\"}}]}"),
+                400, "no tool named 'g'", oa, &bad);
+    expect_fail(&srv_api_chat, AT_BODY("{\"mode\":\"none\",\"tools\":[{\"name\":\"f\"}]}"), 400,
+                "allowed_tools.mode", oa, &bad);
+    expect_fail(&srv_api_chat, AT_BODY("{\"mode\":\"auto\",\"tools\":[]}"), 400, "non-empty", oa,
+                &bad);
+    expect_fail(&srv_api_chat, AT_BODY("{\"mode\":\"auto\",\"tools\":[{\"type\":\"mcp\"}]}"), 400,
+                "tools[0]", oa, &bad);
+#undef AT_BODY
     expect_fail(&srv_api_chat, "{\"model\":\"other\",\"messages\":[]}", 404, "other", oa, &bad);
     expect_fail(&srv_api_chat, "{\"a\":[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]}", 400, "deeper", oa,
                 &bad);

@@ -496,3 +496,45 @@ TEST(server_strict_tools_hold_calls_after_the_opener) {
             srv_prepared_free(&p);
         }
 }
+
+/* OpenAI's allowed_tools: the prompt offers every tool (so it stays the
+ * same whatever the choice), the calls may name the allowed ones only:
+ * required forces a call of one of them, auto holds the calls the model
+ * opens. Both shapes: Chat Completions' nested, Responses' flat. */
+TEST(server_allowed_tools_hold_the_names) {
+    static const char *const bodies[] = {
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"w?\"}],\"tools\":"
+        "[{\"type\":\"function\",\"function\":{\"name\":\"other\"}},{\"type\":\"function\","
+        "\"function\":{\"name\":\"get_weather\"}}],\"tool_choice\":{\"type\":\"allowed_tools\","
+        "\"allowed_tools\":{\"mode\":\"%s\",\"tools\":[{\"type\":\"function\",\"function\":"
+        "{\"name\":\"get_weather\"}}]}}}",
+        "{\"model\":\"m\",\"input\":\"w?\",\"tools\":[{\"type\":\"function\",\"name\":\"other\"},"
+        "{\"type\":\"function\",\"name\":\"get_weather\"}],\"tool_choice\":{\"type\":"
+        "\"allowed_tools\",\"mode\":\"%s\",\"tools\":[{\"type\":\"function\",\"name\":"
+        "\"get_weather\"}]}}",
+    };
+    const srv_api *apis[] = {&srv_api_chat, &srv_api_responses};
+    for (int a = 0; a < 2; a++)
+        for (int req = 0; req < 2; req++) {
+            char body[1024];
+            snprintf(body, sizeof body, bodies[a], req ? "required" : "auto");
+            srv_req r;
+            srv_prepared p;
+            srv_fail f = {0};
+            CHECKF(srv_prepare(apis[a], body, strlen(body), &LIM, RENDER_CHATML, NULL, &r, &p,
+                               &f) == 0,
+                   "%s", f.msg);
+            CHECK(r.tool_forced == (req == 1) && r.conv->n_tools == 2);
+            CHECK(r.n_call_forms == 1 && strstr(r.call_forms[0].first, "get_weather"));
+            CHECK(req || r.calls_trigger);
+            render_segs segs = {0};
+            di_err err = {{0}};
+            CHECK(srv_render_conv(RENDER_CHATML, &r, &segs, &err) == 0 && r.n_call_forms == 1);
+            char *s = render_to_string(&segs, NULL);
+            CHECK(strstr(s, "\"name\": \"other\"")); /* still offered in the prompt */
+            free(s);
+            render_segs_free(&segs);
+            srv_req_free(&r);
+            srv_prepared_free(&p);
+        }
+}
