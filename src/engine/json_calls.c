@@ -1,15 +1,17 @@
 /* json_calls.c — tool calls held to their tools' schemas (json_grammar.h's
  * jg_init_calls): the texts around each call's arguments matched byte by
- * byte, the arguments read by the JSON automaton (following the tool's
- * compiled schema).
+ * byte, the arguments read by the JSON automaton following the tool's
+ * compiled schema — as a JSON object, or (DSML) as the parameters that
+ * stand for one, fed to the automaton as the object they spell.
  *
  * Phases: FREE (with a trigger: any text, the trigger's bytes matched so
- * far tracked as KMP does), CHOICE (the text opening a call, or the closing text, matched
- * against a table sorted by bytes: the entries still matching are a range of
- * it, narrowed by each byte), VALUE (the arguments), SUFFIX (the tool's text
- * after them), END (closed: nothing more). A choice is made once one entry
- * is left and matched whole; the closing text may be matched whole while
- * longer entries still match (the output is then complete but may go on). */
+ * far tracked as KMP does), CHOICE (the text opening a call, or the closing
+ * text, matched against a table sorted by bytes: the entries still matching
+ * are a range of it, narrowed by each byte), VALUE (the arguments), SUFFIX
+ * (the tool's text after them), END (closed: nothing more). A choice is made
+ * once one entry is left and matched whole; the closing text may be matched
+ * whole while longer entries still match (the output is then complete but
+ * may go on). */
 #include "engine/json_internal.h"
 
 #include <stdio.h>
@@ -18,12 +20,9 @@
 
 #include "base/base.h"
 
-enum {
-    T_FIRST,
-    T_NEXT,
-    T_CLOSE
-}; /* the tables: openers of a first call, of a later one,
-      the closing text alone */
+/* The choice tables: the openers of a first call, those of a later one
+ * (and the closing text), the closing text alone. */
+enum { T_FIRST, T_NEXT, T_CLOSE };
 
 typedef struct choice_entry {
     char *s;

@@ -16,7 +16,9 @@
  * bounded (JG_MAX_WS bytes in a row) so that a model cannot pad forever;
  * once the object closes only an end-of-sequence token is allowed. The same
  * mask holds plain text to a pattern (jg_init_regex) or to a grammar
- * (jg_init_grammar). */
+ * (jg_init_grammar), and tool calls as a model format writes them, each
+ * call's arguments an object following its tool's schema (jg_init_calls,
+ * json_calls.c). */
 #ifndef DI_JSON_GRAMMAR_H
 #define DI_JSON_GRAMMAR_H
 

@@ -1,6 +1,6 @@
 /* json_internal.h — what json_grammar.c (the JSON automaton, the mask),
- * json_schema.c (schemas compiled to graphs) and json_follow.c (a state
- * following one) share. */
+ * json_schema.c (schemas compiled to graphs), json_follow.c (a state
+ * following one) and json_calls.c (tool calls around such objects) share. */
 #ifndef DI_JSON_INTERNAL_H
 #define DI_JSON_INTERNAL_H
 

@@ -40,6 +40,12 @@
 static const outp_marker hermes_close = LIT(HERMES_CLOSE);
 static const outp_marker v3_call_end = LIT(V3_CALL_END);
 
+/* A call's body: none yet, outside any JSON string. */
+static void body_reset(outp_parser *p) {
+    p->pval.n = 0;
+    p->cstr = p->cesc = false;
+}
+
 void outp_jcalls_openers(outp_parser *p) {
     if (p->cfg.syntax == OUTP_SYNTAX_HERMES) {
         outp_add_marker(p, HERMES_OPEN);
@@ -50,14 +56,12 @@ void outp_jcalls_openers(outp_parser *p) {
 }
 
 void outp_jcalls_open(outp_parser *p, const char *opener) {
-    p->pval.n = 0;
-    p->cstr = p->cesc = false;
+    body_reset(p);
     p->st = !strcmp(opener, V3_CALLS_BEG) ? OUTP_S_JBLOCK : OUTP_S_JCALL;
 }
 
 void outp_jcalls_start_forced(outp_parser *p, const char *name) {
-    p->pval.n = 0;
-    p->cstr = p->cesc = false;
+    body_reset(p);
     p->st = p->cfg.syntax == OUTP_SYNTAX_HERMES || name ? OUTP_S_JCALL : OUTP_S_JBLOCK;
     /* the body the prompt began, as the server's rendering spells it */
     if (p->cfg.syntax == OUTP_SYNTAX_HERMES) {
@@ -301,8 +305,7 @@ bool outp_step_jcall(outp_parser *p, bool final) {
                          : "not TYPE<｜tool▁sep｜>NAME and a JSON object");
         outp_emit_answer(p, close->s, close->len);
     }
-    p->pval.n = 0;
-    p->cstr = p->cesc = false;
+    body_reset(p);
     p->st = hermes ? OUTP_S_ANSWER : OUTP_S_JBLOCK;
     p->lead_trim = hermes && ok;
     return true;
@@ -320,8 +323,7 @@ bool outp_step_jblock(outp_parser *p, bool final) {
     if (r == OUTP_SCAN_HOLD && at == 0) return false;
     if (r == OUTP_SCAN_FOUND && at == 0) {
         outp_consume(p, k + next[w].len);
-        p->pval.n = 0;
-        p->cstr = p->cesc = false;
+        body_reset(p);
         p->st = w == 0 ? OUTP_S_JCALL : OUTP_S_ANSWER;
         p->lead_trim = w == 1;
         return true;
@@ -338,7 +340,6 @@ void outp_jcalls_truncated(outp_parser *p) {
         outp_consume(p, outp_avail(p));
         unread(p, "output ended inside the call");
     }
-    p->pval.n = 0;
-    p->cstr = p->cesc = false;
+    body_reset(p);
     p->st = OUTP_S_ANSWER;
 }

@@ -6,7 +6,6 @@
  * offered tools with arguments their schemas take. */
 #include "harness.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,23 +152,35 @@ static const char *const PIECES[] = {
 #define N_PIECES ((int)(sizeof PIECES / sizeof *PIECES))
 #define NV       (1 + N_ASCII + N_PIECES + 1) /* EOS, bytes, pieces, a control token */
 
-static const char *tok(int id, char *one) {
-    if (id == 0 || id == NV - 1) return NULL;
+/* A test vocabulary: id 0 end of sequence, then the printable bytes, then
+ * pieces; past those, ids without bytes (control tokens). */
+typedef struct piece_set {
+    const char *const *p;
+    int n;
+} piece_set;
+
+static const char *tok_of(const piece_set *set, int id, char *one) {
+    if (id <= 0 || id > N_ASCII + set->n) return NULL;
     if (id <= N_ASCII) {
         one[0] = id == 1 ? '\n' : (char)(0x20 + id - 2);
         one[1] = 0;
         return one;
     }
-    return PIECES[id - 1 - N_ASCII];
+    return set->p[id - 1 - N_ASCII];
 }
 
 static char *vocab_bytes(void *ctx, int id, size_t *len) {
-    (void)ctx;
     char one[2];
-    const char *t = tok(id, one);
+    const char *t = tok_of(ctx, id, one);
     if (!t) return NULL;
     *len = strlen(t);
     return strdup(t);
+}
+
+static const piece_set HERMES_SET = {PIECES, N_PIECES};
+
+static const char *tok(int id, char *one) {
+    return tok_of(&HERMES_SET, id, one);
 }
 
 /* The mask at s against feeding each token by itself; the allowed ids. */
@@ -212,39 +223,34 @@ static void on_event(void *ctx, const outp_event *ev) {
     if (ev->kind == OUTP_EV_TOOL_END) w->complete += ev->complete;
 }
 
-/* The output parser reads what the walk wrote (after the prompt's
- * `<tool_call>\n`) as `calls` calls of the two tools, arguments that their
- * schemas take. */
-static void read_back(const char *text, size_t n, int calls, const jg_schema *weather) {
-    outp_config cfg = {.tools = true, .syntax = OUTP_SYNTAX_HERMES, .start_in_block = true};
+/* The output parser (cfg) reads what a walk wrote as `calls` calls, all
+ * complete, no error, each of one of the two tools with arguments its
+ * schema (weather's, or any object) takes whole. */
+static void read_back(const outp_config *cfg, const char *text, size_t n, int calls,
+                      const jg_schema *weather) {
     di_err err = {{0}};
-    outp_parser *p = outp_new(&cfg, &err);
+    outp_parser *p = outp_new(cfg, &err);
     calls_seen w = {0};
     outp_feed(p, text, n, on_event, &w);
     outp_finish(p, on_event, &w);
     outp_free(p);
     CHECKF(w.n == calls && w.complete == calls && !w.errors,
-           "[%.*s]: %d calls (%d complete), %d "
-           "errors, want %d",
-           (int)n, text, w.n, w.complete, w.errors, calls);
+           "%d calls (%d complete), %d errors (%s), want %d: [%.*s]", w.n, w.complete, w.errors,
+           w.error, calls, (int)n, text);
     for (int i = 0; i < w.n && i < 64; i++) {
         bool is_w = !strcmp(w.names[i], "get_weather");
         CHECKF(is_w || !strcmp(w.names[i], "get_time"), "call %d: %s", i, w.names[i]);
-        json_error_t je;
-        json_t *a = json_loadb(w.args[i].p, w.args[i].n, JSON_ALLOW_NUL, &je);
-        /* jansson reads numbers as doubles: 6E9999 is JSON it refuses */
-        CHECKF(json_is_object(a) || strstr(je.text, "overflow"), "call %d's arguments [%.*s]: %s",
-               i, (int)w.args[i].n, w.args[i].p, je.text);
-        json_decref(a);
-        if (is_w) {
-            jg_state s;
-            jg_init_schema(&s, weather);
-            CHECKF(jg_feed(&s, w.args[i].p, w.args[i].n) && jg_done(&s), "[%.*s]", (int)w.args[i].n,
-                   w.args[i].p);
-        }
+        jg_state a;
+        jg_init_schema(&a, is_w ? weather : NULL);
+        CHECKF(jg_feed(&a, w.args[i].p, w.args[i].n) && jg_done(&a), "%s [%.*s]", w.names[i],
+               (int)w.args[i].n, w.args[i].p);
         di_buf_free(&w.args[i]);
     }
 }
+
+/* After the prompt's `<tool_call>\n`. */
+static const outp_config HERMES_FORCED = {
+    .tools = true, .syntax = OUTP_SYNTAX_HERMES, .start_in_block = true};
 
 TEST(json_calls_mask_equals_feeding_each_token) {
     jg_calls *c = hermes(2);
@@ -252,7 +258,7 @@ TEST(json_calls_mask_equals_feeding_each_token) {
     jg_schema *weather = jg_schema_compile(WEATHER, strlen(WEATHER), why, sizeof why);
     CHECK(c && weather);
     int eos = 0, pick[NV], n = 0;
-    jg_vocab *v = jg_vocab_new(NV, vocab_bytes, NULL, &eos, 1);
+    jg_vocab *v = jg_vocab_new(NV, vocab_bytes, (void *)&HERMES_SET, &eos, 1);
     jg_state s;
     jg_init_calls(&s, c);
     di_buf out = {0};
@@ -266,7 +272,7 @@ TEST(json_calls_mask_equals_feeding_each_token) {
         if (id == eos) {
             CHECKF(jg_done(&s), "a dead end after [%.*s]", (int)out.n, out.p);
             completed++;
-            read_back(out.p, out.n, s.ncalls, weather);
+            read_back(&HERMES_FORCED, out.p, out.n, s.ncalls, weather);
             out.n = 0;
             jg_init_calls(&s, c);
             continue;
@@ -334,10 +340,6 @@ static const char *ctok(int id, char *one) {
     return id >= NV ? CONTROLS[id - NV] : tok(id, one);
 }
 
-static char *vocab_bytes_c(void *ctx, int id, size_t *len) {
-    return id >= NV ? NULL : vocab_bytes(ctx, id, len);
-}
-
 static char *control_bytes(void *ctx, int id, size_t *len) {
     (void)ctx;
     if (id < NV) return NULL;
@@ -345,29 +347,8 @@ static char *control_bytes(void *ctx, int id, size_t *len) {
     return strdup(CONTROLS[id - NV]);
 }
 
-/* The output parser reads free text and its calls: the calls the walk
- * completed, every one valid, no error. */
-static void read_back_lazy(const char *text, size_t n, int calls, const jg_schema *weather) {
-    outp_config cfg = {.tools = true, .syntax = OUTP_SYNTAX_HERMES};
-    di_err err = {{0}};
-    outp_parser *p = outp_new(&cfg, &err);
-    calls_seen w = {0};
-    outp_feed(p, text, n, on_event, &w);
-    outp_finish(p, on_event, &w);
-    outp_free(p);
-    CHECKF(w.n == calls && w.complete == calls && !w.errors,
-           "%d calls (%d complete), %d errors (%s), want %d: [%.*s]", w.n, w.complete, w.errors,
-           w.error, calls, (int)n, text);
-    for (int i = 0; i < w.n && i < 64; i++) {
-        if (!strcmp(w.names[i], "get_weather")) {
-            jg_state s;
-            jg_init_schema(&s, weather);
-            CHECKF(jg_feed(&s, w.args[i].p, w.args[i].n) && jg_done(&s), "[%.*s]", (int)w.args[i].n,
-                   w.args[i].p);
-        }
-        di_buf_free(&w.args[i]);
-    }
-}
+/* Free text and its calls. */
+static const outp_config HERMES_FREE = {.tools = true, .syntax = OUTP_SYNTAX_HERMES};
 
 TEST(json_calls_after_a_trigger_mask_equals_feeding_each_token) {
     jg_calls *c = hermes_lazy();
@@ -375,7 +356,7 @@ TEST(json_calls_after_a_trigger_mask_equals_feeding_each_token) {
     jg_schema *weather = jg_schema_compile(WEATHER, strlen(WEATHER), why, sizeof why);
     CHECK(c && weather);
     int eos = 0;
-    jg_vocab *v = jg_vocab_new(NVC, vocab_bytes_c, NULL, &eos, 1);
+    jg_vocab *v = jg_vocab_new(NVC, vocab_bytes, (void *)&HERMES_SET, &eos, 1);
     jg_vocab_add_controls(v, control_bytes, NULL);
     jg_state s;
     jg_init_calls(&s, c);
@@ -400,7 +381,7 @@ TEST(json_calls_after_a_trigger_mask_equals_feeding_each_token) {
         if (free_text && (x % 64 == 0 || !n)) { /* the end */
             completed++;
             with_calls += blocks > 0;
-            read_back_lazy(out.p, out.n, blocks, weather);
+            read_back(&HERMES_FREE, out.p, out.n, blocks, weather);
             out.n = blocks = 0;
             jg_init_calls(&s, c);
             continue;
@@ -510,20 +491,14 @@ static const char *const D_PIECES[] = {
 #define N_DPIECES ((int)(sizeof D_PIECES / sizeof *D_PIECES))
 #define NVD       (1 + N_ASCII + N_DPIECES)
 
+static const piece_set DSML_SET = {D_PIECES, N_DPIECES};
+
 static const char *dtok(int id, char *one) {
-    if (id == 0) return NULL;
-    if (id <= N_ASCII) return tok(id, one);
-    return D_PIECES[id - 1 - N_ASCII];
+    return tok_of(&DSML_SET, id, one);
 }
 
-static char *dvocab_bytes(void *ctx, int id, size_t *len) {
-    (void)ctx;
-    char one[2];
-    const char *t = dtok(id, one);
-    if (!t) return NULL;
-    *len = strlen(t);
-    return strdup(t);
-}
+/* After the prompt's `<｜DSML｜tool_calls>\n`. */
+static const outp_config DSML_FORCED = {.tools = true, .start_in_block = true};
 
 /* Random walks through the DSML calls, the mask checked against feeding
  * each token; the output parser must read every output back as the calls
@@ -534,7 +509,7 @@ TEST(json_calls_dsml_mask_equals_feeding_each_token) {
     jg_schema *weather = jg_schema_compile(WEATHER, strlen(WEATHER), why, sizeof why);
     CHECK(c && weather);
     int eos = 0;
-    jg_vocab *v = jg_vocab_new(NVD, dvocab_bytes, NULL, &eos, 1);
+    jg_vocab *v = jg_vocab_new(NVD, vocab_bytes, (void *)&DSML_SET, &eos, 1);
     jg_state s;
     jg_init_calls(&s, c);
     di_buf out = {0};
@@ -554,33 +529,12 @@ TEST(json_calls_dsml_mask_equals_feeding_each_token) {
             if (lg[id] == 0) pick[n++] = id;
         }
         CHECK(n > 0);
-        if (n == 1 && pick[0] == 0 && !jg_done(&s)) {
-            jg_state f = s;
-            fprintf(stderr, "DEAD phase %d dphase %d dpos %d calt %d lt %d\n", s.cphase, s.dphase,
-                    s.dpos, s.calt, jg_feed(&f, "<", 1));
-        }
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         int id = pick[x % (uint64_t)n];
         if (id == eos) {
             CHECKF(jg_done(&s), "a dead end after [%.*s]", (int)out.n, out.p);
             completed++;
-            outp_config cfg = {.tools = true, .start_in_block = true};
-            di_err err = {{0}};
-            outp_parser *p = outp_new(&cfg, &err);
-            calls_seen w = {0};
-            outp_feed(p, out.p, out.n, on_event, &w);
-            outp_finish(p, on_event, &w);
-            outp_free(p);
-            CHECKF(w.n == s.ncalls && w.complete == w.n && !w.errors,
-                   "%d calls (%d complete), %d errors (%s), want %d: [%.*s]", w.n, w.complete,
-                   w.errors, w.error, s.ncalls, (int)out.n, out.p);
-            for (int i = 0; i < w.n && i < 64; i++) {
-                jg_state a;
-                jg_init_schema(&a, strcmp(w.names[i], "get_weather") ? NULL : weather);
-                CHECKF(jg_feed(&a, w.args[i].p, w.args[i].n) && jg_done(&a), "%s [%.*s]",
-                       w.names[i], (int)w.args[i].n, w.args[i].p);
-                di_buf_free(&w.args[i]);
-            }
+            read_back(&DSML_FORCED, out.p, out.n, s.ncalls, weather);
             out.n = 0;
             jg_init_calls(&s, c);
             continue;
