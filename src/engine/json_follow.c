@@ -92,21 +92,35 @@ static bool multiple_in(int64_t lo, int64_t hi, uint64_t k) {
     return q * (int64_t)k <= hi;
 }
 
-/* num_fits for a node held to multiples of n->mult (an integer as written,
- * no point): the number as it stands (end), or one that more digits make
- * (each of them a decade of magnitudes), in range and a multiple. */
-static bool int_fits(const js_node *n, const jg_num *p, bool end) {
-    int64_t lo = n->has_nlo ? dec_int(n->nlo, true) : -INT_LIM;
-    int64_t hi = n->has_nhi ? dec_int(n->nhi, false) : INT_LIM;
+/* num_fits for a node held to multiples of n->mult / 10^d (d = n->mdec):
+ * in units of 10^-d the number is an integer N, written with at most d
+ * digits after the point (none when d is 0), so N is a multiple of n->mult
+ * in the range scaled alike. The number as it stands (end), or one that
+ * more digits make: before the point each a decade of magnitudes, and
+ * after the point (or a point still to come) the units they leave open. */
+static bool mult_fits(const js_node *n, const jg_num *p, bool end) {
+    int d = n->mdec, rest = d - p->frac; /* digits after the point still possible */
+    if (rest < 0 || p->sig + rest > NUM_SIG) return false;
+    js_dec nlo = n->nlo, nhi = n->nhi;
+    nlo.e += d, nhi.e += d;
+    int64_t lo = n->has_nlo ? dec_int(nlo, true) : -INT_LIM;
+    int64_t hi = n->has_nhi ? dec_int(nhi, false) : INT_LIM;
     if (!p->whole) return !end && multiple_in(lo, hi < -1 ? hi : -1, n->mult); /* a sign */
-    int64_t m = (int64_t)p->m, sign = p->neg ? -1 : 1;
-    if (!m) return !p->neg && multiple_in(lo > 0 ? lo : 0, hi < 0 ? hi : 0, n->mult); /* 0 */
-    if (end)
-        return multiple_in(lo > sign * m ? lo : sign * m, hi < sign * m ? hi : sign * m, n->mult);
-    int64_t scale = 1;
-    for (int k = 0; p->sig + k <= NUM_SIG; k++, scale *= 10) {
-        int64_t a = m * scale, b = k ? (m + 1) * scale - 1 : m; /* magnitudes */
-        int64_t va = p->neg ? -b : a, vb = p->neg ? -a : b;
+    int64_t m = (int64_t)p->m, unit = 1;
+    if (!m && !p->dot && !d) /* 0 (no digit may follow a leading 0) */
+        return !p->neg && multiple_in(lo > 0 ? lo : 0, hi < 0 ? hi : 0, n->mult);
+    for (int i = 0; i < rest; i++) unit *= 10; /* N = m * unit as it stands */
+    if (end) {
+        int64_t v = p->neg ? -m * unit : m * unit;
+        return !(p->neg && !v) && multiple_in(lo > v ? lo : v, hi < v ? hi : v, n->mult);
+    }
+    /* more digits: k more before the point (none after a leading 0 or the
+     * point), then up to `rest` after it */
+    int kmax = p->dot || !m ? 0 : NUM_SIG - p->sig - rest;
+    int64_t scale = unit;
+    for (int k = 0; k <= kmax; k++, scale *= 10) {
+        int64_t a = m * scale, b = (m + 1) * scale - 1;                /* magnitudes */
+        int64_t va = p->neg ? -b : a, vb = p->neg ? (a ? -a : -1) : b; /* never -0 */
         if (multiple_in(lo > va ? lo : va, hi < vb ? hi : vb, n->mult)) return true;
     }
     return false;
@@ -118,7 +132,7 @@ static bool int_fits(const js_node *n, const jg_num *p, bool end) {
  * last digit's unit; a leading 0 stands alone (RFC 8259), and for an
  * integer is 0 itself. */
 static bool num_fits(const js_node *n, const jg_num *p, bool end, bool integer) {
-    if (n->mult) return int_fits(n, p, end);
+    if (n->mult) return mult_fits(n, p, end);
     js_dec zero = {0}, one = {.m = 1}, v = {.m = p->m, .e = -p->frac};
     js_dec next = {.m = p->m + 1, .e = -p->frac};
     if (!p->whole) return !end && num_meets(n, true, zero, NULL, false); /* a sign alone */
@@ -220,7 +234,7 @@ static bool start_value(jg_state *s, int node, uint8_t c, int depth) {
         return true;
     case K_INTEGER:
     case K_NUMBER:
-        s->int_only = n->kind == K_INTEGER || n->mult;
+        s->int_only = n->kind == K_INTEGER || (n->mult && !n->mdec);
         if (n->bounded && digit) {
             s->num_bounded = true, s->snode = (uint16_t)node;
             s->num = (jg_num){.neg = c == '-'};

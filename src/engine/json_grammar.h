@@ -161,8 +161,9 @@ void jg_init_calls(jg_state *s, const jg_calls *c);
  * length range, held together with it: json_regex_len.c), arrays'
  * minItems / maxItems, and numbers' and integers' minimum / maximum
  * (exclusive or not; a number with a range takes no exponent) and a
- * whole multipleOf (then no point either). Keywords that narrow further
- * (other formats, patterns outside the subset, a fractional multipleOf)
+ * multipleOf of up to 9 decimals (then no more digits after the point than
+ * it has). Keywords that narrow further (other formats, patterns outside
+ * the subset, a multipleOf with more decimals)
  * are not enforced; a part it cannot hold is any
  * JSON value there (a whole schema that is not an object: NULL, with why). */
 jg_schema *jg_schema_compile(const char *text, size_t len, char *why, size_t cap);

@@ -98,7 +98,8 @@ typedef struct js_node {
     bool bounded; /* number, integer: held to [nlo, nhi] (where has_*) */
     bool has_nlo, has_nhi;
     js_dec nlo, nhi;
-    uint64_t mult;     /* number, integer: a multiple of this integer (0: any); then no point */
+    uint64_t mult;     /* number, integer: a multiple of mult / 10^mdec (0: any) */
+    uint8_t mdec;      /* ... with at most mdec digits after the point (0: none) */
     uint16_t items;    /* array: the items' node */
     uint16_t re;       /* string: its pattern's DFA + 1 (0: none) */
     uint32_t lo, hi;   /* string: characters; array: items (hi UINT32_MAX: no bound) */

@@ -364,10 +364,13 @@ static js_dec shortest_dec(double x) {
  * only numbers past 10^17 that need an exponent: a free value). A number's
  * exclusive bound becomes the inclusive one next to it (x < b for doubles
  * is x <= the double before b), an integer's the integer next to it. A
- * multipleOf that is a whole number (under 10^17) holds it to the integers
- * it divides (a number's then written without a point: a subset); one with
- * a fraction is not held, and a range with no multiple in it is a free
- * value. */
+ * multipleOf (under 10^17, at most MULT_MAX_DEC digits after its point) is
+ * held in units of its last digit: a number is then written with no more
+ * digits after the point than it has (none for a whole step: a subset), an
+ * integer is a multiple of what makes its multiples whole; a range with no
+ * multiple in it is a free value. */
+#define MULT_MAX_DEC 9
+
 static int number(compiler *c, const json_t *j, int kind) {
     double lo = -INFINITY, hi = INFINITY;
     bool lo_x = false, hi_x = false;
@@ -379,17 +382,33 @@ static int number(compiler *c, const json_t *j, int kind) {
     if (a > b || a >= 1e17 || b <= -1e17) return 0;
     const json_t *mo = json_object_get(j, "multipleOf");
     double step = json_is_number(mo) ? json_number_value(mo) : 0;
-    uint64_t mult = step >= 1 && step < 1e17 && step == floor(step) ? (uint64_t)step : 0;
-    if (mult == 1 && kind == K_INTEGER) mult = 0;
-    if (mult) { /* some multiple in [a, b]: the first at or above a */
-        double first = ceil((a > -1e18 ? ceil(a) : -1e18) / step) * step;
-        if (first > floor(b < 1e18 ? b : 1e18)) return 0;
+    /* step = mult / 10^mdec, as its shortest decimal writes it */
+    js_dec sd = step > 0 && step < 1e17 ? shortest_dec(step) : (js_dec){0};
+    uint64_t mult = sd.m;
+    int mdec = sd.e < 0 ? -sd.e : 0;
+    for (int e = sd.e; e > 0; e--) mult *= 10;
+    if (mdec > MULT_MAX_DEC || mult >= (uint64_t)1e17) mult = 0, mdec = 0; /* not held */
+    if (mdec && kind == K_INTEGER) { /* integers N with N * 10^mdec a multiple of mult */
+        uint64_t p10 = 1, g = mult;
+        for (int i = 0; i < mdec; i++) p10 *= 10;
+        for (uint64_t r = p10; r;) { /* gcd(mult, 10^mdec) */
+            uint64_t t = g % r;
+            g = r, r = t;
+        }
+        mult /= g, mdec = 0;
+    }
+    if (mult == 1 && !mdec && kind == K_INTEGER) mult = 0;
+    if (mult) { /* some multiple in [a, b], in units of 10^-mdec */
+        double u = pow(10, mdec), lo_u = a > -1e17 ? ceil(a * u - 1e-6) : -1e17;
+        double hi_u = b < 1e17 ? floor(b * u + 1e-6) : 1e17;
+        if (ceil(lo_u / (double)mult) * (double)mult > hi_u) return 0;
     }
     int n = new_node(c, kind);
     js_node *k = &c->s->nodes[n];
     k->nonneg = lo >= 0;
     k->has_nlo = a > -INFINITY, k->has_nhi = b < INFINITY;
     k->mult = mult;
+    k->mdec = (uint8_t)mdec;
     k->bounded = k->has_nlo || k->has_nhi || mult;
     if (k->has_nlo) k->nlo = shortest_dec(a);
     if (k->has_nhi) k->nhi = shortest_dec(b);

@@ -714,15 +714,16 @@ TEST(json_schema_holds_integer_bounds) {
     CHECK(sc && schema_accepts(sc, "{\"x\":\"any\"}"));
     jg_schema_free(sc);
     /* unbounded multiples: any prefix goes on (7 to 7000), whole only at a multiple; a
-     * number's multiples are written as integers; a fraction's multipleOf is not held */
+     * number's whole multiples are written as integers, a fraction's with at most its
+     * digits after the point */
     sc = schema_of("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\","
                    "\"multipleOf\":1000},\"y\":{\"type\":\"number\",\"multipleOf\":5},"
                    "\"z\":{\"type\":\"number\",\"multipleOf\":0.5}}}");
     CHECK(sc);
-    static const char *const yes[] = {"{\"x\":7000}", "{\"x\":-123000}", "{\"x\":0}", "{\"y\":-15}",
-                                      "{\"z\":0.3}"};
-    static const char *const no[] = {"{\"x\":7}",    "{\"x\":1500}", "{\"x\":-0}",
-                                     "{\"y\":15.0}", "{\"y\":12}",   "{\"y\":1e1}"};
+    static const char *const yes[] = {"{\"x\":7000}", "{\"x\":-123000}", "{\"x\":0}",
+                                      "{\"y\":-15}",  "{\"z\":0.5}",     "{\"z\":-2}"};
+    static const char *const no[] = {"{\"x\":7}",  "{\"x\":1500}", "{\"x\":-0}",  "{\"y\":15.0}",
+                                     "{\"y\":12}", "{\"y\":1e1}",  "{\"z\":0.3}", "{\"z\":0.50}"};
     for (size_t k = 0; k < sizeof yes / sizeof *yes; k++)
         CHECKF(schema_accepts(sc, yes[k]), "%s", yes[k]);
     for (size_t k = 0; k < sizeof no / sizeof *no; k++)
@@ -734,6 +735,70 @@ TEST(json_schema_holds_integer_bounds) {
     jg_state more = st;
     CHECK(!jg_feed(&more, "9", 1) && jg_feed(&st, "000}", 4) && jg_done(&st));
     jg_schema_free(sc);
+}
+
+/* A fraction's multipleOf: every text of a number from -20 to 20 with up
+ * to three digits after the point, taken whole iff it is a multiple in
+ * range written with no more digits after the point than the step has
+ * (and not -0), every prefix taken iff one such text starts with it; an
+ * integer with a fractional step: the integers it makes whole multiples
+ * of. Exact arithmetic in thousandths as the oracle. */
+TEST(json_schema_holds_fractional_multiples) {
+    static const struct {
+        const char *kw;
+        int lo, hi, step, dec; /* in thousandths; digits after the step's point */
+        bool integer;
+    } cases[] = {
+        {"\"multipleOf\":0.25,\"minimum\":-3,\"maximum\":7.5", -3000, 7500, 250, 2, false},
+        {"\"multipleOf\":0.1,\"exclusiveMinimum\":-1,\"maximum\":2", -999, 2000, 100, 1, false},
+        {"\"multipleOf\":2.5,\"minimum\":-20,\"maximum\":20", -20000, 20000, 2500, 1, false},
+        {"\"multipleOf\":0.05,\"minimum\":0.3,\"maximum\":0.6", 300, 600, 50, 2, false},
+        {"\"multipleOf\":1.5,\"minimum\":-20,\"maximum\":20", -20000, 20000, 3000, 0, true},
+    };
+    static char texts[80000][12];
+    int n_texts = 0;
+    for (int v = -20000; v <= 20000; v++) /* every number, written with 0 to 3 decimals */
+        for (int dd = 0; dd <= 3; dd++) {
+            int a = v < 0 ? -v : v, p10 = dd == 0 ? 1000 : dd == 1 ? 100 : dd == 2 ? 10 : 1;
+            if (a % p10) continue;
+            if (dd == 0)
+                snprintf(texts[n_texts++], 12, "%s%d", v < 0 ? "-" : "", a / 1000);
+            else
+                snprintf(texts[n_texts++], 12, "%s%d.%0*d", v < 0 ? "-" : "", a / 1000, dd,
+                         a % 1000 / p10);
+        }
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char schema[256], text[40];
+        snprintf(schema, sizeof schema,
+                 "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"%s\",%s}}}",
+                 cases[i].integer ? "integer" : "number", cases[i].kw);
+        jg_schema *sc = schema_of(schema);
+        CHECK(sc);
+        static bool good[80000];
+        for (int t = 0; t < n_texts; t++) {
+            const char *dot = strchr(texts[t], '.');
+            int dd = dot ? (int)strlen(dot + 1) : 0;
+            double v = atof(texts[t]);
+            int th = (int)lround(v * 1000);
+            good[t] = dd <= cases[i].dec && th >= cases[i].lo && th <= cases[i].hi &&
+                      th % cases[i].step == 0 && strcmp(texts[t], "-0") != 0 &&
+                      !(texts[t][0] == '-' && th == 0);
+            snprintf(text, sizeof text, "{\"x\":%.11s}", texts[t]);
+            CHECKF(schema_accepts(sc, text) == good[t], "%s: %.11s", cases[i].kw, texts[t]);
+        }
+        for (int t = 0; t < n_texts; t += 7) /* prefixes */
+            for (size_t l = 1; l <= strlen(texts[t]); l++) {
+                bool want = false;
+                for (int u = 0; u < n_texts && !want; u++)
+                    want = good[u] && !strncmp(texts[u], texts[t], l);
+                jg_state s;
+                jg_init_schema(&s, sc);
+                CHECK(jg_feed(&s, "{\"x\":", 5));
+                CHECKF(jg_feed(&s, texts[t], l) == want, "%s: prefix %.*s", cases[i].kw, (int)l,
+                       texts[t]);
+            }
+        jg_schema_free(sc);
+    }
 }
 
 /* Numbers held to a range, against jansson and a double comparison as the
