@@ -7,13 +7,13 @@
  * and the fuzzer drive it directly.
  *
  * Forced tool calls (tool_choice "required" / Anthropic "any", or a named
- * tool): for the formats that write tool
- * calls (deepseek-v4's DSML, chatml's Hermes tags, deepseek-v3's markers),
- * with a generation prompt, the request is rendered in non-thinking mode (as
- * DeepSeek's own API does for forced calls: the assistant turn opens with
- * "</think>") and the prompt then ends by opening the call, spelled as the
- * format's renderer spells it (markers as control segments, names TEXT, via
- * the renderers' rs_* helpers):
+ * tool): for the formats that write tool calls (deepseek-v4's DSML,
+ * chatml's Hermes tags, deepseek-v3's markers), with a generation prompt,
+ * the request is rendered in non-thinking mode (as DeepSeek's own API does
+ * for forced calls: the assistant turn opens with "</think>") and the prompt
+ * then ends by opening the call, spelled as the format's renderer spells it
+ * (markers as soft control segments: text where a tokenizer lacks them;
+ * names TEXT; via the renderers' rs_* helpers):
  *   deepseek-v4  `<｜DSML｜tool_calls>\n`, named: + `<｜DSML｜invoke name="X">\n`
  *   chatml       `<tool_call>\n`, named: + `{"name": "X", "arguments": `
  *   deepseek-v3  `<｜tool▁calls▁begin｜>`, named: + `<｜tool▁call▁begin｜>function
@@ -113,6 +113,13 @@ static char *concat3(const char *a, const char *b, const char *c) {
     return s;
 }
 
+/* The tool may be called (allowed_tools, or any). */
+static bool allowed(const srv_req *r, const char *name) {
+    for (int k = 0; k < r->n_allowed_tools; k++)
+        if (!strcmp(r->allowed_tools[k], name)) return true;
+    return !r->allowed_tools;
+}
+
 /* Tool calls held to the tools' schemas (chatml, deepseek-v3, deepseek-v4):
  * each offered tool's texts as the renderer spells a call. Forced
  * (tool_choice required / named): from the prompt's opener on (a named
@@ -122,12 +129,6 @@ static char *concat3(const char *a, const char *b, const char *c) {
  * until the model opens a block (Hermes: one call a block), the strict
  * tools' arguments held to their schemas, the others any object. With
  * allowed_tools, only those tools' calls. */
-static bool allowed(const srv_req *r, const char *name) {
-    for (int k = 0; k < r->n_allowed_tools; k++)
-        if (!strcmp(r->allowed_tools[k], name)) return true;
-    return !r->allowed_tools;
-}
-
 static void call_forms(render_format fmt, srv_req *r, bool lazy) {
     const conversation *c = r->conv;
     bool hermes = fmt == RENDER_CHATML, dsml = fmt == RENDER_DEEPSEEK_V4;
@@ -196,7 +197,7 @@ void srv_json_constraint(const srv_req *r, bool think_opened, const tokenizer *t
     er->json_schema = r->json_schema;
     er->regex = r->regex;
     er->grammar = r->grammar;
-    if (r->n_call_forms) { /* a forced call's arguments (forced_call_forms) */
+    if (r->n_call_forms) { /* the calls' forms (call_forms) */
         er->json = true;
         er->call_forms = r->call_forms;
         er->n_call_forms = r->n_call_forms;
