@@ -682,7 +682,7 @@ def make(name, out, seed=0, tokenizer=None):
             json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
     with open(os.path.join(out, STAMP), "w") as f:
         f.write(digest + "\n")
-    return time.time() - t0
+    return time.time() - t0, preset
 
 
 def n_params(preset):
@@ -714,13 +714,13 @@ def main():
             if os.path.exists(stamp) and open(stamp).read().strip() == want:
                 print(f"{n}: up to date")
                 continue
-            print(f"{n}: made in {make(n, d, a.seed):.2f}s")
+            print(f"{n}: made in {make(n, d, a.seed)[0]:.2f}s")
         return 0
     if a.preset not in PRESETS:
         print(f"make_model: unknown preset '{a.preset}' (see --list)", file=sys.stderr)
         return 2
-    dt = make(a.preset, a.out, a.seed, a.tokenizer)
-    print(f"{a.preset}: {n_params(PRESETS[a.preset]) / 1e6:.1f}M params made in {dt:.1f}s -> {a.out}")
+    dt, made = make(a.preset, a.out, a.seed, a.tokenizer)
+    print(f"{a.preset}: {n_params(made) / 1e6:.1f}M params made in {dt:.1f}s -> {a.out}")
     return 0
 
 
