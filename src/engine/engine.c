@@ -402,6 +402,7 @@ static ereq *copy_request(const engine_request *q) {
     r->r.n_call_forms = 0;
     r->r.calls_close = NULL;
     r->r.calls_trigger = NULL;
+    r->r.calls_answer_schema = NULL;
     if (q->prompt_logprobs) {
         r->plp = di_calloc((size_t)q->n_prompt, sizeof *r->plp);
         r->plp[0] = (samp_out){.token = q->prompt[0], .logprob = NAN};
@@ -449,6 +450,14 @@ uint64_t engine_submit(engine *e, const engine_request *q, di_err *err) {
         }
         jg_calls_set_trigger(calls, q->calls_trigger);
         if (q->calls_dsml) jg_calls_set_dsml(calls);
+        if (q->calls_answer &&
+            !jg_calls_set_answer(calls, q->calls_answer_schema, why, sizeof why)) {
+            jg_calls_free(calls);
+            jg_schema_free(schema);
+            jr_free(regex);
+            gr_free(grammar);
+            return di_errf(err, "request: json_schema: %s", why), 0;
+        }
     }
     ereq *r = copy_request(q);
     r->calls = calls;

@@ -117,9 +117,11 @@ typedef struct engine_request {
     int n_call_forms;
     const char *calls_close;
     int max_calls;
-    const char *calls_trigger; /* NULL: the calls start at once; else after this text
-                                  (jg_calls_set_trigger) */
-    bool calls_dsml;           /* the arguments are DSML parameters (jg_calls_set_dsml) */
+    const char *calls_trigger;       /* NULL: the calls start at once; else after this text
+                                        (jg_calls_set_trigger) */
+    bool calls_dsml;                 /* the arguments are DSML parameters (jg_calls_set_dsml) */
+    bool calls_answer;               /* with a trigger: an answer or calls (jg_calls_set_answer) */
+    const char *calls_answer_schema; /* ... the answer's JSON schema, NULL: any object */
     /* Score the prompt: each prompt token's logprob given those before it,
      * with prompt_top alternatives (0..SAMP_MAX_TOP), on each branch's first
      * event. The prompt is then computed whole, without the prefix cache

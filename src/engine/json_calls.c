@@ -44,6 +44,8 @@ struct jg_calls {
     int max_calls;
     bool dsml;     /* jg_calls_set_dsml: the arguments are DSML parameters */
     char *trigger; /* jg_calls_set_trigger: NULL, or the text the calls start after */
+    bool answer;   /* jg_calls_set_answer: an answer or calls, not free text */
+    jg_schema *answer_schema;
     int trigger_len;
     int *fail; /* KMP's: the longest proper border of the trigger's first k + 1 bytes */
 };
@@ -86,6 +88,7 @@ void jg_calls_free(jg_calls *c) {
     }
     free(c->trigger);
     free(c->fail);
+    jg_schema_free(c->answer_schema);
     free(c->schema);
     free(c->suffix);
     free(c->suffix_len);
@@ -145,6 +148,13 @@ void jg_calls_set_dsml(jg_calls *c) {
     c->dsml = true;
 }
 
+bool jg_calls_set_answer(jg_calls *c, const char *schema, char *why, size_t cap) {
+    jg_schema_free(c->answer_schema);
+    c->answer_schema = schema ? jg_schema_compile(schema, strlen(schema), why, cap) : NULL;
+    c->answer = !schema || c->answer_schema;
+    return c->answer;
+}
+
 /* ---- following --------------------------------------------------------------- */
 
 static void call_done(jg_state *s);
@@ -165,7 +175,8 @@ static bool value_feed(jg_state *s, const char *t) {
 }
 
 bool jg_calls_in_value(const jg_state *s) {
-    return !s->calls || (s->cphase == JG_CALLS_VALUE && !s->calls->dsml);
+    return !s->calls || (s->cphase == JG_CALLS_VALUE && !s->calls->dsml) ||
+           s->cphase == JG_CALLS_ANSWER;
 }
 
 /* ---- DSML arguments: parameters standing for the object's members, fed
@@ -330,8 +341,9 @@ static bool dsml_step(jg_state *s, uint8_t b) {
     }
 }
 
+/* Outside calls: free text, or (with an answer) the answer or a block. */
 static void free_text(jg_state *s) {
-    s->cphase = JG_CALLS_FREE;
+    s->cphase = s->calls->answer ? JG_CALLS_START : JG_CALLS_FREE;
     s->cpos = 0;
 }
 
@@ -355,9 +367,10 @@ static void start_value(jg_state *s, int alt) {
 static void settle(jg_state *s) {
     const choice_entry *e = &s->calls->t[s->ctable].e[s->clo];
     if (s->chi - s->clo != 1 || e->len != s->cpos) return;
-    if (e->alt < 0 && s->calls->trigger) /* the block closed: text until the next one */
+    if (e->alt < 0 && s->calls->trigger) { /* the block closed: text until the next one */
+        s->cmade = true;
         free_text(s);
-    else if (e->alt < 0)
+    } else if (e->alt < 0)
         s->cphase = JG_CALLS_END;
     else
         start_value(s, e->alt);
@@ -387,9 +400,39 @@ void jg_init_calls(jg_state *s, const jg_calls *c) {
         choose(s, T_FIRST);
 }
 
+/* A byte of the trigger that opens a block (with an answer: nothing else
+ * may stand there). */
+static bool open_step(jg_state *s, uint8_t b) {
+    if ((uint8_t)s->calls->trigger[s->cpos] != b) return false;
+    if (++s->cpos == s->calls->trigger_len) {
+        s->ncalls = 0;
+        choose(s, T_FIRST);
+    }
+    return true;
+}
+
 bool jg_calls_step(jg_state *s, uint8_t b) {
     const jg_calls *c = s->calls;
     switch (s->cphase) {
+    case JG_CALLS_START:
+        if (b == ' ' || b == '\n' || b == '\t' || b == '\r') return ++s->cpos <= JG_MAX_WS;
+        if (b == '{' && !s->cmade) { /* the answer */
+            jg_state keep = *s;
+            jg_init_schema(s, c->answer_schema);
+            s->calls = c, s->cbytes = keep.cbytes;
+            s->cphase = JG_CALLS_ANSWER;
+            s->cbytes++;
+            return value_step(s, b);
+        }
+        s->cphase = JG_CALLS_OPEN, s->cpos = 0;
+        return open_step(s, b); /* the trigger's first byte */
+    case JG_CALLS_OPEN:
+        return open_step(s, b);
+    case JG_CALLS_ANSWER:
+        s->cbytes++;
+        if (!value_step(s, b)) return false;
+        if (value_done(s)) s->cphase = JG_CALLS_END;
+        return true;
     case JG_CALLS_FREE: {
         int k = s->cpos;
         while (k > 0 && (uint8_t)c->trigger[k] != b) k = c->fail[k - 1];
@@ -433,6 +476,7 @@ bool jg_calls_step(jg_state *s, uint8_t b) {
 
 bool jg_calls_done(const jg_state *s) {
     if (s->cphase == JG_CALLS_END || s->cphase == JG_CALLS_FREE) return true;
+    if (s->cphase == JG_CALLS_START) return s->cmade; /* after calls: nothing more needed */
     if (s->cphase != JG_CALLS_CHOICE || s->ctable == T_FIRST) return false;
     const choice_entry *e = &s->calls->t[s->ctable].e[s->clo];
     return e->alt < 0 && e->len == s->cpos;

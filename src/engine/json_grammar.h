@@ -99,6 +99,7 @@ typedef struct jg_state {
     uint8_t cphase, ctable;
     uint16_t clo, chi, cpos, calt, ncalls;
     uint32_t cbytes; /* bytes of arguments read (a control token adds none) */
+    bool cmade;      /* with an answer (jg_calls_set_answer): calls written, so no answer */
     /* DSML arguments (jg_calls_set_dsml): where in a parameter's markup or
      * value, the bytes of a tag matched, a parameter written before, and a
      * string="false" value's JSON strings and nesting */
@@ -145,6 +146,12 @@ void jg_calls_set_trigger(jg_calls *c, const char *trigger);
  * object they stand for (RAW: a string's characters as they are, JSON: any
  * other value); the arguments end where the form's suffix begins. */
 void jg_calls_set_dsml(jg_calls *c);
+/* With a trigger: instead of free text, either an answer (one JSON object
+ * following the schema's text, or any object where NULL) or calls, each
+ * block opened by the trigger (whitespace before either, bounded) — the
+ * structured output of a request that offers tools. false, with why, where
+ * the schema does not compile. */
+bool jg_calls_set_answer(jg_calls *c, const char *schema, char *why, size_t cap);
 void jg_calls_free(jg_calls *c);
 /* Text that c (borrowed) takes whole. */
 void jg_init_calls(jg_state *s, const jg_calls *c);

@@ -40,7 +40,10 @@ enum { /* jg_state.cphase */
        JG_CALLS_VALUE,
        JG_CALLS_SUFFIX,
        JG_CALLS_END,
-       JG_CALLS_FREE, /* before the trigger (cpos: its bytes matched) */
+       JG_CALLS_FREE,   /* before the trigger (cpos: its bytes matched) */
+       JG_CALLS_START,  /* with an answer: whitespace (cpos bytes), then it or the trigger */
+       JG_CALLS_OPEN,   /* ... in the trigger (cpos: its bytes matched) */
+       JG_CALLS_ANSWER, /* ... in the answer */
 };
 bool jg_calls_in_value(const jg_state *s);
 

@@ -175,25 +175,33 @@ int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *er
     r->tool_syntax = fmt == RENDER_CHATML        ? OUTP_SYNTAX_HERMES
                      : fmt == RENDER_DEEPSEEK_V3 ? OUTP_SYNTAX_DSV3
                                                  : OUTP_SYNTAX_DSML;
-    r->tool_forced = fmt != RENDER_LLAMA3 && r->conv->n_tools > 0 &&
-                     r->conv->add_generation_prompt &&
+    r->calls_written = fmt != RENDER_LLAMA3;
+    r->tool_forced = r->calls_written && r->conv->n_tools > 0 && r->conv->add_generation_prompt &&
                      (r->tool_choice == SRV_TC_REQUIRED || r->tool_choice == SRV_TC_NAMED);
     if (r->tool_forced) r->conv->thinking = CONV_THINK_OFF;
     if (render_conversation(fmt, r->conv, segs, err)) return -1;
     if (r->tool_forced) {
         force_tool_block(fmt, r, segs);
         call_forms(fmt, r, false);
-    } else if (r->tool_choice == SRV_TC_AUTO && r->conv->add_generation_prompt) {
-        bool strict = r->allowed_tools; /* the names held, if not the arguments */
-        for (size_t i = 0; i < r->conv->n_tools; i++) strict |= r->conv->tools[i].strict;
-        if (strict) call_forms(fmt, r, true);
+    } else if (r->tool_choice == SRV_TC_AUTO && r->conv->n_tools > 0 &&
+               r->conv->add_generation_prompt) {
+        /* held: strict tools, allowed_tools' names, or structured output
+         * (the reply its JSON or calls) */
+        bool hold = r->allowed_tools || r->json_mode;
+        for (size_t i = 0; i < r->conv->n_tools; i++) hold |= r->conv->tools[i].strict;
+        if (hold) call_forms(fmt, r, true);
+        r->calls_answer = r->n_call_forms && r->json_mode;
     }
     return 0;
 }
 
 void srv_json_constraint(const srv_req *r, bool think_opened, const tokenizer *tok,
                          engine_request *er) {
-    er->json = (r->json_mode || r->regex || r->grammar) && !(r->conv && r->conv->n_tools > 0);
+    /* with tools offered, a structured output is held with the calls below
+     * (where the format writes them) or not at all */
+    er->json =
+        (r->json_mode || r->regex || r->grammar) &&
+        !(r->conv && r->conv->n_tools > 0 && r->tool_choice != SRV_TC_NONE && r->calls_written);
     er->json_schema = r->json_schema;
     er->regex = r->regex;
     er->grammar = r->grammar;
@@ -205,6 +213,8 @@ void srv_json_constraint(const srv_req *r, bool think_opened, const tokenizer *t
         er->max_calls = r->max_calls;
         er->calls_trigger = r->calls_trigger;
         er->calls_dsml = r->calls_dsml;
+        er->calls_answer = r->calls_answer;
+        er->calls_answer_schema = r->json_schema;
     }
     if (!er->json || !think_opened) return;
     er->json_wait_for = tok ? tok_control_id(tok, "</think>") : -1;

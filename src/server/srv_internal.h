@@ -103,6 +103,7 @@ typedef struct srv_req {
      * the output parser starts inside it (routes.c has the details). */
     bool tool_forced;
     outp_syntax tool_syntax; /* set by srv_render_conv: how the format writes tool calls */
+    bool calls_written;      /* ... whether it does (Llama 3's template offers no tools) */
     /* ... and where the calls are forced and written as JSON, the forms
      * they are held to (engine_request.call_forms; strings owned here) */
     jg_call_form *call_forms;
@@ -110,6 +111,7 @@ typedef struct srv_req {
     const char *calls_close;
     const char *calls_trigger; /* strict tools under tool_choice auto: the calls' opener */
     bool calls_dsml;           /* the arguments are DSML parameters */
+    bool calls_answer; /* structured output with tools offered: an answer (json_schema) or calls */
     bool parallel_tool_calls;
     bool echo; /* completions */
     /* completions: max_tokens 0, nothing generated (with echo and logprobs:

@@ -138,6 +138,29 @@ for (const format of FORMATS) {
     }
   });
 
+  test(`${format}: structured output with tools: the reply is its JSON or valid calls`, async () => {
+    const { openai } = servers[format];
+    const schema = { type: 'object', properties: { answer: { type: 'string', maxLength: 8 }, sure: { type: 'boolean' } }, required: ['answer', 'sure'], additionalProperties: false };
+    let answers = 0, calls = 0;
+    for (const seed of [1, 2, 3, 4, 5, 6]) {
+      const r = await openai.chat.completions.create({
+        model: MODEL, messages: user, tools: chatTools, max_tokens: 400, seed, temperature: 1,
+        response_format: { type: 'json_schema', json_schema: { name: 'reply', schema, strict: true } },
+      });
+      const m = r.choices[0].message;
+      if (m.tool_calls) {
+        calls++;
+        for (const c of m.tool_calls) checkCall(c.function.name, c.function.arguments);
+        continue;
+      }
+      answers++;
+      const a = JSON.parse(m.content);
+      assert.deepEqual(Object.keys(a).sort(), ['answer', 'sure'], m.content);
+      assert.ok(typeof a.answer === 'string' && [...a.answer].length <= 8 && typeof a.sure === 'boolean', m.content);
+    }
+    assert.equal(answers + calls, 6);
+  });
+
   test(`${format}: responses and messages: forced calls follow the schemas too`, async () => {
       const { openai, anthropic } = servers[format];
     const rtools = Object.entries(SCHEMAS).map(([name, parameters]) => ({ type: 'function', name, parameters }));

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/json_grammar.h"
+#include "engine/json_internal.h"
 #include "recipe/output_parser.h"
 
 static const char WEATHER[] = "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\","
@@ -375,7 +376,7 @@ TEST(json_calls_after_a_trigger_mask_equals_feeding_each_token) {
             CHECKF(want == (lg[id] == 0), "token %d: mask %d, fed %d", id, lg[id] == 0, want);
             if (lg[id] == 0 && id) pick[n++] = id;
         }
-        think_in_value += s.cphase == 1 && lg[NV + 1] == 0; /* JG_CALLS_VALUE */
+        think_in_value += s.cphase == JG_CALLS_VALUE && lg[NV + 1] == 0;
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         bool free_text = jg_done(&s);
         if (free_text && (x % 64 == 0 || !n)) { /* the end */
@@ -390,9 +391,9 @@ TEST(json_calls_after_a_trigger_mask_equals_feeding_each_token) {
         int id = free_text && x % 8 == 1 && lg[NV] == 0 ? NV : pick[(x >> 8) % (uint64_t)n];
         char one[2];
         const char *t = ctok(id, one);
-        bool was_free = s.cphase == 4; /* JG_CALLS_FREE */
+        bool was_free = s.cphase == JG_CALLS_FREE;
         CHECK(jg_feed_token(v, &s, id));
-        blocks += was_free && s.cphase != 4;
+        blocks += was_free && s.cphase != JG_CALLS_FREE;
         di_buf_add(&out, t, strlen(t));
     }
     CHECKF(completed == 16 && with_calls >= 4, "%d outputs, %d with calls", completed, with_calls);
@@ -548,5 +549,104 @@ TEST(json_calls_dsml_mask_equals_feeding_each_token) {
     di_buf_free(&out);
     jg_vocab_free(v);
     jg_schema_free(weather);
+    jg_calls_free(c);
+}
+
+/* ---- structured output with tools offered: an answer or calls ------------------ */
+
+static const char ANSWER[] = "{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"}},"
+                             "\"required\":[\"ok\"],\"additionalProperties\":false}";
+
+TEST(json_calls_an_answer_or_calls) {
+    jg_calls *c = hermes_lazy();
+    char why[160];
+    CHECK(c && jg_calls_set_answer(c, ANSWER, why, sizeof why));
+    static const struct {
+        const char *text;
+        int want;
+    } cases[] = {
+        {"{\"ok\": true}", 1},
+        {" \n{\"ok\":false}", 1},
+        {"{\"ok\": true", 0},
+        {"", 0}, /* something must be written */
+        {"{\"no\": 1}", -1},
+        {"Sure: {\"ok\": true}", -1}, /* no free text */
+        {"{\"ok\": true} and more", -1},
+        {LAZY_W1, 1},
+        {LAZY_W1 "\n" LAZY_W1, 1},
+        {LAZY_W1 "{\"ok\": true}", -1}, /* calls, then no answer */
+        {"<tool_call>\n" H_FIRST("get_time") "{\"zone\": 1}" H_SUFFIX, 1},
+        {"<tool_ca", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        CHECKF(verdict(c, cases[i].text) == cases[i].want, "case %zu [%s]: %d, want %d", i,
+               cases[i].text, verdict(c, cases[i].text), cases[i].want);
+    CHECK(!jg_calls_set_answer(c, "{\"type\":\"array\"}", why, sizeof why));
+    jg_calls_free(c);
+}
+
+/* Random walks: each output is the answer (its JSON the schema's) or calls
+ * the parser reads back, with the JSON mode the server turns on. */
+TEST(json_calls_an_answer_or_calls_mask_equals_feeding_each_token) {
+    jg_calls *c = hermes_lazy();
+    char why[160];
+    jg_schema *weather = jg_schema_compile(WEATHER, strlen(WEATHER), why, sizeof why);
+    jg_schema *answer = jg_schema_compile(ANSWER, strlen(ANSWER), why, sizeof why);
+    CHECK(c && weather && answer && jg_calls_set_answer(c, ANSWER, why, sizeof why));
+    int eos = 0, n = 0, pick[NVC];
+    jg_vocab *v = jg_vocab_new(NVC, vocab_bytes, (void *)&HERMES_SET, &eos, 1);
+    jg_vocab_add_controls(v, control_bytes, NULL);
+    jg_state s;
+    jg_init_calls(&s, c);
+    di_buf out = {0};
+    uint64_t x = 5;
+    int completed = 0, answers = 0, blocks = 0;
+    for (int steps = 0; steps < 60000 && completed < 16; steps++) {
+        float lg[NVC] = {0};
+        jg_mask(v, &s, lg);
+        n = 0;
+        for (int id = 0; id < NVC; id++) {
+            char one[2];
+            const char *t = ctok(id, one);
+            jg_state f = s;
+            bool want = id == 0 ? jg_done(&s) : t ? jg_feed_token(v, &f, id) : false;
+            CHECKF(want == (lg[id] == 0), "token %d: mask %d, fed %d", id, lg[id] == 0, want);
+            if (lg[id] == 0) pick[n++] = id;
+        }
+        CHECK(n > 0);
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int id = pick[x % (uint64_t)n];
+        if (id == eos) {
+            CHECKF(jg_done(&s), "a dead end after [%.*s]", (int)out.n, out.p);
+            completed++;
+            const char *p = out.p;
+            size_t len = out.n;
+            while (len && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++, len--;
+            if (len && *p == '{') { /* the answer, whole */
+                answers++;
+                jg_state a;
+                jg_init_schema(&a, answer);
+                CHECKF(jg_feed(&a, p, len) && jg_done(&a), "[%.*s]", (int)len, p);
+            } else {
+                outp_config cfg = {.tools = true, .syntax = OUTP_SYNTAX_HERMES, .json_mode = true};
+                read_back(&cfg, out.p, out.n, blocks, weather);
+            }
+            out.n = blocks = 0;
+            jg_init_calls(&s, c);
+            continue;
+        }
+        char one[2];
+        const char *t = ctok(id, one);
+        bool outside = s.cphase == JG_CALLS_START || s.cphase == JG_CALLS_OPEN;
+        CHECK(jg_feed_token(v, &s, id));
+        blocks += outside && s.cphase != JG_CALLS_START && s.cphase != JG_CALLS_OPEN;
+        di_buf_add(&out, t, strlen(t));
+    }
+    CHECKF(completed == 16 && answers > 0 && answers < 16, "%d outputs, %d answers", completed,
+           answers);
+    di_buf_free(&out);
+    jg_vocab_free(v);
+    jg_schema_free(weather);
+    jg_schema_free(answer);
     jg_calls_free(c);
 }

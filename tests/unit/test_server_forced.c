@@ -538,3 +538,39 @@ TEST(server_allowed_tools_hold_the_names) {
             srv_prepared_free(&p);
         }
 }
+
+/* Structured output with tools offered (tool_choice auto): the reply is its
+ * JSON or calls, held together (call_forms with an answer) where the format
+ * writes calls; with tool_choice none, or in Llama 3's format (no tools
+ * rendered), the JSON alone as without tools. */
+TEST(server_structured_output_with_tools_is_an_answer_or_calls) {
+    static const char *const choices[] = {"\"auto\"", "\"none\""};
+    const render_format fmts[] = {RENDER_CHATML, RENDER_DEEPSEEK_V4, RENDER_LLAMA3};
+    for (int k = 0; k < 3; k++)
+        for (int ch = 0; ch < 2; ch++) {
+            char body[1024];
+            snprintf(body, sizeof body,
+                     "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"w?\"}],"
+                     "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}],"
+                     "\"tool_choice\":%s,\"response_format\":{\"type\":\"json_schema\","
+                     "\"json_schema\":{\"name\":\"a\",\"schema\":{\"type\":\"object\","
+                     "\"properties\":{\"ok\":{\"type\":\"boolean\"}}}}}}",
+                     choices[ch]);
+            srv_req r;
+            srv_prepared p;
+            srv_fail f = {0};
+            CHECKF(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, fmts[k], NULL, &r, &p, &f) ==
+                       0,
+                   "%s", f.msg);
+            engine_request er = {0};
+            srv_json_constraint(&r, false, NULL, &er);
+            bool held = k < 2 && ch == 0;
+            CHECKF(r.calls_answer == held && (r.n_call_forms > 0) == held, "%s %s",
+                   render_format_name(fmts[k]), choices[ch]);
+            CHECK(er.json); /* held with the calls, or alone */
+            CHECK(held ? er.call_forms && er.calls_answer && er.calls_answer_schema
+                       : !er.call_forms && er.json_schema);
+            srv_req_free(&r);
+            srv_prepared_free(&p);
+        }
+}
