@@ -559,8 +559,8 @@ TEST(server_structured_output_with_tools_is_an_answer_or_calls) {
             srv_req r;
             srv_prepared p;
             srv_fail f = {0};
-            CHECKF(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, fmts[k], NULL, &r, &p, &f) ==
-                       0,
+            CHECKF(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, fmts[k], NULL, &r, &p,
+                               &f) == 0,
                    "%s", f.msg);
             engine_request er = {0};
             srv_json_constraint(&r, false, NULL, &er);
