@@ -125,10 +125,11 @@ static bool allowed(const srv_req *r, const char *name) {
  * (tool_choice required / named): from the prompt's opener on (a named
  * choice: its call already opened), then at most one call (named, or
  * parallel_tool_calls false) or SRV_MAX_FORCED_CALLS, every tool's schema.
- * Lazy (tool_choice auto with strict tools, or allowed_tools): free text
- * until the model opens a block (Hermes: one call a block), the strict
- * tools' arguments held to their schemas, the others any object. With
- * allowed_tools, only those tools' calls. */
+ * Lazy (tool_choice auto with strict tools, allowed_tools, or a structured
+ * output): free text until the model opens a block (Hermes: one call a
+ * block; DeepSeek V3: each call, lone or in a block, from its
+ * <｜tool▁call▁begin｜>), the strict tools' arguments held to their schemas,
+ * the others any object. With allowed_tools, only those tools' calls. */
 static void call_forms(render_format fmt, srv_req *r, bool lazy) {
     const conversation *c = r->conv;
     bool hermes = fmt == RENDER_CHATML, dsml = fmt == RENDER_DEEPSEEK_V4;
@@ -151,8 +152,12 @@ static void call_forms(render_format fmt, srv_req *r, bool lazy) {
             f->next = concat3("<｜DSML｜invoke name=\"", name, "\">\n");
             f->first = concat3(lazy ? "\n" : "", f->next, "");
             f->suffix = di_strdup("</｜DSML｜invoke>\n");
-        } else {
-            f->first = concat3("<｜tool▁call▁begin｜>function<｜tool▁sep｜>", name, "\n```json\n");
+        } else { /* lazy: after <｜tool▁call▁begin｜>, one call a block (so a lone call,
+                    as the template writes later turns', is held as well) */
+            f->first = concat3(lazy ? "" : "<｜tool▁call▁begin｜>", "function<｜tool▁sep｜>", name);
+            char *open = concat3(f->first, "\n```json\n", "");
+            free((char *)f->first);
+            f->first = open;
             f->next = di_strdup(f->first);
             f->suffix = di_strdup("\n```<｜tool▁call▁end｜>");
         }
@@ -162,13 +167,14 @@ static void call_forms(render_format fmt, srv_req *r, bool lazy) {
         }
         f->schema = !lazy || c->tools[i].strict ? params_schema(c->tools[i].parameters) : NULL;
     }
-    r->calls_close = hermes ? "" : dsml ? "</｜DSML｜tool_calls>" : "<｜tool▁calls▁end｜>";
-    r->max_calls = named || !r->parallel_tool_calls || (lazy && hermes) ? 1 : SRV_MAX_FORCED_CALLS;
+    bool one_a_block = lazy && !dsml; /* Hermes blocks; V3's calls, each its own trigger */
+    r->calls_close = dsml ? "</｜DSML｜tool_calls>" : hermes || lazy ? "" : "<｜tool▁calls▁end｜>";
+    r->max_calls = named || !r->parallel_tool_calls || one_a_block ? 1 : SRV_MAX_FORCED_CALLS;
     r->calls_dsml = dsml;
     if (lazy)
         r->calls_trigger = hermes ? "<tool_call>"
                            : dsml ? "<｜DSML｜tool_calls>"
-                                  : "<｜tool▁calls▁begin｜>";
+                                  : "<｜tool▁call▁begin｜>";
 }
 
 int srv_render_conv(render_format fmt, srv_req *r, render_segs *segs, di_err *err) {

@@ -490,6 +490,17 @@ TEST(server_strict_tools_hold_calls_after_the_opener) {
                              : "<" D "tool_calls>\n" INV_WEATHER "<" D "parameter name=\"town\"";
                 jg_init_calls(&s, jc);
                 CHECK(!jg_feed(&s, bad, strlen(bad))); /* not a property of the strict tool */
+                if (fmts[k] == RENDER_DEEPSEEK_V3) {   /* a lone call, as later turns write one */
+                    const char *lone =
+                        "Ok.<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+                        "```json\n{\"city\": \"Rome\"}\n```<｜tool▁call▁end｜> Done.";
+                    jg_init_calls(&s, jc);
+                    CHECK(jg_feed(&s, lone, strlen(lone)) && jg_done(&s));
+                    const char *lone_bad = "Ok.<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+                                           "get_weather\n```json\n{\"town\"";
+                    jg_init_calls(&s, jc);
+                    CHECK(!jg_feed(&s, lone_bad, strlen(lone_bad)));
+                }
                 jg_calls_free(jc);
             }
             srv_req_free(&r);
