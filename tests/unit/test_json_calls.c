@@ -185,23 +185,28 @@ static const char *tok(int id, char *one) {
 }
 
 /* The mask at s against feeding each token by itself; the allowed ids. */
-static void mask_check(const jg_vocab *v, const jg_state *s, int *pick, int *n_pick,
-                       const char *where) {
-    float lg[NV] = {0};
+#define MAX_VOCAB 256 /* the test vocabularies' ids, at most */
+
+/* The mask at s against feeding each token of set (nv ids) by itself, an
+ * end of sequence where s is complete or nothing else continues; the
+ * allowed ids into pick. */
+static void mask_check(const jg_vocab *v, const jg_state *s, const piece_set *set, int nv,
+                       int *pick, int *n_pick) {
+    float lg[MAX_VOCAB] = {0};
     jg_mask(v, s, lg);
     int n = 0;
-    bool any = false, want[NV];
-    for (int id = 0; id < NV; id++) {
+    bool any = false, want[MAX_VOCAB];
+    for (int id = 0; id < nv; id++) {
         char one[2];
-        const char *t = tok(id, one);
+        const char *t = tok_of(set, id, one);
         jg_state c = *s;
         want[id] = id == 0 ? jg_done(s) : t ? jg_feed(&c, t, strlen(t)) : false;
         any |= want[id];
     }
     want[0] |= !any;
-    for (int id = 0; id < NV; id++) {
-        CHECKF(want[id] == (lg[id] == 0), "%s: token %d: mask %d, fed %d", where, id, lg[id] == 0,
-               want[id]);
+    for (int id = 0; id < nv; id++) {
+        CHECKF(want[id] == (lg[id] == 0), "token %d: mask %d, fed %d (phase %d/%d/%d)", id,
+               lg[id] == 0, want[id], s->cphase, s->dphase, s->dpos);
         if (lg[id] == 0) pick[n++] = id;
     }
     *n_pick = n;
@@ -253,40 +258,47 @@ static void read_back(const outp_config *cfg, const char *text, size_t n, int ca
 static const outp_config HERMES_FORCED = {
     .tools = true, .syntax = OUTP_SYNTAX_HERMES, .start_in_block = true};
 
-TEST(json_calls_mask_equals_feeding_each_token) {
-    jg_calls *c = hermes(2);
+/* Random walks through calls c over vocabulary set (nv ids), the mask
+ * checked against feeding each token at every step, until `outputs`
+ * outputs end; the parser (cfg) must read each back (read_back). */
+static void forced_walk(const jg_calls *c, const piece_set *set, int nv, const outp_config *cfg,
+                        uint64_t x, int outputs) {
     char why[160];
     jg_schema *weather = jg_schema_compile(WEATHER, strlen(WEATHER), why, sizeof why);
     CHECK(c && weather);
-    int eos = 0, pick[NV], n = 0;
-    jg_vocab *v = jg_vocab_new(NV, vocab_bytes, (void *)&HERMES_SET, &eos, 1);
+    int eos = 0, pick[MAX_VOCAB], n = 0;
+    jg_vocab *v = jg_vocab_new(nv, vocab_bytes, (void *)set, &eos, 1);
     jg_state s;
     jg_init_calls(&s, c);
     di_buf out = {0};
-    uint64_t x = 29;
     int completed = 0, steps = 0;
-    for (; steps < 40000 && completed < 12; steps++) {
-        mask_check(v, &s, pick, &n, "walk");
-        if (!n) break;
+    for (; steps < 7000 * outputs && completed < outputs; steps++) {
+        mask_check(v, &s, set, nv, pick, &n);
+        CHECKF(n > 0, "no token after [%.*s]", (int)out.n, out.p);
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         int id = pick[x % (uint64_t)n];
         if (id == eos) {
             CHECKF(jg_done(&s), "a dead end after [%.*s]", (int)out.n, out.p);
             completed++;
-            read_back(&HERMES_FORCED, out.p, out.n, s.ncalls, weather);
+            read_back(cfg, out.p, out.n, s.ncalls, weather);
             out.n = 0;
             jg_init_calls(&s, c);
             continue;
         }
         char one[2];
-        const char *t = tok(id, one);
+        const char *t = tok_of(set, id, one);
         CHECK(jg_feed_token(v, &s, id));
         di_buf_add(&out, t, strlen(t));
     }
-    CHECKF(completed == 12, "%d outputs completed in %d steps", completed, steps);
+    CHECKF(completed == outputs, "%d outputs completed in %d steps", completed, steps);
     di_buf_free(&out);
     jg_vocab_free(v);
     jg_schema_free(weather);
+}
+
+TEST(json_calls_mask_equals_feeding_each_token) {
+    jg_calls *c = hermes(2);
+    forced_walk(c, &HERMES_SET, NV, &HERMES_FORCED, 29, 12);
     jg_calls_free(c);
 }
 
@@ -494,10 +506,6 @@ static const char *const D_PIECES[] = {
 
 static const piece_set DSML_SET = {D_PIECES, N_DPIECES};
 
-static const char *dtok(int id, char *one) {
-    return tok_of(&DSML_SET, id, one);
-}
-
 /* After the prompt's `<｜DSML｜tool_calls>\n`. */
 static const outp_config DSML_FORCED = {.tools = true, .start_in_block = true};
 
@@ -506,49 +514,7 @@ static const outp_config DSML_FORCED = {.tools = true, .start_in_block = true};
  * written, with arguments the schemas take. */
 TEST(json_calls_dsml_mask_equals_feeding_each_token) {
     jg_calls *c = dsml(2);
-    char why[160];
-    jg_schema *weather = jg_schema_compile(WEATHER, strlen(WEATHER), why, sizeof why);
-    CHECK(c && weather);
-    int eos = 0;
-    jg_vocab *v = jg_vocab_new(NVD, vocab_bytes, (void *)&DSML_SET, &eos, 1);
-    jg_state s;
-    jg_init_calls(&s, c);
-    di_buf out = {0};
-    uint64_t x = DSML_SEED;
-    int completed = 0, steps = 0;
-    for (; steps < 80000 * DSML_N / 12 && completed < DSML_N; steps++) {
-        float lg[NVD] = {0};
-        jg_mask(v, &s, lg);
-        int pick[NVD], n = 0;
-        for (int id = 0; id < NVD; id++) {
-            char one[2];
-            const char *t = dtok(id, one);
-            jg_state f = s;
-            bool want = id == 0 ? jg_done(&s) : jg_feed(&f, t, strlen(t));
-            CHECKF(want == (lg[id] == 0), "token %d: mask %d, fed %d (phase %d/%d/%d) after [%.*s]",
-                   id, lg[id] == 0, want, s.cphase, s.dphase, s.dpos, (int)out.n, out.p);
-            if (lg[id] == 0) pick[n++] = id;
-        }
-        CHECK(n > 0);
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        int id = pick[x % (uint64_t)n];
-        if (id == eos) {
-            CHECKF(jg_done(&s), "a dead end after [%.*s]", (int)out.n, out.p);
-            completed++;
-            read_back(&DSML_FORCED, out.p, out.n, s.ncalls, weather);
-            out.n = 0;
-            jg_init_calls(&s, c);
-            continue;
-        }
-        char one[2];
-        const char *t = dtok(id, one);
-        CHECK(jg_feed_token(v, &s, id));
-        di_buf_add(&out, t, strlen(t));
-    }
-    CHECKF(completed == DSML_N, "%d outputs completed in %d steps", completed, steps);
-    di_buf_free(&out);
-    jg_vocab_free(v);
-    jg_schema_free(weather);
+    forced_walk(c, &DSML_SET, NVD, &DSML_FORCED, DSML_SEED, DSML_N);
     jg_calls_free(c);
 }
 
