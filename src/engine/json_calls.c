@@ -179,6 +179,10 @@ bool jg_calls_in_value(const jg_state *s) {
            s->cphase == JG_CALLS_ANSWER;
 }
 
+int jg_calls_free_at_rest(const jg_state *s) {
+    return s->calls && s->cphase == JG_CALLS_FREE && !s->cpos ? (uint8_t)s->calls->trigger[0] : -1;
+}
+
 /* ---- DSML arguments: parameters standing for the object's members, fed
  * to the JSON automaton as `{"KEY": VALUE, ...}` would be ---- */
 #define DSML "｜DSML｜"

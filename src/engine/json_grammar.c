@@ -278,6 +278,9 @@ struct jg_vocab {
     int eos[JG_MAX_EOS], n_eos;
     /* control tokens (jg_vocab_add_controls): ids, and by id their bytes */
     int *ctrl, n_ctrl;
+    /* by byte, the tokens holding it (-1 ended), made when first asked
+     * (with_byte); masks may run on several threads */
+    int *with[256];
     uint32_t *coff;
     uint16_t *clen;
     char *cblob;
@@ -378,8 +381,30 @@ void jg_vocab_add_controls(jg_vocab *v, jg_token_bytes_fn control_bytes, void *c
     v->cblob = blob.p;
 }
 
+/* The tokens whose bytes hold b, -1 ended. */
+static const int *with_byte(jg_vocab *v, uint8_t b) {
+    int *l = __atomic_load_n(&v->with[b], __ATOMIC_ACQUIRE);
+    if (l) return l;
+    int n = 0;
+    for (int id = 0; id < v->vocab; id++)
+        n += v->len[id] && memchr(v->blob + v->off[id], b, v->len[id]);
+    l = di_malloc(sizeof(int) * (size_t)(n + 1));
+    n = 0;
+    for (int id = 0; id < v->vocab; id++)
+        if (v->len[id] && memchr(v->blob + v->off[id], b, v->len[id])) l[n++] = id;
+    l[n] = -1;
+    int *none = NULL; /* another thread may have made it meanwhile: keep the first */
+    if (!__atomic_compare_exchange_n(&v->with[b], &none, l, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        free(l);
+        l = none;
+    }
+    return l;
+}
+
 void jg_vocab_free(jg_vocab *v) {
     if (!v) return;
+    for (int b = 0; b < 256; b++) free(v->with[b]);
     free(v->ctrl);
     free(v->coff);
     free(v->clen);
@@ -483,7 +508,14 @@ static bool feed_control(const jg_vocab *v, jg_state *s, int id) {
 
 int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
     unsigned char *ok = di_calloc((size_t)(v->vocab ? v->vocab : 1), 1);
-    if (s->gram) {
+    int first = jg_calls_free_at_rest(s);
+    if (first >= 0) { /* free text: every token but those that may open a call */
+        for (int id = 0; id < v->vocab; id++) ok[id] = v->len[id] != 0;
+        for (const int *l = with_byte((jg_vocab *)v, (uint8_t)first); *l >= 0; l++) {
+            jg_state t = *s;
+            ok[*l] = jg_feed(&t, v->blob + v->off[*l], v->len[*l]);
+        }
+    } else if (s->gram) {
         walk_grammar(v, &v->all, s->gram, ok);
     } else if (s->raw) {
         walk_pattern(v, &v->all, s->raw, NULL, s->rstate, 0, UINT32_MAX, ok);

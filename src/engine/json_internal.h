@@ -46,6 +46,10 @@ enum { /* jg_state.cphase */
        JG_CALLS_ANSWER, /* ... in the answer */
 };
 bool jg_calls_in_value(const jg_state *s);
+/* Free text with none of the trigger matched: a token can only fail where
+ * it holds the trigger's first byte (returned), so the mask walks those
+ * alone; -1 otherwise. */
+int jg_calls_free_at_rest(const jg_state *s);
 
 /* One byte into the core automaton. */
 bool jg_core_step(jg_core *s, uint8_t c);
