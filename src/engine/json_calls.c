@@ -174,11 +174,6 @@ static bool value_feed(jg_state *s, const char *t) {
     return true;
 }
 
-bool jg_calls_in_value(const jg_state *s) {
-    return !s->calls || (s->cphase == JG_CALLS_VALUE && !s->calls->dsml) ||
-           s->cphase == JG_CALLS_ANSWER;
-}
-
 int jg_calls_free_at_rest(const jg_state *s) {
     return s->calls && s->cphase == JG_CALLS_FREE && !s->cpos ? (uint8_t)s->calls->trigger[0] : -1;
 }
@@ -205,6 +200,16 @@ enum {
     D_JSON,   /* a string="false" value; dpos: bytes of the closing tag in it so far */
     D_TAG,    /* in P_END */
 };
+
+bool jg_calls_in_value(const jg_state *s) {
+    if (!s->calls || s->cphase == JG_CALLS_ANSWER) return true;
+    if (s->cphase != JG_CALLS_VALUE) return false;
+    return !s->calls->dsml || (s->dphase == D_RAW && !s->dpos); /* raw text, no tag begun */
+}
+
+int jg_calls_plain_stop(const jg_state *s) {
+    return s->calls && s->calls->dsml && s->cphase == JG_CALLS_VALUE ? '<' : -1;
+}
 
 /* A raw value's byte as the JSON string's characters. */
 static bool raw_byte(jg_state *s, uint8_t b) {

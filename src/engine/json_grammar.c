@@ -529,6 +529,12 @@ int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
             for (int k = 0; k < v->plain.n; k++)
                 ok[v->plain.id[k]] = v->plain_chars[v->plain.id[k]] <= room;
         walk(v, &v->other, s, ok);
+        int stop = jg_calls_plain_stop(s);
+        for (const int *l = stop < 0 ? NULL : with_byte((jg_vocab *)v, (uint8_t)stop); l && *l >= 0;
+             l++) {
+            jg_state t = *s;
+            ok[*l] = jg_feed(&t, v->blob + v->off[*l], v->len[*l]);
+        }
     } else
         walk(v, &v->all, s, ok);
     for (int k = 0; s->calls && k < v->n_ctrl; k++) {

@@ -34,7 +34,7 @@ enum { W_NONE, W_CORE, W_KEY, W_ENUM };
 bool jg_calls_step(jg_state *s, uint8_t c);
 bool jg_calls_done(const jg_state *s);
 /* A JSON value's bytes are being read as they are written (the mask's
- * string shortcut may apply). */
+ * string shortcut may apply: plain tokens are string characters there). */
 enum { /* jg_state.cphase */
        JG_CALLS_CHOICE,
        JG_CALLS_VALUE,
@@ -46,6 +46,9 @@ enum { /* jg_state.cphase */
        JG_CALLS_ANSWER, /* ... in the answer */
 };
 bool jg_calls_in_value(const jg_state *s);
+/* ... except the plain tokens holding this byte (a DSML raw value's closing
+ * tag may begin there: walked one by one); -1 none. */
+int jg_calls_plain_stop(const jg_state *s);
 /* Free text with none of the trigger matched: a token can only fail where
  * it holds the trigger's first byte (returned), so the mask walks those
  * alone; -1 otherwise. */
