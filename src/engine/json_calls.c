@@ -204,7 +204,9 @@ enum {
 bool jg_calls_in_value(const jg_state *s) {
     if (!s->calls || s->cphase == JG_CALLS_ANSWER) return true;
     if (s->cphase != JG_CALLS_VALUE) return false;
-    return !s->calls->dsml || (s->dphase == D_RAW && !s->dpos); /* raw text, no tag begun */
+    /* DSML: a raw value, or a JSON value's string (the mask checks that the
+     * JSON is in one), no closing tag begun */
+    return !s->calls->dsml || ((s->dphase == D_RAW || s->dphase == D_JSON) && !s->dpos);
 }
 
 int jg_calls_plain_stop(const jg_state *s) {
