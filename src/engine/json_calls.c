@@ -358,16 +358,21 @@ static void free_text(jg_state *s) {
     s->cpos = 0;
 }
 
+/* A JSON object afresh (following schema), the calls' own fields kept;
+ * then phase. */
+static void begin_object(jg_state *s, const jg_schema *schema, int phase) {
+    jg_state keep = *s;
+    jg_init_schema(s, schema);
+    s->calls = keep.calls;
+    s->ctable = keep.ctable, s->ncalls = keep.ncalls, s->calt = keep.calt;
+    s->cbytes = keep.cbytes, s->cmade = keep.cmade;
+    s->cphase = (uint8_t)phase;
+}
+
 static void start_value(jg_state *s, int alt) {
     const jg_calls *c = s->calls;
-    jg_state keep = *s;
-    jg_init_schema(s, c->schema[alt]);
-    s->calls = c;
-    s->ctable = keep.ctable;
-    s->ncalls = keep.ncalls;
-    s->cbytes = keep.cbytes;
     s->calt = (uint16_t)alt;
-    s->cphase = JG_CALLS_VALUE;
+    begin_object(s, c->schema[alt], JG_CALLS_VALUE);
     if (c->dsml) { /* the object the parameters stand for */
         value_step(s, '{');
         s->dphase = D_NEXT, s->dpos = 0, s->dhave = false;
@@ -428,10 +433,7 @@ bool jg_calls_step(jg_state *s, uint8_t b) {
     case JG_CALLS_START:
         if (b == ' ' || b == '\n' || b == '\t' || b == '\r') return ++s->cpos <= JG_MAX_WS;
         if (b == '{' && !s->cmade) { /* the answer */
-            jg_state keep = *s;
-            jg_init_schema(s, c->answer_schema);
-            s->calls = c, s->cbytes = keep.cbytes;
-            s->cphase = JG_CALLS_ANSWER;
+            begin_object(s, c->answer_schema, JG_CALLS_ANSWER);
             s->cbytes++;
             return value_step(s, b);
         }

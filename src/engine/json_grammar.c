@@ -506,15 +506,20 @@ static bool feed_control(const jg_vocab *v, jg_state *s, int id) {
     return true;
 }
 
+/* Marks in ok, one by one from s, the tokens that hold byte b. */
+static void walk_holding(const jg_vocab *v, const jg_state *s, uint8_t b, unsigned char *ok) {
+    for (const int *l = with_byte((jg_vocab *)v, b); *l >= 0; l++) {
+        jg_state t = *s;
+        ok[*l] = jg_feed(&t, v->blob + v->off[*l], v->len[*l]);
+    }
+}
+
 int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
     unsigned char *ok = di_calloc((size_t)(v->vocab ? v->vocab : 1), 1);
     int first = jg_calls_free_at_rest(s);
     if (first >= 0) { /* free text: every token but those that may open a call */
         for (int id = 0; id < v->vocab; id++) ok[id] = v->len[id] != 0;
-        for (const int *l = with_byte((jg_vocab *)v, (uint8_t)first); *l >= 0; l++) {
-            jg_state t = *s;
-            ok[*l] = jg_feed(&t, v->blob + v->off[*l], v->len[*l]);
-        }
+        walk_holding(v, s, (uint8_t)first, ok);
     } else if (s->gram) {
         walk_grammar(v, &v->all, s->gram, ok);
     } else if (s->raw) {
@@ -530,11 +535,7 @@ int jg_mask(const jg_vocab *v, const jg_state *s, float *logits) {
                 ok[v->plain.id[k]] = v->plain_chars[v->plain.id[k]] <= room;
         walk(v, &v->other, s, ok);
         int stop = jg_calls_plain_stop(s);
-        for (const int *l = stop < 0 ? NULL : with_byte((jg_vocab *)v, (uint8_t)stop); l && *l >= 0;
-             l++) {
-            jg_state t = *s;
-            ok[*l] = jg_feed(&t, v->blob + v->off[*l], v->len[*l]);
-        }
+        if (stop >= 0) walk_holding(v, s, (uint8_t)stop, ok);
     } else
         walk(v, &v->all, s, ok);
     for (int k = 0; s->calls && k < v->n_ctrl; k++) {
