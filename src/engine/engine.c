@@ -410,6 +410,20 @@ static ereq *copy_request(const engine_request *q) {
     return r;
 }
 
+jg_calls *engine_calls_compile(const engine_request *q, di_err *err) {
+    char why[200];
+    jg_calls *calls = jg_calls_compile(q->call_forms, q->n_call_forms, q->calls_close, q->max_calls,
+                                       why, sizeof why);
+    if (!calls) return di_errf(err, "request: tools: %s", why), NULL;
+    jg_calls_set_trigger(calls, q->calls_trigger);
+    if (q->calls_dsml) jg_calls_set_dsml(calls);
+    if (q->calls_answer && !jg_calls_set_answer(calls, q->calls_answer_schema, why, sizeof why)) {
+        jg_calls_free(calls);
+        return di_errf(err, "request: json_schema: %s", why), NULL;
+    }
+    return calls;
+}
+
 uint64_t engine_submit(engine *e, const engine_request *q, di_err *err) {
     if (check_request(e, q, err)) return 0;
     jg_schema *schema = NULL;
@@ -438,26 +452,11 @@ uint64_t engine_submit(engine *e, const engine_request *q, di_err *err) {
         }
     }
     jg_calls *calls = NULL;
-    if (q->json && q->call_forms) {
-        char why[200];
-        calls = jg_calls_compile(q->call_forms, q->n_call_forms, q->calls_close, q->max_calls, why,
-                                 sizeof why);
-        if (!calls) {
-            jg_schema_free(schema);
-            jr_free(regex);
-            gr_free(grammar);
-            return di_errf(err, "request: tools: %s", why), 0;
-        }
-        jg_calls_set_trigger(calls, q->calls_trigger);
-        if (q->calls_dsml) jg_calls_set_dsml(calls);
-        if (q->calls_answer &&
-            !jg_calls_set_answer(calls, q->calls_answer_schema, why, sizeof why)) {
-            jg_calls_free(calls);
-            jg_schema_free(schema);
-            jr_free(regex);
-            gr_free(grammar);
-            return di_errf(err, "request: json_schema: %s", why), 0;
-        }
+    if (q->json && q->call_forms && !(calls = engine_calls_compile(q, err))) {
+        jg_schema_free(schema);
+        jr_free(regex);
+        gr_free(grammar);
+        return 0;
     }
     ereq *r = copy_request(q);
     r->calls = calls;

@@ -136,6 +136,11 @@ typedef struct engine_request {
     bool prompt_only;
 } engine_request;
 
+/* The tool calls a request's call_forms describe, as engine_submit holds
+ * them (with its trigger, DSML arguments and answer); NULL with err set
+ * where they do not compile. */
+jg_calls *engine_calls_compile(const engine_request *q, di_err *err);
+
 #define ENGINE_SCORE_CHUNK 128
 
 typedef struct engine_opts {

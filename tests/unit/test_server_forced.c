@@ -389,6 +389,17 @@ TEST(server_auto_tool_calls_in_hermes_and_v3) {
             }
 }
 
+/* The calls the engine holds r's reply to: its request as the server
+ * builds it (srv_json_constraint), compiled as engine_submit compiles it. */
+static jg_calls *held_calls(const srv_req *r) {
+    engine_request er = {0};
+    srv_json_constraint(r, false, NULL, &er);
+    di_err err = {{0}};
+    jg_calls *jc = er.json && er.call_forms ? engine_calls_compile(&er, &err) : NULL;
+    if (!jc) fprintf(stderr, "  no calls held: %s\n", err.msg);
+    return jc;
+}
+
 /* A forced choice holds the calls to the tools' forms (chatml, deepseek-v3,
  * deepseek-v4): the calls the parser reads above (the same texts) are
  * taken whole, a call of a tool not offered is not; a named choice or
@@ -411,11 +422,8 @@ TEST(server_forced_calls_are_held_to_the_tools_forms) {
             } else {
                 CHECK(r.n_call_forms == (c == NAMED ? 1 : 2));
                 CHECK(r.max_calls == (c == NAMED ? 1 : SRV_MAX_FORCED_CALLS));
-                char why[200];
-                jg_calls *jc = jg_calls_compile(r.call_forms, r.n_call_forms, r.calls_close,
-                                                r.max_calls, why, sizeof why);
-                CHECKF(jc, "%s", why);
-                if (r.calls_dsml) jg_calls_set_dsml(jc);
+                jg_calls *jc = held_calls(&r);
+                CHECK(jc);
                 const char *out = call_after(fmts[k], (choice)c);
                 jg_state s;
                 jg_init_calls(&s, jc);
@@ -473,12 +481,8 @@ TEST(server_strict_tools_hold_calls_after_the_opener) {
                 CHECK(r.n_call_forms == 0 && !r.calls_trigger);
             } else {
                 CHECK(r.n_call_forms == 2 && r.calls_trigger);
-                char why[200];
-                jg_calls *jc = jg_calls_compile(r.call_forms, r.n_call_forms, r.calls_close,
-                                                r.max_calls, why, sizeof why);
-                CHECKF(jc, "%s", why);
-                jg_calls_set_trigger(jc, r.calls_trigger);
-                if (r.calls_dsml) jg_calls_set_dsml(jc);
+                jg_calls *jc = held_calls(&r);
+                CHECK(jc);
                 jg_state s;
                 jg_init_calls(&s, jc);
                 CHECKF(jg_feed(&s, outputs[k], strlen(outputs[k])) && jg_done(&s), "%s",
