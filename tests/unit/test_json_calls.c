@@ -44,16 +44,25 @@ static int verdict(const jg_calls *c, const char *text) {
     return jg_done(&s);
 }
 
+/* A text and its verdict. */
+typedef struct verdict_case {
+    const char *text;
+    int want;
+} verdict_case;
+
+static void check_verdicts(const jg_calls *c, const verdict_case *cases, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        CHECKF(verdict(c, cases[i].text) == cases[i].want, "case %zu [%s]: %d, want %d", i,
+               cases[i].text, verdict(c, cases[i].text), cases[i].want);
+}
+
 #define W1 H_FIRST("get_weather") "{\"city\": \"Paris\"}" H_SUFFIX
 #define T1 H_FIRST("get_time") "{\"zone\": [1, {\"x\": null}]}" H_SUFFIX
 
 TEST(json_calls_take_and_refuse) {
     jg_calls *c = hermes(3);
     CHECK(c);
-    static const struct {
-        const char *text;
-        int want;
-    } cases[] = {
+    static const verdict_case cases[] = {
         {W1, 1},
         {T1, 1},
         {W1 "\n<tool_call>\n" H_FIRST("get_time") "{}" H_SUFFIX, 1},
@@ -79,9 +88,7 @@ TEST(json_calls_take_and_refuse) {
              "get_time") "{}" H_SUFFIX "\n",
          -1}, /* a fourth call */
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        CHECKF(verdict(c, cases[i].text) == cases[i].want, "case %zu [%s]: %d, want %d", i,
-               cases[i].text, verdict(c, cases[i].text), cases[i].want);
+    check_verdicts(c, cases, sizeof cases / sizeof *cases);
     jg_calls_free(c);
 
     /* one call at most: complete after it, nothing more */
@@ -322,10 +329,7 @@ static jg_calls *hermes_lazy(void) {
 TEST(json_calls_after_a_trigger) {
     jg_calls *c = hermes_lazy();
     CHECK(c);
-    static const struct {
-        const char *text;
-        int want;
-    } cases[] = {
+    static const verdict_case cases[] = {
         {"", 1},
         {"Sure, let me look that up.", 1},
         {"<tool_ca", 1}, /* a trigger's start is text */
@@ -338,9 +342,7 @@ TEST(json_calls_after_a_trigger) {
         {"<tool_call>\n" H_FIRST("get_weather") "{\"city\": 3", -1},
         {"<tool_call>{", -1}, /* the form's newline first */
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        CHECKF(verdict(c, cases[i].text) == cases[i].want, "case %zu [%s]: %d, want %d", i,
-               cases[i].text, verdict(c, cases[i].text), cases[i].want);
+    check_verdicts(c, cases, sizeof cases / sizeof *cases);
     jg_calls_free(c);
 }
 
@@ -440,10 +442,7 @@ static jg_calls *dsml(int max) {
 TEST(json_calls_dsml_take_and_refuse) {
     jg_calls *c = dsml(2);
     CHECK(c);
-    static const struct {
-        const char *text;
-        int want;
-    } cases[] = {
+    static const verdict_case cases[] = {
         {D_INV("get_weather") D_P("city", "true", "Paris") D_INV_END D_CLOSE, 1},
         {D_INV("get_weather") D_P("days", "false", "3") D_P("city", "true", "a\"b<c")
              D_INV_END D_INV("get_time") D_INV_END D_CLOSE,
@@ -464,9 +463,7 @@ TEST(json_calls_dsml_take_and_refuse) {
         {D_INV("get_time") D_P("x", "false", "1 ") D_INV_END D_CLOSE, 1},
         {D_INV("get_time") D_INV_END D_INV("get_time") D_INV_END D_INV("get_time"), -1}, /* max 2 */
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        CHECKF(verdict(c, cases[i].text) == cases[i].want, "case %zu [%s]: %d, want %d", i,
-               cases[i].text, verdict(c, cases[i].text), cases[i].want);
+    check_verdicts(c, cases, sizeof cases / sizeof *cases);
     jg_calls_free(c);
 }
 
@@ -527,10 +524,7 @@ TEST(json_calls_an_answer_or_calls) {
     jg_calls *c = hermes_lazy();
     char why[160];
     CHECK(c && jg_calls_set_answer(c, ANSWER, why, sizeof why));
-    static const struct {
-        const char *text;
-        int want;
-    } cases[] = {
+    static const verdict_case cases[] = {
         {"{\"ok\": true}", 1},
         {" \n{\"ok\":false}", 1},
         {"{\"ok\": true", 0},
@@ -544,9 +538,7 @@ TEST(json_calls_an_answer_or_calls) {
         {"<tool_call>\n" H_FIRST("get_time") "{\"zone\": 1}" H_SUFFIX, 1},
         {"<tool_ca", 0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        CHECKF(verdict(c, cases[i].text) == cases[i].want, "case %zu [%s]: %d, want %d", i,
-               cases[i].text, verdict(c, cases[i].text), cases[i].want);
+    check_verdicts(c, cases, sizeof cases / sizeof *cases);
     CHECK(!jg_calls_set_answer(c, "{\"type\":\"array\"}", why, sizeof why));
     jg_calls_free(c);
 }
