@@ -143,9 +143,8 @@ static void call_forms(render_format fmt, srv_req *r, bool lazy) {
         if (!allowed(r, name)) continue;
         jg_call_form *f = &r->call_forms[r->n_call_forms++];
         if (hermes) {
-            char *head = concat3(lazy ? "\n" : "", "{\"name\": \"", name);
-            f->first = concat3(head, "\", \"arguments\": ", "");
-            free(head);
+            f->first =
+                concat3(lazy ? "\n{\"name\": \"" : "{\"name\": \"", name, "\", \"arguments\": ");
             f->next = concat3("\n<tool_call>\n", f->first + lazy, "");
             f->suffix = di_strdup("}\n</tool_call>");
         } else if (dsml) { /* after the block opener and its newline */
@@ -154,10 +153,9 @@ static void call_forms(render_format fmt, srv_req *r, bool lazy) {
             f->suffix = di_strdup("</｜DSML｜invoke>\n");
         } else { /* lazy: after <｜tool▁call▁begin｜>, one call a block (so a lone call,
                     as the template writes later turns', is held as well) */
-            f->first = concat3(lazy ? "" : "<｜tool▁call▁begin｜>", "function<｜tool▁sep｜>", name);
-            char *open = concat3(f->first, "\n```json\n", "");
-            free((char *)f->first);
-            f->first = open;
+            f->first = concat3(lazy ? "function<｜tool▁sep｜>"
+                                    : "<｜tool▁call▁begin｜>function<｜tool▁sep｜>",
+                               name, "\n```json\n");
             f->next = di_strdup(f->first);
             f->suffix = di_strdup("\n```<｜tool▁call▁end｜>");
         }
