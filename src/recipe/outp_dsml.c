@@ -327,12 +327,6 @@ bool outp_step_param_str(outp_parser *p, bool final) {
     return at > 0;
 }
 
-static bool trim_ws(const char **s, size_t *n) {
-    while (*n && outp_is_ws(**s)) (*s)++, (*n)--;
-    while (*n && outp_is_ws((*s)[*n - 1])) (*n)--;
-    return *n > 0;
-}
-
 bool outp_step_param_json(outp_parser *p, bool final) {
     const char *b = outp_cur(p);
     size_t n = outp_avail(p), at, w;
@@ -347,7 +341,7 @@ bool outp_step_param_json(outp_parser *p, bool final) {
     size_t vn = p->pval.n;
     di_buf o = {0};
     di_buf_add(&o, p->param_key, strlen(p->param_key));
-    if (trim_ws(&v, &vn) && outp_json_value(v, vn)) {
+    if (outp_trim(&v, &vn) && outp_json_value(v, vn)) {
         di_buf_add(&o, v, vn);
     } else { /* not JSON: keep what the model wrote, as a string */
         di_buf_add(&o, "\"", 1);

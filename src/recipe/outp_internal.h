@@ -113,6 +113,12 @@ static inline void outp_consume(outp_parser *p, size_t n) {
 static inline bool outp_is_ws(char c) {
     return c == ' ' || c == '\n' || c == '\r' || c == '\t';
 }
+/* s[0..n) without whitespace at either end; false where nothing is left. */
+static inline bool outp_trim(const char **s, size_t *n) {
+    while (*n && outp_is_ws(**s)) (*s)++, (*n)--;
+    while (*n && outp_is_ws((*s)[*n - 1])) (*n)--;
+    return *n > 0;
+}
 
 /* DSML states (outp_dsml.c). Each returns true if it made progress. */
 bool outp_step_block(outp_parser *p, bool final);

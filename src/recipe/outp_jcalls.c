@@ -80,11 +80,6 @@ void outp_jcalls_start_forced(outp_parser *p, const char *name) {
 
 /* ---- reading a body ------------------------------------------------------------ */
 
-static void trim(const char **s, size_t *n) {
-    while (*n && outp_is_ws(**s)) (*s)++, (*n)--;
-    while (*n && outp_is_ws((*s)[*n - 1])) (*n)--;
-}
-
 static const char *skip_ws(const char *p, const char *e) {
     while (p < e && outp_is_ws(*p)) p++;
     return p;
@@ -202,7 +197,7 @@ static char *string_of(const char *raw, size_t n) {
 /* The call out of its name and the arguments' object text: TOOL_START,
  * the object's inside, TOOL_END. */
 static bool emit_call(outp_parser *p, const char *name, const char *args, size_t n) {
-    trim(&args, &n);
+    outp_trim(&args, &n);
     if (!name || !name[0] || !is_object(args, n)) return false;
     outp_start_call(p, name, strlen(name));
     outp_emit(p, OUTP_EV_TOOL_ARGS, args + 1, n - 2);
@@ -237,8 +232,8 @@ static bool read_v3(outp_parser *p, const char *b, size_t n) {
     if (!nl) return false;
     size_t nn = (size_t)(nl - s), an = (size_t)(e - nl);
     const char *nm = s, *a = nl;
-    trim(&nm, &nn);
-    trim(&a, &an);
+    outp_trim(&nm, &nn);
+    outp_trim(&a, &an);
     if (an >= 3 && !memcmp(a, "```", 3)) { /* ```json ... ``` */
         const char *eol = memchr(a, '\n', an);
         if (!eol) return false;
