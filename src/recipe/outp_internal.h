@@ -113,6 +113,20 @@ static inline void outp_consume(outp_parser *p, size_t n) {
 static inline bool outp_is_ws(char c) {
     return c == ' ' || c == '\n' || c == '\r' || c == '\t';
 }
+/* A JSON text's byte c as to its strings: true where c is inside one or
+ * opens one (str: inside, esc: after a backslash there, both updated). */
+static inline bool outp_json_quoted(bool *str, bool *esc, char c) {
+    if (*str) {
+        if (*esc)
+            *esc = false;
+        else if (c == '\\')
+            *esc = true;
+        else if (c == '"')
+            *str = false;
+        return true;
+    }
+    return *str = c == '"';
+}
 /* s[0..n) without whitespace at either end; false where nothing is left. */
 static inline bool outp_trim(const char **s, size_t *n) {
     while (*n && outp_is_ws(**s)) (*s)++, (*n)--;

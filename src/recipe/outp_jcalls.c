@@ -271,19 +271,7 @@ bool outp_step_jcall(outp_parser *p, bool final) {
     bool found = false;
     for (; i < n; i++) {
         char c = b[i];
-        if (p->cstr) {
-            if (p->cesc)
-                p->cesc = false;
-            else if (c == '\\')
-                p->cesc = true;
-            else if (c == '"')
-                p->cstr = false;
-            continue;
-        }
-        if (c == '"') {
-            p->cstr = true;
-            continue;
-        }
+        if (outp_json_quoted(&p->cstr, &p->cesc, c)) continue;
         if (c != close->s[0]) continue;
         size_t m = n - i < close->len ? n - i : close->len;
         if (memcmp(b + i, close->s, m)) continue;

@@ -202,16 +202,8 @@ void outp_emit_answer(outp_parser *p, const char *s, size_t n) {
     size_t j = i;
     for (; j < n; j++) {
         char c = s[j];
-        if (p->jstr) {
-            if (p->jesc)
-                p->jesc = false;
-            else if (c == '\\')
-                p->jesc = true;
-            else if (c == '"')
-                p->jstr = false;
-        } else if (c == '"') {
-            p->jstr = true;
-        } else if (c == '{' || c == '[') {
+        if (outp_json_quoted(&p->jstr, &p->jesc, c)) continue;
+        if (c == '{' || c == '[') {
             p->jdepth++;
         } else if ((c == '}' || c == ']') && --p->jdepth == 0) {
             j++;
