@@ -290,6 +290,12 @@ void kern_prefetch_mat(const kern_mat *W) {
     }
 }
 
+void kern_prefetch_start(const void *p, size_t bytes) {
+    const char *c = p;
+    if (bytes > KERN_NTA_AHEAD) bytes = KERN_NTA_AHEAD;
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 0);
+}
+
 void kern_row_f32(float *out, const kern_mat *W, int r) {
     int cols = W->cols;
     size_t off = (size_t)r * (size_t)cols;

@@ -113,6 +113,11 @@ int kern_one_token_grain(kern_dtype t, int cols);
  * matrix that is about to be read cold: one request per cache line, issued
  * together, instead of a latency-bound stream. */
 void kern_prefetch_mat(const kern_mat *W);
+/* Starts loading the head of [p, p + bytes) (at most a page), rows the
+ * attention helpers are about to read side by side: they prefetch only
+ * ahead of the rows they read (K rows side by side a page on), so a run
+ * that does not follow on from the one before would start cold. */
+void kern_prefetch_start(const void *p, size_t bytes);
 
 /* Vector helpers used by attention and norms (n elements). */
 float kern_dot(const float *a, const float *b, int n);

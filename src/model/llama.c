@@ -100,6 +100,18 @@ typedef struct {
 #define ATTN_GANG     8
 #define ATTN_GANG_MIN 4
 
+/* Starts the run of part `part` at span offset i (rows side by side only),
+ * which a gang reads next after its current block's last head: the
+ * helpers' own prefetches run on from one head's run into the next one's
+ * within a block, but not across blocks or from K to V. */
+static void gang_next(attn_job *j, int b, int s0, int span, int i, int part) {
+    int run;
+    size_t stride;
+    const void *r = model_kv_run(j->m, j->st, j->l, b, s0 + i, span - i, part, &run, &stride);
+    if (stride == (size_t)j->m->cfg.head_dim)
+        kern_prefetch_start(r, (size_t)run * stride * kern_dtype_size(model_kv_step_dtype(j->st)));
+}
+
 /* One token's kv heads [kh0, kh0 + g), each with its whole q-head group,
  * their cached runs walked block by block: within a block of the pool the
  * heads' K runs lie side by side (model_kv_run's part-major layout), and so
@@ -127,6 +139,9 @@ static void attn_gang(attn_job *j, int blk, int kh0, int g, float *sc) {
             size_t stride;
             const void *k =
                 model_kv_run(j->m, j->st, j->l, b, s0 + i, span - i, kh0 + u, &run, &stride);
+            if (u == g - 1) /* the next block's K runs, or the first V runs */
+                gang_next(j, b, s0, span, i + run < span ? i + run : 0,
+                          i + run < span ? kh0 : nkv + kh0);
             kern_dot_heads(sc + u * us + i, ml, q + (size_t)(kh0 + u) * group * hd, group, k, kt,
                            stride, run, hd);
         }
@@ -138,6 +153,7 @@ static void attn_gang(attn_job *j, int blk, int kh0, int g, float *sc) {
             size_t stride;
             const void *v =
                 model_kv_run(j->m, j->st, j->l, b, s0 + i, span - i, nkv + kh0 + u, &run, &stride);
+            if (u == g - 1 && i + run < span) gang_next(j, b, s0, span, i + run, nkv + kh0);
             kern_axpy_heads(o + (size_t)(kh0 + u) * group * hd, (size_t)hd, sc + u * us + i, ml,
                             group, v, kt, stride, run, hd);
         }
