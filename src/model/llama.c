@@ -306,6 +306,7 @@ void gqa_attention(model *m, const model_step *st, int l, const float *x, float 
     size_t w = qd + 2 * kvd;
     float *qkv = model_scratch(m, FWD_SLOT_FAMILY0, (size_t)n * w);
     float *att = model_scratch(m, FWD_SLOT_FAMILY0 + 1, (size_t)n * qd);
+    model_kv_put_ahead(st, l);
     if (L->wqkv.data) { /* one pass over x for all three */
         kern_matmul(m->pool, qkv, x, &L->wqkv, L->bqkv, n);
     } else { /* the three stored apart in the checkpoint: each, then interleaved */

@@ -292,6 +292,7 @@ void mla_attention_path(model *m, const model_step *st, int l, const float *x, f
     float *kva = di_malloc(sizeof(float) * (size_t)n * d.ent);
     int r = cfg->q_lora_rank;
     float *qa = r > 0 ? di_malloc(sizeof(float) * (size_t)n * r) : NULL;
+    model_kv_put_ahead(st, l);
     deepseek_jobs js = {0}; /* the two projections of x in one pool barrier */
     deepseek_jobs_add(&js, r > 0 ? &L->q_a : &L->q_proj, x, r > 0 ? qa : q, n);
     deepseek_jobs_add(&js, &L->kv_a, x, kva, n);

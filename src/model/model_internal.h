@@ -290,6 +290,10 @@ kern_dtype model_kv_step_dtype(const model_step *st);
 /* Stores the entry of step token t for layer l (paged block for full layers,
  * step staging for sliding-window layers), rounded to the KV dtype. */
 void model_kv_put(model *m, const model_step *st, int l, int t, const float *entry);
+/* Starts fetching, for writing, the paged rows model_kv_put will fill for a
+ * decode step's tokens in layer l (called before the projections that make
+ * the entries, which hide the fetch); nothing for larger steps. */
+void model_kv_put_ahead(const model_step *st, int l);
 /* The entry of batch sequence b at absolute position pos for layer l as f32
  * values (model_kv_entry_floats of them): the cache for earlier positions,
  * this step's entries for new ones. Valid for every pos < n_past + n_tokens
