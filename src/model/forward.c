@@ -82,15 +82,6 @@ static void silu_rows(void *ctx, int lo, int hi) {
         kern_silu_mul(j->out + t * j->inter, j->gate + t * j->ld, j->up + t * j->ld, (int)j->inter);
 }
 
-/* One token's columns [lo, hi): the ranges start at multiples of SILU_GRAIN
- * (whole vectors), so each column takes the path it takes in silu_rows
- * (the vector loop, or libm past the row's whole 8s) and the same bits. */
-#define SILU_GRAIN 512
-static void silu_cols(void *ctx, int lo, int hi) {
-    const silu_job *j = ctx;
-    kern_silu_mul(j->out + lo, j->gate + lo, j->up + lo, hi - lo);
-}
-
 void dense_ffn(model *m, const model_layer *L, const float *x, float *out, int n) {
     size_t inter = (size_t)L->gate.rows;
     float *g = model_scratch(m, FWD_SLOT_FFN_GATE, (size_t)n * inter);
@@ -105,14 +96,12 @@ void dense_ffn(model *m, const model_layer *L, const float *x, float *out, int n
         kern_matmul(m->pool, u, x, &L->up, NULL, n);
         j.gate = g, j.up = u, j.ld = inter;
     }
-    /* a token's exp work is about 5-10 us: on the pool, by tokens from two
-     * (it ran on the calling thread alone, 1.4 % of a prefill's time), by
-     * columns for one (the other threads idled through it: 0.46 % of an
-     * int8 decode step) */
+    /* a token's exp work is about 10 us: on the pool from two tokens (it ran
+     * on the calling thread alone, 1.4 % of a prefill's time) */
     if (n > 1)
         pool_for(m->pool, silu_rows, &j, n, 1);
     else
-        pool_for(m->pool, silu_cols, &j, (int)inter, SILU_GRAIN);
+        silu_rows(&j, 0, n);
     kern_matmul(m->pool, out, g, &L->down, NULL, n);
 }
 
