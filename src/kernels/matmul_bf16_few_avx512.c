@@ -21,11 +21,7 @@
  * activations stay in L1 (Zen 5, 2 threads, 8 tokens over 256 MB of
  * 2048-column rows: 49.6-52.3 against 46.4-48.6 GB/s with T0, four
  * alternating rounds; llama-1b decode at batch 8 +4 %, seven alternating
- * pairs, five ahead, within the host's noise), and as the one-token
- * kernels do (kern_page_ahead), the page after next touched as those
- * prefetches enter a page: llama-1b bf16 decode at batch 8, on and off in
- * alternate steps of one run (both orders, 8 runs of 12-24 steps each),
- * steps 11.4-17.5 % shorter;
+ * pairs, five ahead, within the host's noise);
  * from 9 tokens, whose activations no longer fit in L1 beside a tile,
  * each row 512 bytes ahead (1 KB ahead was 5-10 % slower at 16 tokens,
  * the next tile 15 %). A last partial step of
@@ -169,12 +165,10 @@ AI void few_steps(const few_job *j, const char *p, int u0, int u1, int tail,
     for (; u + 8 <= u1; u += 8) { /* a cache line of each row */
         if (H == 1 && R == FEW_R) {
             /* eight lines of the next tile, in address order: 8 steps of
-             * 8 rows take eight lines, so the next tile arrives whole; and
-             * the page after next touched as they enter a page */
-            const char *next = p + (size_t)R * ld + (size_t)u * 64;
+             * 8 rows take eight lines, so the next tile arrives whole */
 #pragma GCC unroll 8
-            for (int i = 0; i < 8; i++) _mm_prefetch(next + i * 64, _MM_HINT_NTA);
-            kern_page_ahead(next, 512);
+            for (int i = 0; i < 8; i++)
+                _mm_prefetch(p + (size_t)R * ld + ((size_t)u + i) * 64, _MM_HINT_NTA);
         } else {
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
