@@ -22,7 +22,9 @@ static void usage(FILE *f) {
                "run 'deepinfer COMMAND --help' for a command's options; --version: this build\n"
                "environment:\n"
                "  DEEPINFER_ISA=avx2|scalar   run the AVX2 or the portable kernels even\n"
-               "                              where the CPU has more (to measure or compare)\n");
+               "                              where the CPU has more (to measure or compare)\n"
+               "  DEEPINFER_FEW_TOUCH=0       batched bf16 decode without its page touch\n"
+               "                              (to measure it)\n");
 }
 
 /* DEEPINFER_ISA: the kernels' instruction set, below what the CPU offers. */

@@ -152,6 +152,7 @@ void kern_i8_block_starts(int32_t *st, const int8_t *xq, int n, int K);
  * xb: the tokens' activations rounded to bf16, rows ldx apart, zero from
  * column K to a multiple of 4. */
 #define KERN_BF16_FEW_MAX 24
+extern int kern_few_touch; /* matmul_bf16_few_avx512.c: its tiles' page touch, on */
 void kern_bf16_few_avx512(pool *p, float *y, const uint16_t *xb, size_t ldx, const kern_mat *W,
                           const float *bias, int n);
 /* bf16 weights times one token in batch-invariant mode on AVX-512 BF16, in

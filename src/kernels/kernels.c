@@ -11,7 +11,8 @@
  * is defined.
  *
  * Global state: the dispatch switches below (set by kern_init,
- * kern_force_scalar, kern_set_batch_invariant; read by every kernel). Per
+ * kern_force_scalar, kern_set_batch_invariant; read by every kernel), and
+ * kern_init clears kern_few_touch under DEEPINFER_FEW_TOUCH=0. Per
  * thread: the matmuls' scratch buffers (kern_scratch). */
 #include "kernels/kern_internal.h"
 
@@ -44,6 +45,8 @@ void kern_init(void) {
     atomic_store(&have_avx512, avx512);
     atomic_store(&have_vnni, avx512 && __builtin_cpu_supports("avx512vnni"));
     atomic_store(&have_bf16, avx512 && __builtin_cpu_supports("avx512bf16"));
+    const char *touch = getenv("DEEPINFER_FEW_TOUCH"); /* "0": measure without it */
+    if (touch && !strcmp(touch, "0")) kern_few_touch = 0;
     atomic_store(&inited, true);
 }
 
