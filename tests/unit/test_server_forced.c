@@ -38,6 +38,16 @@ static const render_format FORMATS[] = {RENDER_DEEPSEEK_V4, RENDER_CHATML, RENDE
 
 static const srv_limits LIM = {.max_n = 8, .max_stops = 8, .max_json_depth = 16, .model_name = "m"};
 
+/* body prepared for api in fmt into r and p (both to free); false, the
+ * reason printed, where srv_prepare refuses it. */
+static bool prepared(const srv_api *api, const char *body, render_format fmt, srv_req *r,
+                     srv_prepared *p) {
+    srv_fail f = {0};
+    if (srv_prepare(api, body, strlen(body), &LIM, fmt, NULL, r, p, &f) == 0) return true;
+    fprintf(stderr, "  prepare: %s\n", f.msg);
+    return false;
+}
+
 typedef enum { REQUIRED, NAMED, AUTO } choice;
 
 /* A complete call to get_weather(city: Paris), as format fmt's model writes
@@ -141,11 +151,8 @@ static int run(const srv_api *api, render_format fmt, choice c, bool stream, con
     request(body, sizeof body, api, c);
     srv_req r;
     srv_prepared p;
+    if (!prepared(api, body, fmt, &r, &p)) return -1;
     srv_fail f = {0};
-    if (srv_prepare(api, body, strlen(body), &LIM, fmt, NULL, &r, &p, &f)) {
-        fprintf(stderr, "prepare: %s\n", f.msg);
-        return -1;
-    }
     int rc = -1;
     if ((c == AUTO) == r.tool_forced ||
         (c != AUTO && p.think_opened)) { /* forced: non-thinking, prompt ends in the block */
@@ -260,17 +267,14 @@ TEST(server_forced_tool_choice_only_where_calls_are_written_and_asked) {
     request(body, sizeof body, &srv_api_chat, REQUIRED);
     srv_req r;
     srv_prepared p;
-    srv_fail f = {0};
-    CHECK(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, RENDER_LLAMA3, NULL, &r, &p, &f) ==
-          0);
+    CHECK(prepared(&srv_api_chat, body, RENDER_LLAMA3, &r, &p));
     CHECK(!r.tool_forced); /* Llama 3's template has no tools */
     srv_req_free(&r);
     srv_prepared_free(&p);
     const char *auto_body =
         "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"}],\"tools\":[{\"type\":\"function\","
         "\"function\":{\"name\":\"x\",\"parameters\":{}}}]}";
-    CHECK(srv_prepare(&srv_api_chat, auto_body, strlen(auto_body), &LIM, RENDER_DEEPSEEK_V4, NULL,
-                      &r, &p, &f) == 0);
+    CHECK(prepared(&srv_api_chat, auto_body, RENDER_DEEPSEEK_V4, &r, &p));
     CHECK(!r.tool_forced);
     srv_req_free(&r);
     srv_prepared_free(&p);
@@ -284,9 +288,7 @@ TEST(server_forced_prompt_ends_inside_the_block) {
         request(body, sizeof body, &srv_api_chat, (choice)c);
         srv_req r;
         srv_prepared p;
-        srv_fail f = {0};
-        CHECK(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, RENDER_DEEPSEEK_V4, NULL, &r, &p,
-                          &f) == 0);
+        CHECK(prepared(&srv_api_chat, body, RENDER_DEEPSEEK_V4, &r, &p));
         render_segs segs = {0};
         di_err err = {{0}};
         CHECK(srv_render_conv(RENDER_DEEPSEEK_V4, &r, &segs, &err) == 0 && r.tool_forced);
@@ -337,9 +339,7 @@ TEST(server_forced_prompt_ends_inside_the_call_hermes_and_v3) {
             request(body, sizeof body, &srv_api_chat, (choice)c);
             srv_req r;
             srv_prepared p;
-            srv_fail f = {0};
-            CHECK(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, cases[k].fmt, NULL, &r, &p,
-                              &f) == 0);
+            CHECK(prepared(&srv_api_chat, body, cases[k].fmt, &r, &p));
             render_segs segs = {0};
             di_err err = {{0}};
             CHECK(srv_render_conv(cases[k].fmt, &r, &segs, &err) == 0 && r.tool_forced);
@@ -414,9 +414,7 @@ TEST(server_forced_calls_are_held_to_the_tools_forms) {
             request(body, sizeof body, &srv_api_chat, (choice)c);
             srv_req r;
             srv_prepared p;
-            srv_fail f = {0};
-            CHECK(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, fmts[k], NULL, &r, &p, &f) ==
-                  0);
+            CHECK(prepared(&srv_api_chat, body, fmts[k], &r, &p));
             if (k == 3) {
                 CHECK(r.n_call_forms == 0);
             } else {
@@ -473,9 +471,7 @@ TEST(server_strict_tools_hold_calls_after_the_opener) {
                      strict ? "true" : "false");
             srv_req r;
             srv_prepared p;
-            srv_fail f = {0};
-            CHECK(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, fmts[k], NULL, &r, &p, &f) ==
-                  0);
+            CHECK(prepared(&srv_api_chat, body, fmts[k], &r, &p));
             CHECK(!r.tool_forced);
             if (!strict || k == 3) {
                 CHECK(r.n_call_forms == 0 && !r.calls_trigger);
@@ -535,10 +531,7 @@ TEST(server_allowed_tools_hold_the_names) {
             snprintf(body, sizeof body, bodies[a], req ? "required" : "auto");
             srv_req r;
             srv_prepared p;
-            srv_fail f = {0};
-            CHECKF(srv_prepare(apis[a], body, strlen(body), &LIM, RENDER_CHATML, NULL, &r, &p,
-                               &f) == 0,
-                   "%s", f.msg);
+            CHECK(prepared(apis[a], body, RENDER_CHATML, &r, &p));
             CHECK(r.tool_forced == (req == 1) && r.conv->n_tools == 2);
             CHECK(r.n_call_forms == 1 && strstr(r.call_forms[0].first, "get_weather"));
             CHECK(req || r.calls_trigger);
@@ -573,10 +566,7 @@ TEST(server_structured_output_with_tools_is_an_answer_or_calls) {
                      choices[ch]);
             srv_req r;
             srv_prepared p;
-            srv_fail f = {0};
-            CHECKF(srv_prepare(&srv_api_chat, body, strlen(body), &LIM, fmts[k], NULL, &r, &p,
-                               &f) == 0,
-                   "%s", f.msg);
+            CHECK(prepared(&srv_api_chat, body, fmts[k], &r, &p));
             engine_request er = {0};
             srv_json_constraint(&r, false, NULL, &er);
             bool held = k < 2 && ch == 0;
