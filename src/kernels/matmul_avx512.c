@@ -352,8 +352,6 @@ void kern_i8_x16_prepare(kern_i8_x16 *a, void *buf, const float *x, const kern_m
 AI void i8_x16_block_sums(__m512i *sum, const int8_t *w, const char *x, size_t ld, const int S,
                           int cols, const int T) {
     __m512i c0[KERN_I8_X16_MAX], c1[KERN_I8_X16_MAX];
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++) c0[t] = c1[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int i = 0; i < S; i++) {
         int left = cols - 32 * i;
@@ -364,7 +362,11 @@ AI void i8_x16_block_sums(__m512i *sum, const int8_t *w, const char *x, size_t l
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             __m512i xv = _mm512_loadu_si512(x + (size_t)t * ld + 64 * i);
-            if (i & 1)
+            /* each chain starts from its first products, not from zero
+             * (2 and 3 tokens streaming 0.5-3 % faster) */
+            if (i < 2)
+                (i ? c1 : c0)[t] = _mm512_madd_epi16(w16, xv);
+            else if (i & 1)
                 c1[t] = _mm512_dpwssd_epi32(c1[t], w16, xv);
             else
                 c0[t] = _mm512_dpwssd_epi32(c0[t], w16, xv);
@@ -415,19 +417,23 @@ AI void i8_x16_rows(const kern_mat *W, float *y, const kern_i8_x16 *a, const flo
 
 /* One token, blocks of 128 columns: the hot path of int8 decode, with less
  * around the dot products than the T-token rows above, which leaves the
- * core more room to catch up when lines arrive late. Each block's two
- * chains start from vpmaddwd (no zeroed accumulators to copy in) and two
- * blocks go per step, so the page test, the loop and the four line
- * prefetches come once per 256 bytes. The same sums in the same order, so
- * the same bits. Streaming llama-1b's 65 matrices (2 threads, alternating
- * pass by pass with the T-token rows in one process, four sets of 30
- * passes): 61.6, 65.1, 61.9, 62.7 against 58.0, 62.5, 58.3, 59.9 GB/s;
- * int8 decode steps 2.9, 4.6, 8.6, 11.1 % shorter (alternate steps, both
- * orders, four runs of 500 tokens; the larger gains while the host's
- * bandwidth moved). Keep the two blocks written out: the same code with
- * them in an inner loop of one or two ran 4-7 % slower than the T-token
- * rows (GCC's layout of that loop), and one chain per block, one block a
- * step, slower still while streaming. */
+ * core more room to catch up when lines arrive late. Two blocks go per
+ * step, so the page test, the loop and the four line prefetches come once
+ * per 256 bytes, and each block's two chains start from vpmaddwd (no
+ * zeroed accumulators to copy in; the T-token rows now start so too). The
+ * same sums in the same order, so the same bits. Streaming llama-1b's 65
+ * matrices (2 threads, alternating pass by pass with the T-token rows in
+ * one process, four sets of 30 passes): 61.6, 65.1, 61.9, 62.7 against
+ * 58.0, 62.5, 58.3, 59.9 GB/s; int8 decode steps 2.9, 4.6, 8.6, 11.1 %
+ * shorter (alternate steps, both orders, four runs of 500 tokens; the
+ * larger gains while the host's bandwidth moved). Keep the two blocks
+ * written out: the same code with them in an inner loop of one or two ran
+ * 4-7 % slower than the T-token rows (GCC's layout of that loop), and one
+ * chain per block, one block a step, slower still while streaming. */
+
+/* i8_x16_block_sums for one token and a whole block, written out (the
+ * loop above called with those constants compiled to other code, level or
+ * slower within the noise; this one is what was measured). */
 AI __m512i i8_x16_block128(const int8_t *w, const int16_t *x) {
 #define W16(i) _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + 32 * (i))))
 #define X16(i) _mm512_loadu_si512(x + 32 * (i))
