@@ -51,17 +51,7 @@ double sampler_uniform(sampler *s) {
  * chain through the index of the best so far, which ran at 4 ns a value),
  * then the first place it occurs. */
 int sampler_argmax(const float *logits, int n) {
-    enum { LANES = 16 };
-    float lane[LANES], mx = -INFINITY;
-    int i = 0;
-    for (int j = 0; j < LANES; j++) lane[j] = -INFINITY;
-    for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; j++) lane[j] = logits[i + j] > lane[j] ? logits[i + j] : lane[j];
-    for (int j = 0; j < LANES; j++) mx = lane[j] > mx ? lane[j] : mx;
-    for (; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
-    for (i = 0; i < n; i++)
-        if (logits[i] == mx) return i;
-    return 0;
+    return kern_argmax(logits, n);
 }
 
 /* Sort candidates by probability, descending; ties by id for determinism. */

@@ -327,6 +327,7 @@ void kern_scale_avx2(float *y, float a, int n);
 void kern_add_avx2(float *y, const float *x, int n);
 void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);
 void kern_softmax_avx2(float *x, int n, float scale);
+int kern_argmax_avx2(const float *x, int n);
 void kern_silu_mul_avx2(float *out, const float *gate, const float *up, int n);
 void kern_row_bf16_avx2(float *out, const uint16_t *row, int n);
 

@@ -538,6 +538,22 @@ void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps) 
     for (int i = 0; i < n; i++) out[i] = x[i] * inv * (w ? w[i] : 1.0f);
 }
 
+/* Two passes, as the AVX2 one: the maximum in eight lanes (a NaN never
+ * replaces one), then the first index holding it. */
+int kern_argmax(const float *x, int n) {
+    if (kern_use_avx2()) return kern_argmax_avx2(x, n);
+    float lane[8], mx = -INFINITY;
+    int i = 0;
+    for (int j = 0; j < 8; j++) lane[j] = -INFINITY;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+    for (int j = 0; j < 8; j++) mx = lane[j] > mx ? lane[j] : mx;
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    for (i = 0; i < n; i++)
+        if (x[i] == mx) return i;
+    return 0;
+}
+
 void kern_softmax(float *x, int n) {
     kern_softmax_scaled(x, n, 1.0f);
 }

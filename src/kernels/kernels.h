@@ -144,6 +144,9 @@ void kern_f32_row_to_bf16(uint16_t *dst, const float *src, size_t n);
 
 /* out = x / rms(x) * w (w may be NULL: no weight). out may alias x. */
 void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+/* The index of the largest of x[0 .. n): the first of equal ones, NaNs
+ * never taken; where nothing exceeds -inf, the first -inf, else 0. */
+int kern_argmax(const float *x, int n);
 /* In-place softmax; the _scaled one of x[i] * scale (the products rounded
  * as a separate pass would round them: the same bits, one pass fewer). */
 void kern_softmax(float *x, int n);

