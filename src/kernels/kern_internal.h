@@ -328,6 +328,10 @@ void kern_add_avx2(float *y, const float *x, int n);
 void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);
 void kern_softmax_avx2(float *x, int n, float scale);
 int kern_argmax_avx2(const float *x, int n);
+/* kern_rope's pairs 0 .. k - 1 with 8 lanes, its bits (products and
+ * sums rounded as the scalar loop rounds them); returns k, a multiple of 4
+ * (interleaved) or 8, the pairs left to that loop. */
+int kern_rope_avx2(float *x, const float *cos, const float *sin, int dim, bool interleaved);
 void kern_silu_mul_avx2(float *out, const float *gate, const float *up, int n);
 void kern_row_bf16_avx2(float *out, const uint16_t *row, int n);
 

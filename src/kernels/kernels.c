@@ -595,8 +595,8 @@ void kern_silu_mul(float *out, const float *gate, const float *up, int n) {
 }
 
 void kern_rope(float *x, const float *cos, const float *sin, int dim, bool interleaved) {
-    int half = dim / 2;
-    for (int i = 0; i < half; i++) {
+    int half = dim / 2, i = kern_use_avx2() ? kern_rope_avx2(x, cos, sin, dim, interleaved) : 0;
+    for (; i < half; i++) {
         int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
         float x0 = x[a], x1 = x[b], c = cos[i], s = sin[i];
         x[a] = x0 * c - x1 * s;

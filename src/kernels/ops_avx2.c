@@ -184,6 +184,30 @@ int kern_argmax_avx2(const float *x, int n) {
     return 0;
 }
 
+int kern_rope_avx2(float *x, const float *cos, const float *sin, int dim, bool interleaved) {
+    int half = dim / 2, i = 0;
+    if (!interleaved) { /* pairs (i, i + half): eight at a time */
+        for (; i + 8 <= half; i += 8) {
+            __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + half);
+            __m256 c = _mm256_loadu_ps(cos + i), s = _mm256_loadu_ps(sin + i);
+            _mm256_storeu_ps(x + i, _mm256_sub_ps(_mm256_mul_ps(x0, c), _mm256_mul_ps(x1, s)));
+            _mm256_storeu_ps(x + i + half,
+                             _mm256_add_ps(_mm256_mul_ps(x0, s), _mm256_mul_ps(x1, c)));
+        }
+        return i;
+    }
+    /* pairs (2i, 2i + 1), four at a time: even lanes x0 c - x1 s, odd lanes
+     * x1 c + x0 s (the scalar sum's terms swapped: the same rounding) */
+    for (; i + 4 <= half; i += 4) {
+        __m256 v = _mm256_loadu_ps(x + 2 * i), sw = _mm256_permute_ps(v, 0xb1);
+        __m128 c4 = _mm_loadu_ps(cos + i), s4 = _mm_loadu_ps(sin + i);
+        __m256 c = _mm256_set_m128(_mm_unpackhi_ps(c4, c4), _mm_unpacklo_ps(c4, c4));
+        __m256 s = _mm256_set_m128(_mm_unpackhi_ps(s4, s4), _mm_unpacklo_ps(s4, s4));
+        _mm256_storeu_ps(x + 2 * i, _mm256_addsub_ps(_mm256_mul_ps(v, c), _mm256_mul_ps(sw, s)));
+    }
+    return i;
+}
+
 void kern_softmax_avx2(float *x, int n, float scale) {
     int i = 0;
     __m256 vm = _mm256_set1_ps(-INFINITY), vsc = _mm256_set1_ps(scale);

@@ -1105,6 +1105,27 @@ TEST(kern_rope_pair_orders) {
     }
 }
 
+/* The AVX2 rope gives the scalar loop's bits, both layouts, at widths
+ * around its 4- and 8-pair steps (the pairs past them left to the loop). */
+TEST(kern_rope_paths_agree) {
+    int bad = 0;
+    for (int dim = 2; dim <= 140 && !bad; dim += 2)
+        for (int il = 0; il < 2 && !bad; il++) {
+            float cs[70], sn[70], x[140], y[2][140];
+            for (int i = 0; i < dim / 2; i++)
+                cs[i] = cosf(0.7f * i + 0.1f), sn[i] = sinf(0.7f * i + 0.1f);
+            for (int i = 0; i < dim; i++) x[i] = frand() * 8;
+            for (int path = 0; path < 2; path++) {
+                kern_force_scalar(path == 1);
+                memcpy(y[path], x, sizeof x);
+                kern_rope(y[path], cs, sn, dim, il);
+            }
+            if (memcmp(y[0], y[1], sizeof y[0])) bad = dim * 2 + il;
+        }
+    kern_force_scalar(false);
+    CHECKF(!bad, "rope paths differ (dim %d, interleaved %d)", bad / 2, bad % 2);
+}
+
 TEST(kern_row_and_isa) {
     kern_init();
     CHECK(strcmp(kern_isa(), "avx2+avx512+bf16") == 0 || strcmp(kern_isa(), "avx2+avx512") == 0 ||
