@@ -220,7 +220,16 @@ int model_forward(model *m, model_kv_pool *kv, model_batch_seq *batch, int n_bat
     float *x = model_scratch(m, FWD_SLOT_X, (size_t)n * H);
     float *stage =
         max_entry ? model_scratch(m, FWD_SLOT_STAGE, (size_t)n * (size_t)max_entry) : NULL;
-    model_step st = {kv, batch, n_batch, n, pos, seq_of, first, stage};
+    model_step st = {kv, batch, n_batch, n, pos, seq_of, first, stage, NULL};
+    int rd = model_rope_dim(m);
+    if (rd) { /* every layer's angles, once */
+        float *rope = model_scratch(m, FWD_SLOT_ROPE, (size_t)n * (size_t)rd);
+        for (int t = 0; t < n; t++) {
+            float *r = rope + (size_t)t * (size_t)rd;
+            model_rope_at(m, pos[t], rd, r, r + rd / 2);
+        }
+        st.rope = rope;
+    }
     model_kv_prepare(m, &st);
 
     for (int t = 0; t < n; t++)

@@ -328,7 +328,7 @@ void gqa_attention(model *m, const model_step *st, int l, const float *x, float 
         }
     }
 
-    float *cs = model_scratch(m, FWD_SLOT_FAMILY0 + 2, (size_t)hd), *sn = cs + hd / 2;
+    float *buf = model_scratch(m, FWD_SLOT_FAMILY0 + 2, (size_t)hd);
     for (int t = 0; t < n; t++) {
         float *qt = qkv + (size_t)t * w, *kt = qt + qd;
         if (L->q_norm) {
@@ -337,7 +337,7 @@ void gqa_attention(model *m, const model_step *st, int l, const float *x, float 
             for (int h = 0; h < nkv; h++)
                 kern_rmsnorm(kt + h * hd, kt + h * hd, L->k_norm, hd, c->rms_norm_eps);
         }
-        model_rope_at(m, st->pos[t], hd, cs, sn);
+        const float *cs = model_rope_of(m, st, t, hd, buf), *sn = cs + hd / 2;
         for (int h = 0; h < nh; h++) kern_rope(qt + h * hd, cs, sn, hd, false);
         for (int h = 0; h < nkv; h++) kern_rope(kt + h * hd, cs, sn, hd, false);
         model_kv_put(m, st, l, t, kt);

@@ -304,10 +304,9 @@ void mla_attention_path(model *m, const model_step *st, int l, const float *x, f
         kern_matmul(p, q, qa, &L->q_b, NULL, n);
         free(qa);
     }
-    float *cs = di_malloc(sizeof(float) * (size_t)d.rope);
-    float *sn = cs + d.rope / 2;
+    float *buf = di_malloc(sizeof(float) * (size_t)d.rope);
     for (int t = 0; t < n; t++) {
-        model_rope_at(m, st->pos[t], d.rope, cs, sn);
+        const float *cs = model_rope_of(m, st, t, d.rope, buf), *sn = cs + d.rope / 2;
         for (int h = 0; h < d.H; h++)
             kern_rope(q + (size_t)t * d.H * d.qk + (size_t)h * d.qk + d.nope, cs, sn, d.rope, true);
         float *e = kva + (size_t)t * d.ent;
@@ -315,7 +314,7 @@ void mla_attention_path(model *m, const model_step *st, int l, const float *x, f
         kern_rope(e + d.lora, cs, sn, d.rope, true);
         model_kv_put(m, st, l, t, e);
     }
-    free(cs);
+    free(buf);
     free(kva);
 
     mla_ctx c = {.m = m, .st = st, .L = L, .l = l, .d = d, .q = q};

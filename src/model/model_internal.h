@@ -258,6 +258,7 @@ enum {
     FWD_SLOT_LOGITS,
     FWD_SLOT_FFN_GATE,
     FWD_SLOT_FFN_UP,
+    FWD_SLOT_ROPE,
     FWD_SLOT_FAMILY0, /* gqa_attention / mla_attention / moe_ffn use FAMILY0 + k */
     FWD_N_SLOTS = FWD_SLOT_FAMILY0 + 8
 };
@@ -276,6 +277,8 @@ typedef struct model_step {
     const int *first;  /* n_batch: index of each sequence's first token in the step */
     void *scratch;     /* KV staging for SWA layers: n_tokens entries of the largest
                           model_kv_entry_bytes (forward.c's FWD_SLOT_STAGE) */
+    const float *rope; /* or NULL: n_tokens rows of model_rope_dim floats, each
+                          token's cos then sin, once for all layers (forward.c) */
 } model_step;
 
 /* The per-token cache entry of layer l: K then V (2 * n_kv_heads * head_dim
@@ -337,6 +340,12 @@ void moe_ffn(model *m, const model_layer *L, const float *x, float *out, int n);
 /* RoPE tables: cos/sin of `dim` rotated dims at position pos (dim/2 each),
  * with the config's scaling (Llama 3, linear, YaRN) folded in. */
 void model_rope_at(const model *m, int pos, int dim, float *cos, float *sin);
+/* The width of the table above (0 without one): head_dim, or DeepSeek's
+ * qk_rope_head_dim. */
+int model_rope_dim(const model *m);
+/* Step token t's cos (dim / 2 floats, its sin right after): the step's
+ * rows where dim is model_rope_dim, else computed into buf (dim floats). */
+const float *model_rope_of(const model *m, const model_step *st, int t, int dim, float *buf);
 /* YaRN attention-scale factor (mscale^2 for DeepSeek), 1 otherwise. */
 float model_attn_mscale(const model *m);
 

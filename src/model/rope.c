@@ -128,6 +128,19 @@ void model_rope_at(const model *m, int pos, int dim, float *cos_out, float *sin_
     }
 }
 
+int model_rope_dim(const model *m) {
+    return m->rope ? ((const rope_tab *)m->rope)->dim : 0;
+}
+
+/* A token's angles are the same in every layer: forward.c computes them
+ * once a step (sincos per pair was 0.9 us a layer for a 64-wide head, of
+ * about 30 us of serial work between a decode layer's matmuls). */
+const float *model_rope_of(const model *m, const model_step *st, int t, int dim, float *buf) {
+    if (st->rope && dim == model_rope_dim(m)) return st->rope + (size_t)t * (size_t)dim;
+    model_rope_at(m, st->pos[t], dim, buf, buf + dim / 2);
+    return buf;
+}
+
 float model_attn_mscale(const model *m) {
     const model_config *c = &m->cfg;
     bool ds = c->arch == ARCH_DEEPSEEK_V2 || c->arch == ARCH_DEEPSEEK_V3;
