@@ -1,5 +1,5 @@
 /* ops_avx2.c — AVX2/FMA versions of the vector helpers (dot, axpy, norms,
- * softmax, SiLU, bf16 row expansion). Entered only through kernels.c's
+ * argmax, RoPE, softmax, SiLU, bf16 row expansion). Entered only through kernels.c's
  * dispatch. exp is a Cephes-style polynomial (about 1 ulp over the range the
  * model uses), so softmax and SiLU need no libm call per element. */
 #include "kernels/kern_internal.h"
