@@ -47,9 +47,9 @@ double sampler_uniform(sampler *s) {
 }
 
 /* The first index of the largest value (NaNs never win; 0 when nothing
- * compares). The maximum first, over 16 independent lanes (a vector max: no
- * chain through the index of the best so far, which ran at 4 ns a value),
- * then the first place it occurs. */
+ * compares): kern_argmax, the maximum first in vector lanes (no chain
+ * through the index of the best so far, which ran at 4 ns a value), then
+ * the first place it occurs. */
 int sampler_argmax(const float *logits, int n) {
     return kern_argmax(logits, n);
 }
