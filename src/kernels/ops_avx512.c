@@ -96,7 +96,7 @@ AI __m512 hsum16x16(const __m512 v[16]) {
  * accumulators (every row and query loaded once per 16 columns), and the
  * horizontal sums in registers, each head's four scores one store. */
 AI void dot4x4(float *out, size_t ld, const float *a, int h0, const void *b, const bool bf,
-               size_t stride, int i, int n) {
+               size_t stride, int i, int n, const int H) {
     __m512 acc[16]; /* row r, head q at 4r + q */
 #pragma GCC unroll 16
     for (int x = 0; x < 16; x++) acc[x] = _mm512_setzero_ps();
@@ -106,18 +106,20 @@ AI void dot4x4(float *out, size_t ld, const float *a, int h0, const void *b, con
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) bk[r] = load16(b, (size_t)(i + r) * stride + k, bf);
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) av[q] = _mm512_loadu_ps(aq + (size_t)q * n + k);
+        for (int q = 0; q < H; q++) av[q] = _mm512_loadu_ps(aq + (size_t)q * n + k);
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; q++)
+        for (int q = 0; q < H; q++)
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++)
                 acc[4 * r + q] = _mm512_fmadd_ps(av[q], bk[r], acc[4 * r + q]);
     }
-    __m512 s = hsum16x16(acc); /* chunk q: head q's four rows */
+    /* chunk q: head q's four rows; each lane sums one vector's own lanes,
+     * so the zeros of heads past H change no other head's bits */
+    __m512 s = hsum16x16(acc);
     _mm_storeu_ps(out + (size_t)h0 * ld + i, _mm512_castps512_ps128(s));
-    _mm_storeu_ps(out + (size_t)(h0 + 1) * ld + i, _mm512_extractf32x4_ps(s, 1));
-    _mm_storeu_ps(out + (size_t)(h0 + 2) * ld + i, _mm512_extractf32x4_ps(s, 2));
-    _mm_storeu_ps(out + (size_t)(h0 + 3) * ld + i, _mm512_extractf32x4_ps(s, 3));
+    if (H > 1) _mm_storeu_ps(out + (size_t)(h0 + 1) * ld + i, _mm512_extractf32x4_ps(s, 1));
+    if (H > 2) _mm_storeu_ps(out + (size_t)(h0 + 2) * ld + i, _mm512_extractf32x4_ps(s, 2));
+    if (H > 3) _mm_storeu_ps(out + (size_t)(h0 + 3) * ld + i, _mm512_extractf32x4_ps(s, 3));
 }
 
 /* The attention helpers prefetch the rows they walk, ROWS_AHEAD rows ahead,
@@ -168,18 +170,34 @@ AI void dot_heads(float *out, size_t ld, const float *a, int n_a, const void *b,
         int i = 0;
         for (; i + 4 <= m; i += 4) {
             if (h == 0) k_rows_ahead(b, stride, i, m, n, esize);
-            dot4x4(out, ld, a, h, b, bf, stride, i, n);
+            dot4x4(out, ld, a, h, b, bf, stride, i, n, 4);
         }
         for (; i + 2 <= m; i += 2) dot4(out, ld, a, h, b, bf, stride, i, 2, n);
         if (i < m) dot4(out, ld, a, h, b, bf, stride, i, 1, n);
     }
     if (h == n_a) return;
-    /* fewer than four heads left (or n not whole 16s) */
+    /* one to three heads left: their rows four at a time in the same
+     * registers (MLA's tasks of two heads took the path below for all of
+     * it), the rows past whole fours below */
+    int i = 0, left = n_a - h;
+    for (; n % 16 == 0 && i + 4 <= m; i += 4) {
+        if (h == 0) k_rows_ahead(b, stride, i, m, n, esize);
+        if (left == 1)
+            dot4x4(out, ld, a, h, b, bf, stride, i, n, 1);
+        else if (left == 2)
+            dot4x4(out, ld, a, h, b, bf, stride, i, n, 2);
+        else
+            dot4x4(out, ld, a, h, b, bf, stride, i, n, 3);
+    }
+    if (i == m) return;
+    /* the rest (or n not whole 16s) */
+    out += (size_t)h * ld + i;
+    a += (size_t)h * n;
+    b = (const char *)b + (size_t)i * stride * esize;
     if (bf)
-        kern_dot_heads_widened(out + (size_t)h * ld, ld, a + (size_t)h * n, n_a - h, b, stride, m,
-                               n);
+        kern_dot_heads_widened(out, ld, a, left, b, stride, m - i, n);
     else
-        kern_dot_heads_avx2(out + (size_t)h * ld, ld, a + (size_t)h * n, n_a - h, b, stride, m, n);
+        kern_dot_heads_avx2(out, ld, a, left, b, stride, m - i, n);
 }
 
 void kern_dot_heads_avx512(float *out, size_t ld, const float *a, int n_a, const void *b, bool bf,
