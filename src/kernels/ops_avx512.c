@@ -162,16 +162,24 @@ AI void k_rows_ahead(const void *b, size_t stride, int i, int m, int n, size_t e
         for (int r = 0; r < 4; r++) prefetch_row(b, stride, i + ROWS_AHEAD + r, n, esize);
 }
 
+/* Heads [h, h + H) against the rows four at a time (the first heads
+ * prefetching the rows); returns the rows done, the last whole four. */
+AI int dot_rows4(float *out, size_t ld, const float *a, int h, const int H, const void *b,
+                 const bool bf, size_t stride, int m, int n) {
+    size_t esize = bf ? 2 : 4;
+    int i = 0;
+    for (; i + 4 <= m; i += 4) {
+        if (h == 0) k_rows_ahead(b, stride, i, m, n, esize);
+        dot4x4(out, ld, a, h, b, bf, stride, i, n, H);
+    }
+    return i;
+}
+
 AI void dot_heads(float *out, size_t ld, const float *a, int n_a, const void *b, const bool bf,
                   size_t stride, int m, int n) {
-    size_t esize = bf ? 2 : 4;
     int h = 0;
     for (; n % 16 == 0 && h + 4 <= n_a; h += 4) {
-        int i = 0;
-        for (; i + 4 <= m; i += 4) {
-            if (h == 0) k_rows_ahead(b, stride, i, m, n, esize);
-            dot4x4(out, ld, a, h, b, bf, stride, i, n, 4);
-        }
+        int i = dot_rows4(out, ld, a, h, 4, b, bf, stride, m, n);
         for (; i + 2 <= m; i += 2) dot4(out, ld, a, h, b, bf, stride, i, 2, n);
         if (i < m) dot4(out, ld, a, h, b, bf, stride, i, 1, n);
     }
@@ -179,21 +187,16 @@ AI void dot_heads(float *out, size_t ld, const float *a, int n_a, const void *b,
     /* one to three heads left: their rows four at a time in the same
      * registers (MLA's tasks of two heads took the path below for all of
      * it), the rows past whole fours below */
-    int i = 0, left = n_a - h;
-    for (; n % 16 == 0 && i + 4 <= m; i += 4) {
-        if (h == 0) k_rows_ahead(b, stride, i, m, n, esize);
-        if (left == 1)
-            dot4x4(out, ld, a, h, b, bf, stride, i, n, 1);
-        else if (left == 2)
-            dot4x4(out, ld, a, h, b, bf, stride, i, n, 2);
-        else
-            dot4x4(out, ld, a, h, b, bf, stride, i, n, 3);
-    }
+    int left = n_a - h, i = 0;
+    if (n % 16 == 0)
+        i = left == 1   ? dot_rows4(out, ld, a, h, 1, b, bf, stride, m, n)
+            : left == 2 ? dot_rows4(out, ld, a, h, 2, b, bf, stride, m, n)
+                        : dot_rows4(out, ld, a, h, 3, b, bf, stride, m, n);
     if (i == m) return;
     /* the rest (or n not whole 16s) */
     out += (size_t)h * ld + i;
     a += (size_t)h * n;
-    b = (const char *)b + (size_t)i * stride * esize;
+    b = (const char *)b + (size_t)i * stride * (bf ? 2 : 4);
     if (bf)
         kern_dot_heads_widened(out, ld, a, left, b, stride, m - i, n);
     else
