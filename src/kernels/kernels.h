@@ -164,6 +164,17 @@ void kern_rope(float *x, const float *cos, const float *sin, int dim, bool inter
  * pool): streaming read bandwidth in GB/s over a buffer much larger than the
  * last-level cache, and fp32 FMA peak in GFLOP/s. */
 double kern_measure_read_bandwidth(pool *p, size_t bytes);
+/* The read that measures it, pass by pass, for timing between other work
+ * (the benchmark interleaves it with decode steps): a buffer of `bytes`
+ * (at least 1 MiB, whole pages) in huge pages, touched once at creation;
+ * each pass reads all of it with every thread of p, the lines prefetched as
+ * the one-token kernels prefetch theirs (l2: as the AVX2 kernels do), and
+ * returns its seconds. */
+typedef struct kern_read_probe kern_read_probe;
+kern_read_probe *kern_read_probe_new(size_t bytes);
+size_t kern_read_probe_bytes(const kern_read_probe *r);
+double kern_read_probe_pass(pool *p, const kern_read_probe *r, bool l2);
+void kern_read_probe_free(kern_read_probe *r);
 double kern_measure_fma_peak(pool *p);
 /* The peak of the bf16 dot products bf16 matmuls run on (AVX-512 BF16), in
  * GFLOP/s; 0 where the CPU has none (bf16 matmuls then run on FMAs). */

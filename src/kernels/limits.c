@@ -11,6 +11,7 @@
 #include "kernels/kern_internal.h"
 
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
@@ -68,25 +69,49 @@ static void bw_range(void *ctx, int lo, int hi) {
     (void)keep; /* the loads stay observable */
 }
 
-double kern_measure_read_bandwidth(pool *p, size_t bytes) {
+struct kern_read_probe {
+    uint8_t *buf;
+    size_t bytes;
+};
+
+kern_read_probe *kern_read_probe_new(size_t bytes) {
     if (bytes < ((size_t)1 << 20)) bytes = (size_t)1 << 20;
     bytes &= ~(size_t)(KERN_PAGE - 1);
+    kern_read_probe *r = di_malloc(sizeof *r);
     /* Huge pages, like the weights (loader.c): the limit is what the
      * machine streams at best, not what 4 KiB pages allow. */
-    uint8_t *buf = di_huge_alloc(bytes);
-    memset(buf, 1, bytes); /* every page touched before timing */
-    int pages = (int)(bytes / KERN_PAGE);
-    bw_job j = {.buf = buf};
-    pool_for(p, bw_range, &j, pages, BW_GRAIN); /* warm-up */
+    r->buf = di_huge_alloc(bytes);
+    r->bytes = bytes;
+    memset(r->buf, 1, bytes); /* every page touched before timing */
+    return r;
+}
+
+size_t kern_read_probe_bytes(const kern_read_probe *r) {
+    return r->bytes;
+}
+
+double kern_read_probe_pass(pool *p, const kern_read_probe *r, bool l2) {
+    bw_job j = {.buf = r->buf, .l2 = l2};
+    double t0 = di_now();
+    pool_for(p, bw_range, &j, (int)(r->bytes / KERN_PAGE), BW_GRAIN);
+    return di_now() - t0;
+}
+
+void kern_read_probe_free(kern_read_probe *r) {
+    if (!r) return;
+    di_huge_free(r->buf, r->bytes);
+    free(r);
+}
+
+double kern_measure_read_bandwidth(pool *p, size_t bytes) {
+    kern_read_probe *r = kern_read_probe_new(bytes);
+    kern_read_probe_pass(p, r, false); /* warm-up */
     double best = 0;
     for (int rep = 0; rep < 6; rep++) {
-        j.l2 = rep % 2;
-        double t0 = di_now();
-        pool_for(p, bw_range, &j, pages, BW_GRAIN);
-        double dt = di_now() - t0;
-        if (dt > 0 && (double)bytes / dt > best) best = (double)bytes / dt;
+        double dt = kern_read_probe_pass(p, r, rep % 2);
+        if (dt > 0 && (double)r->bytes / dt > best) best = (double)r->bytes / dt;
     }
-    di_huge_free(buf, bytes);
+    kern_read_probe_free(r);
     return best / 1e9;
 }
 

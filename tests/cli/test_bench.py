@@ -24,7 +24,7 @@ REQUIRED = ["bandwidth_gbs", "fma_gflops", "prefill_tok_s", "prefill_peak_frac",
             "prefill_paired_frac", "decode_tok_s_b1", "decode_roofline_frac_b1", "decode_tok_s_bB", "batch",
             "decode_bB_over_b1", "decode_paired_frac_b1", "decode_limit_tok_s_bB",
             "decode_limit_frac_bB", "decode_paired_bB_over_b1", "weight_mb", "rss_after_load_mb",
-            "gen_len", "prompt_len"]
+            "gen_len", "prompt_len", "decode_interleaved_frac_b1", "interleaved_read_gbs"]
 
 
 def bench(preset, *args):
