@@ -199,11 +199,6 @@ float kern_fp8e4m3_to_f32(uint8_t v) {
     return v & 0x80u ? -r : r;
 }
 
-static void prefetch_bytes(const void *p, size_t n) {
-    const char *c = p;
-    for (size_t o = 0; o < n; o += 64) __builtin_prefetch(c + o, 0, 2);
-}
-
 size_t kern_dtype_size(kern_dtype t) {
     return t == KT_F32 ? 4 : t == KT_I8 ? 1 : 2;
 }
@@ -278,19 +273,6 @@ int kern_one_token_grain(kern_dtype t, int cols) {
     size_t row = (size_t)(cols > 0 ? cols : 1) * kern_dtype_size(t);
     size_t g = ((64u << 10) / row + 15) / 16 * 16;
     return g > 0 ? (int)g : 16;
-}
-
-void kern_prefetch_mat(const kern_mat *W) {
-    if (W->panels && kern_panels_only(W)) { /* what the kernels will read */
-        prefetch_bytes(W->panels, copy_bytes(W));
-        return;
-    }
-    size_t n = (size_t)W->rows * (size_t)W->cols;
-    prefetch_bytes(W->data, n * kern_dtype_size(W->dtype));
-    if (W->dtype == KT_I8) {
-        int g = W->group > 0 ? W->group : W->cols;
-        prefetch_bytes(W->scales, (size_t)W->rows * (size_t)(W->cols / g) * sizeof(float));
-    }
 }
 
 void kern_prefetch_start(const void *p, size_t bytes) {

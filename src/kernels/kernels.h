@@ -109,10 +109,6 @@ kern_mat kern_mat_rows(const kern_mat *W, int r0, int n);
  * multiple of 16 rows, so every row of a band is reduced exactly as in the
  * whole matrix in every mode. */
 int kern_one_token_grain(kern_dtype t, int cols);
-/* Starts loading W's weights (and int8 scales) into the L2 cache, for a small
- * matrix that is about to be read cold: one request per cache line, issued
- * together, instead of a latency-bound stream. */
-void kern_prefetch_mat(const kern_mat *W);
 /* Starts loading the head of [p, p + bytes) (at most a page), rows the
  * attention helpers are about to read side by side: they prefetch only
  * ahead of the rows they read (K rows side by side a page on), so a run

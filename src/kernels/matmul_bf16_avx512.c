@@ -14,7 +14,8 @@
  * The kernels, by n:
  *   one token: in plain mode the rows one after another, one sequential
  *     stream per thread; per row the 32-column steps summed in four
- *     accumulators in turn, then added pairwise and reduced (below). In
+ *     accumulators in turn, then added pairwise and reduced (below; rows
+ *     under 128 columns sixteen at a time, to the same bits). In
  *     batch-invariant mode the GEMM's panels, packed once when the mode
  *     went on (kern_pack_panels, below), or where a matrix has no packed
  *     copy 16 rows transposed into the lanes in registers as they stream in
@@ -40,6 +41,7 @@
  * one while the odd one runs (split), 5-7 % slower than their plain order
  * at 64 and 512 tokens. */
 #include "kernels/kern_internal.h"
+#include "kernels/hsum_avx512.h"
 #include "kernels/load_avx512.h"
 
 #include <immintrin.h>
@@ -700,6 +702,48 @@ static void dp1_rows(void *ctx, int lo, int hi) {
     }
 }
 
+/* Rows shorter than one 128-column step (MLA's absorbed query: 64 columns
+ * a row, 256 rows a head) are all tail and reduction in dp1_rows, whose
+ * tail chains sit in memory: 1.03-1.10 us a head from L1 or L2. Sixteen
+ * rows go together here, each row's chains formed as dp1_rows forms them
+ * (a chunk past K adds +0, as dp1_rows's untouched chains do) and added in
+ * the same pairs, then one butterfly for the sixteen sums, whose adds are
+ * _mm512_reduce_add_ps's (hsum16x16): the same bits, 0.37-0.42 us a head.
+ * Lane 4c + e of the butterfly holds row c + 4e. */
+static void dp1_short_rows(void *ctx, int lo, int hi) {
+    const dp_job *j = ctx;
+    const kern_mat *W = j->W;
+    int K = W->cols, r = lo;
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m512i xc[DP1_CHAINS]; /* the 32-column chunks: x, and each one's mask */
+    __mmask32 mc[DP1_CHAINS];
+#pragma GCC unroll 4
+    for (int c = 0; c < DP1_CHAINS; c++) {
+        int k = 32 * c;
+        mc[c] = K - k >= 32 ? ~0u : K > k ? (1u << (K - k)) - 1 : 0;
+        xc[c] = K > k ? _mm512_loadu_si512(j->xb + k) : _mm512_setzero_si512();
+    }
+    for (; r + 16 <= hi; r += 16) {
+        const uint16_t *w = (const uint16_t *)W->data + (size_t)r * K;
+        kern_stream_ahead(w, 16 * (size_t)K * sizeof(uint16_t));
+        __m512 v[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++, w += K) {
+            __m512 a[DP1_CHAINS];
+#pragma GCC unroll 4
+            for (int c = 0; c < DP1_CHAINS; c++) /* chunks past K add +0 */
+                a[c] = _mm512_dpbf16_ps(_mm512_setzero_ps(),
+                                        (__m512bh)_mm512_maskz_loadu_epi16(mc[c], w + 32 * c),
+                                        (__m512bh)xc[c]);
+            v[i] = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
+        }
+        __m512 s = _mm512_permutexvar_ps(order, hsum16x16(v));
+        __m512 b = j->bias ? _mm512_loadu_ps(j->bias + r) : _mm512_setzero_ps();
+        _mm512_storeu_ps(j->y + r, _mm512_add_ps(s, b));
+    }
+    if (r < hi) dp1_rows(ctx, r, hi);
+}
+
 /* Rounds 16 floats to bf16 as kern_f32_to_bf16 does (nearest even, NaN kept
  * quiet). */
 AI __m256i round16(const float *src) {
@@ -797,7 +841,8 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         kern_bf16_inv1_avx512(p, y, xb, W, bias);
     } else if (n == 1) {
         /* one stream per thread, the threads' ends balanced (pool_for) */
-        pool_for(p, dp1_rows, &j, W->rows, kern_one_token_grain(KT_BF16, K));
+        pool_for(p, K < 128 ? dp1_short_rows : dp1_rows, &j, W->rows,
+                 kern_one_token_grain(KT_BF16, K));
     } else if (lanes) {
         int groups = (n + 15) / 16;
         tl_job tj = {.W = W, .y = y, .gpairs = ldx / 2, .bias = bias, .n = n, .split = split};

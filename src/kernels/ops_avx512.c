@@ -22,6 +22,7 @@
 #include <math.h>
 
 #include "kernels/hsum_avx2.h"
+#include "kernels/hsum_avx512.h"
 
 #define AI         static inline __attribute__((always_inline))
 #define ROWS_AHEAD 16 /* cached rows prefetched ahead (prefetch_row) */
@@ -67,29 +68,6 @@ AI void dot4(float *out, size_t ld, const float *a, int h0, const void *b, const
         hsum8x4(v, o);
         for (int q = 0; q < 4; q++) out[(size_t)(h0 + q) * ld + i + r] = o[q];
     }
-}
-
-/* The horizontal sums of sixteen vectors, bit for bit halves() then hsum8
- * of each: the same adds in the same pairs (lane l with l + 8, then l + 4,
- * then (0 + 2) + (1 + 3)), done as a butterfly over all sixteen so that
- * every shuffle and add serves several sums (45 instructions for 16 sums,
- * against 76 for halves and two hsum8x8). Lane 4c + e holds v[c + 4e]'s. */
-AI __m512 hsum16x16(const __m512 v[16]) {
-    __m512 w[8], u[4], t[2];
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; k++) /* [lo + hi 256 of v[2k] | of v[2k + 1]] */
-        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44),
-                             _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE));
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) /* 128-bit chunk c: lo + hi 128 of v[4k + c]'s 8 */
-        u[k] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88),
-                             _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD));
-#pragma GCC unroll 2
-    for (int k = 0; k < 2; k++) /* chunk c: (0 + 2, 1 + 3) of v[8k + c], of v[8k + 4 + c] */
-        t[k] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_ps(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 /* Heads a[h0 .. h0+4) against rows [i, i + 4): dot4's sums, sixteen

@@ -109,16 +109,14 @@ static void mla_absorb_attend(void *vctx, int task, int n) {
     int s0 = model_attn_start(c->m, c->l, pos), C = pos - s0 + 1;
     float *sc = c->scores + (size_t)task * c->hc * c->max_ctx;
     const float *qt = c->q + (size_t)t * d->H * d->qk;
-    if (c->fused) { /* q_lat = W_uk^T q_nope for this task's heads */
-        /* cold, small and read once per token: requested together, not as
-         * a stream that starts again at every head */
-        for (int h = ha; h < hb; h++) kern_prefetch_mat(&c->L->w_uk_t[h]);
+    /* Each head's W_uk^T and W_uv are read cold, once a token, by the
+     * kernels' own streams. Requested up front as well (every line of the
+     * task's 256 KiB at once), dsv3-1b's task took 28-34 us against 24-29
+     * at 300-600 positions: the requests held the core while they queued. */
+    if (c->fused) /* q_lat = W_uk^T q_nope for this task's heads */
         for (int h = ha; h < hb; h++)
             kern_matmul(NULL, c->qlat + ((size_t)h * c->na + i) * d->lora, qt + (size_t)h * d->qk,
                         &c->L->w_uk_t[h], NULL, 1);
-        /* read cold at the end: requested now, they arrive while the task attends */
-        for (int h = ha; h < hb; h++) kern_prefetch_mat(&c->L->w_uv[h]);
-    }
     int nh = hb - ha;
     size_t lora = (size_t)d->lora, ml = (size_t)c->max_ctx;
     kern_dtype kt = model_kv_step_dtype(c->st);

@@ -346,6 +346,44 @@ TEST(kern_matmul_thread_independent) {
     CHECKF(!bad, "thread count changed the result (code %d)", bad);
 }
 
+/* bf16 rows shorter than 128 columns at one token take sixteen rows at a
+ * time on AVX-512 BF16 (dp1_short_rows); a one-row view of each row takes
+ * the row loop every longer row takes. Both give the same bits, with and
+ * without a bias, at row counts around the sixteens, on one thread and
+ * on two. */
+TEST(kern_matmul_bf16_short_rows_same_bits) {
+    static const int cols[] = {1, 7, 16, 31, 32, 33, 63, 64, 65, 96, 127, 128, 200};
+    static const int rows[] = {1, 15, 16, 17, 33, 64, 256, 530};
+    pool *pools[2] = {pool_create(1), pool_create(2)};
+    int bad = 0;
+    for (int ci = 0; ci < 13 && !bad; ci++)
+        for (int ri = 0; ri < 8 && !bad; ri++) {
+            int K = cols[ci], M = rows[ri];
+            tmat t = make_mat(KT_BF16, M, K, 0);
+            float *x = malloc(sizeof(float) * (size_t)K), *bias = malloc(sizeof(float) * M);
+            float *y = malloc(sizeof(float) * M), *want = malloc(sizeof(float) * M);
+            for (int k = 0; k < K; k++) x[k] = frand();
+            for (int r = 0; r < M; r++) bias[r] = frand();
+            for (int b = 0; b < 2 && !bad; b++)
+                for (int pi = 0; pi < 2 && !bad; pi++) {
+                    for (int r = 0; r < M; r++) {
+                        kern_mat row = kern_mat_rows(&t.m, r, 1);
+                        kern_matmul(NULL, want + r, x, &row, b ? bias + r : NULL, 1);
+                    }
+                    kern_matmul(pools[pi], y, x, &t.m, b ? bias : NULL, 1);
+                    for (int r = 0; r < M && !bad; r++)
+                        if (bits(y[r]) != bits(want[r])) bad = 1 + ri + 10 * ci + 1000 * b;
+                }
+            free(x);
+            free(bias);
+            free(y);
+            free(want);
+            free_mat(&t);
+        }
+    for (int i = 0; i < 2; i++) pool_free(pools[i]);
+    CHECKF(!bad, "short bf16 rows: sixteen at a time differ from one at a time (code %d)", bad);
+}
+
 /* int8 weights, prefill in plain mode on AVX-512 BF16: the bf16 GEMM on
  * the weights' integers, one scale per row or per group (32, 128: blocks of
  * one group; 1024: groups of two blocks). Its products are exact, so the
