@@ -15,7 +15,7 @@
  *   one token: in plain mode the rows one after another, one sequential
  *     stream per thread; per row the 32-column steps summed in four
  *     accumulators in turn, then added pairwise and reduced (below; rows
- *     under 128 columns sixteen at a time, to the same bits). In
+ *     of up to 128 columns sixteen at a time, to the same bits). In
  *     batch-invariant mode the GEMM's panels, packed once when the mode
  *     went on (kern_pack_panels, below), or where a matrix has no packed
  *     copy 16 rows transposed into the lanes in registers as they stream in
@@ -702,14 +702,15 @@ static void dp1_rows(void *ctx, int lo, int hi) {
     }
 }
 
-/* Rows shorter than one 128-column step (MLA's absorbed query: 64 columns
- * a row, 256 rows a head) are all tail and reduction in dp1_rows, whose
- * tail chains sit in memory: 1.03-1.10 us a head from L1 or L2. Sixteen
- * rows go together here, each row's chains formed as dp1_rows forms them
- * (a chunk past K adds +0, as dp1_rows's untouched chains do) and added in
- * the same pairs, then one butterfly for the sixteen sums, whose adds are
- * _mm512_reduce_add_ps's (hsum16x16): the same bits, 0.37-0.42 us a head.
- * Lane 4c + e of the butterfly holds row c + 4e. */
+/* Rows of at most one 128-column step are all tail or one step and a
+ * reduction in dp1_rows, whose tail chains sit in memory: MLA's absorbed
+ * query (W_uk^T, 64 columns a row in dsv3-1b, 128 in DeepSeek V2/V3) took
+ * 1.03-1.10 us for a head of 256 x 64 even from L1 or L2, 2.14 for 512 x
+ * 128. Sixteen rows go together here, each row's chains formed as dp1_rows
+ * forms them (a chunk past K adds +0, as dp1_rows's untouched chains do)
+ * and added in the same pairs, then one butterfly for the sixteen sums,
+ * whose adds are _mm512_reduce_add_ps's (hsum16x16): the same bits, 0.37-0.42
+ * and 1.63 us. Lane 4c + e of the butterfly holds row c + 4e. */
 static void dp1_short_rows(void *ctx, int lo, int hi) {
     const dp_job *j = ctx;
     const kern_mat *W = j->W;
@@ -841,7 +842,7 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         kern_bf16_inv1_avx512(p, y, xb, W, bias);
     } else if (n == 1) {
         /* one stream per thread, the threads' ends balanced (pool_for) */
-        pool_for(p, K < 128 ? dp1_short_rows : dp1_rows, &j, W->rows,
+        pool_for(p, K <= 128 ? dp1_short_rows : dp1_rows, &j, W->rows,
                  kern_one_token_grain(KT_BF16, K));
     } else if (lanes) {
         int groups = (n + 15) / 16;
