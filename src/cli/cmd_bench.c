@@ -80,6 +80,7 @@ static void random_ids(int *ids, int n, int vocab, uint64_t *state) {
  * pass of the plain read (BENCH_INTERLEAVED_READ). */
 static int bench_interleaved(model *m, model_kv_pool *kv, model_seq *s, int *next, float *logits,
                              int n, bench_result *r, di_err *err) {
+    if (n < 1) return 0;
     const model_info *info = model_get_info(m);
     size_t bytes = (size_t)info->active_bytes_per_token;
     kern_read_probe *rp =
@@ -100,7 +101,7 @@ static int bench_interleaved(model *m, model_kv_pool *kv, model_seq *s, int *nex
     for (int v = 0; v < 2; v++)
         if (passes[v]) read = fmax(read, passes[v] * (double)kern_read_probe_bytes(rp) / t_read[v]);
     kern_read_probe_free(rp);
-    if (rc || n < 1) return rc;
+    if (rc) return rc;
     r->interleaved_steps = n;
     r->interleaved_read_gbs = read / 1e9;
     r->decode_interleaved_frac_b1 = n * (double)bytes / t_step / read;
