@@ -244,6 +244,12 @@ void kern_one_rows_avx2(const kern_one_rows *o, int r0, int r1);
  * prefill (batch-invariant mode: one order for all). */
 void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *W,
                              const float *bias, int n);
+/* Its one-token rows in plain mode on activations already rounded
+ * (kern_one_act_prepare): the padded row's length in elements, the
+ * rounding, and all of W's rows on the calling thread. */
+size_t kern_bf16_one_ldx(int cols);
+void kern_bf16_one_prepare(uint16_t *xb, const float *x, int cols);
+void kern_bf16_one_prepared(float *y, const uint16_t *xb, const kern_mat *W);
 /* The GEMM's packed panels of a bf16 matrix, all of them at once
  * (kern_pack_panels): their size in bytes, and the packing. */
 #define KERN_PANEL_GROUP_ROWS 128 /* rows per group of the packed panels */

@@ -54,6 +54,16 @@ void kern_set_batch_invariant(bool on);
  * (NULL = calling thread only). n == 1 is the bandwidth-bound decode case;
  * larger n is the FLOP-bound prefill case (blocked GEMM). */
 void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const float *bias, int n);
+/* One token's activations prepared once for one-token matmuls on the
+ * calling thread over several bands of matrices with W's dtype and columns
+ * (the rows of a list of experts laid end to end, each thread taking its
+ * bands): kern_one_act_bytes(W) bytes (0 where the kernels take x as it
+ * is), 64-byte aligned, filled by kern_one_act_prepare; kern_matmul_one
+ * then gives y = W x, bit for bit kern_matmul(NULL, y, x, W, NULL, 1),
+ * without preparing x again (act NULL: it does). */
+size_t kern_one_act_bytes(const kern_mat *W);
+void kern_one_act_prepare(void *act, const float *x, const kern_mat *W);
+void kern_matmul_one(float *y, const void *act, const float *x, const kern_mat *W);
 /* Batch-invariant mode sums a bf16 or int8 matmul's outputs with rows side
  * by side in the vector lanes; for one token without a packed copy of the
  * weights in that layout the kernel transposes the rows as it streams them,

@@ -127,3 +127,29 @@ void kern_matmul(pool *p, float *y, const float *x, const kern_mat *W, const flo
     if (!kern_use_avx2() || !kern_matmul_avx2(p, y, x, W, bias, n, kern_batch_inv()))
         kern_matmul_scalar(p, y, x, W, bias, n);
 }
+
+/* Prepared activations: where a one-token matmul would round x to bf16 for
+ * vdpbf16ps rows (plain mode, no packed copy, as kern_matmul_bf16_avx512
+ * takes it at n = 1), the rounded row; elsewhere nothing, and
+ * kern_matmul_one is kern_matmul on the calling thread. dsv3-1b's expert
+ * lists called kern_matmul about 24 times a thread a list, each rounding
+ * its x again: with x rounded once a job, decode steps 0.1-1.2 % shorter
+ * (mean 0.65 %, alternating step by step in one process, 4 runs). */
+static bool one_act_bf16(const kern_mat *W) {
+    return W->dtype == KT_BF16 && W->cols > 0 && kern_use_avx512_bf16() && !kern_batch_inv();
+}
+
+size_t kern_one_act_bytes(const kern_mat *W) {
+    return one_act_bf16(W) ? kern_bf16_one_ldx(W->cols) * sizeof(uint16_t) : 0;
+}
+
+void kern_one_act_prepare(void *act, const float *x, const kern_mat *W) {
+    if (one_act_bf16(W)) kern_bf16_one_prepare(act, x, W->cols);
+}
+
+void kern_matmul_one(float *y, const void *act, const float *x, const kern_mat *W) {
+    if (act && one_act_bf16(W) && W->rows > 0)
+        kern_bf16_one_prepared(y, act, W);
+    else
+        kern_matmul(NULL, y, x, W, NULL, 1);
+}

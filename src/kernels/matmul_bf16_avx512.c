@@ -797,8 +797,12 @@ static void prep_groups(void *ctx, int lo, int hi) {
  * multiple of 1024, in 64-byte aligned scratch (ldx is a multiple of 32):
  * every 32-column load of the activations one cache line (misaligned, the
  * one-token rows streamed 15-20 % slower). */
+size_t kern_bf16_one_ldx(int cols) {
+    return (size_t)((cols + 31) & ~31) + 64;
+}
+
 static prep_job prep_buffers(const float *x, int K, int n) {
-    size_t ldx = (size_t)((K + 31) & ~31) + 64;
+    size_t ldx = kern_bf16_one_ldx(K);
     uint16_t *xb = kern_scratch(KERN_SCRATCH_ACT, (size_t)n * ldx * sizeof(uint16_t));
     return (prep_job){.x = x, .xb = xb, .ldx = ldx, .K = K, .n = n};
 }
@@ -859,6 +863,16 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
     } else {
         kern_bf16_few_avx512(p, y, xb, ldx, W, bias, n);
     }
+}
+
+void kern_bf16_one_prepare(uint16_t *xb, const float *x, int cols) {
+    prep_job pj = {.x = x, .xb = xb, .ldx = kern_bf16_one_ldx(cols), .K = cols, .n = 1};
+    prep_rows(&pj, 0, 1);
+}
+
+void kern_bf16_one_prepared(float *y, const uint16_t *xb, const kern_mat *W) {
+    dp_job j = {.W = W, .y = y, .xb = xb, .n = 1};
+    (W->cols <= 128 ? dp1_short_rows : dp1_rows)(&j, 0, W->rows);
 }
 
 /* int8 weights, above KERN_GEMM_MIN_N tokens in plain mode: the packed GEMM

@@ -39,7 +39,7 @@ void deepseek_jobs_add(deepseek_jobs *js, const kern_mat *W, const float *x, flo
         js->cap = js->cap ? 2 * js->cap : 64;
         js->j = di_realloc(js->j, sizeof(deepseek_job) * (size_t)js->cap);
     }
-    js->j[js->n++] = (deepseek_job){*W, x, y, n};
+    js->j[js->n++] = (deepseek_job){*W, x, y, n, NULL};
 }
 
 static void ds_job_run(void *ctx, int i, int n) {
@@ -56,7 +56,7 @@ static void ds_rows_run(void *ctx, int lo, int hi) {
         int a = lo > base ? lo - base : 0, b = hi - base < j->W.rows ? hi - base : j->W.rows;
         if (a >= b) continue;
         kern_mat band = kern_mat_rows(&j->W, a, b - a);
-        kern_matmul(NULL, j->y + a, j->x, &band, NULL, 1);
+        kern_matmul_one(j->y + a, j->act, j->x, &band);
     }
 }
 
@@ -82,7 +82,27 @@ void deepseek_jobs_run(pool *p, deepseek_jobs *js) {
      * first row starts and ends on each matrix's groups */
     for (int i = 0; i < js->n && one && group > 1; i++) one = js->j[i].W.rows % group == 0;
     if (one) {
+        /* each job's x prepared once here, not in each band a thread takes
+         * (about 24 a thread in a list of dsv3-1b's experts); jobs in a row
+         * on one x share it */
+        size_t bytes = 0;
+        for (int i = 0; i < js->n; i++) bytes += kern_one_act_bytes(&js->j[i].W);
+        char *act = bytes ? di_alloc_aligned(bytes) : NULL;
+        size_t o = 0;
+        for (int i = 0; i < js->n && act; i++) {
+            deepseek_job *j = &js->j[i], *prev = i ? j - 1 : NULL;
+            size_t b = kern_one_act_bytes(&j->W);
+            if (!b) continue;
+            if (prev && prev->act && prev->x == j->x && prev->W.cols == j->W.cols) {
+                j->act = prev->act;
+                continue;
+            }
+            kern_one_act_prepare(act + o, j->x, &j->W);
+            j->act = act + o;
+            o += b;
+        }
         pool_for(p, ds_rows_run, js, rows, grain);
+        di_free_aligned(act);
     } else if (p && js->n >= 2 * threads) {
         pool_run(p, ds_job_run, js, js->n);
     } else {

@@ -25,6 +25,7 @@ typedef struct deepseek_job {
     const float *x;
     float *y;
     int n;
+    const void *act; /* x prepared once for the one-token bands (kern_one_act_prepare) */
 } deepseek_job;
 typedef struct deepseek_jobs {
     deepseek_job *j;

@@ -384,6 +384,46 @@ TEST(kern_matmul_bf16_short_rows_same_bits) {
     CHECKF(!bad, "short bf16 rows: sixteen at a time differ from one at a time (code %d)", bad);
 }
 
+/* kern_matmul_one on activations prepared once gives kern_matmul's bits
+ * at one token, for bands of a matrix as deepseek_jobs_run takes them, in
+ * every dtype (where nothing is prepared it is kern_matmul), in plain and
+ * batch-invariant mode, and with no prepared activations at all. */
+TEST(kern_matmul_one_prepared_same_bits) {
+    static const int shapes[][2] = {{48, 64}, {64, 128}, {96, 200}, {37, 1024}};
+    int bad = 0;
+    for (int inv = 0; inv < 2 && !bad; inv++) {
+        kern_set_batch_invariant(inv);
+        for (int d = 0; d < 3 && !bad; d++)
+            for (int si = 0; si < 4 && !bad; si++) {
+                kern_dtype dt = d == 0 ? KT_BF16 : d == 1 ? KT_F32 : KT_I8;
+                int M = shapes[si][0], K = shapes[si][1];
+                tmat t = make_mat(dt, M, K, K);
+                float *x = malloc(sizeof(float) * (size_t)K), *y = malloc(sizeof(float) * M);
+                float *want = malloc(sizeof(float) * M);
+                for (int k = 0; k < K; k++) x[k] = frand();
+                size_t ab = kern_one_act_bytes(&t.m);
+                void *act = ab ? di_alloc_aligned(ab) : NULL;
+                if (ab) kern_one_act_prepare(act, x, &t.m);
+                kern_matmul(NULL, want, x, &t.m, NULL, 1);
+                for (int use = 0; use < 2 && !bad; use++)
+                    for (int r0 = 0; r0 < M && !bad; r0 += 16) { /* bands of 16 rows and the rest */
+                        int n = M - r0 < 16 ? M - r0 : 16;
+                        kern_mat band = kern_mat_rows(&t.m, r0, n);
+                        kern_matmul_one(y + r0, use ? act : NULL, x, &band);
+                        for (int r = r0; r < r0 + n && !bad; r++)
+                            if (bits(y[r]) != bits(want[r])) bad = 1 + si + 10 * d + 100 * inv;
+                    }
+                di_free_aligned(act);
+                free(x);
+                free(y);
+                free(want);
+                free_mat(&t);
+            }
+    }
+    kern_set_batch_invariant(false);
+    CHECKF(!bad, "prepared one-token matmul differs from kern_matmul (code %d)", bad);
+}
+
 /* int8 weights, prefill in plain mode on AVX-512 BF16: the bf16 GEMM on
  * the weights' integers, one scale per row or per group (32, 128: blocks of
  * one group; 1024: groups of two blocks). Its products are exact, so the
