@@ -93,7 +93,8 @@ void deepseek_jobs_run(pool *p, deepseek_jobs *js) {
             deepseek_job *j = &js->j[i], *prev = i ? j - 1 : NULL;
             size_t b = kern_one_act_bytes(&j->W);
             if (!b) continue;
-            if (prev && prev->act && prev->x == j->x && prev->W.cols == j->W.cols) {
+            if (prev && prev->act && prev->x == j->x && prev->W.cols == j->W.cols &&
+                prev->W.dtype == j->W.dtype && prev->W.group == j->W.group) {
                 j->act = prev->act;
                 continue;
             }
