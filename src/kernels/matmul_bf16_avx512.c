@@ -745,6 +745,11 @@ static void dp1_short_rows(void *ctx, int lo, int hi) {
     if (r < hi) dp1_rows(ctx, r, hi);
 }
 
+/* The one-token row kernel for rows of K columns. */
+static pool_range_fn dp1_for(int K) {
+    return K <= 128 ? dp1_short_rows : dp1_rows;
+}
+
 /* Rounds 16 floats to bf16 as kern_f32_to_bf16 does (nearest even, NaN kept
  * quiet). */
 AI __m256i round16(const float *src) {
@@ -846,8 +851,7 @@ void kern_matmul_bf16_avx512(pool *p, float *y, const float *x, const kern_mat *
         kern_bf16_inv1_avx512(p, y, xb, W, bias);
     } else if (n == 1) {
         /* one stream per thread, the threads' ends balanced (pool_for) */
-        pool_for(p, K <= 128 ? dp1_short_rows : dp1_rows, &j, W->rows,
-                 kern_one_token_grain(KT_BF16, K));
+        pool_for(p, dp1_for(K), &j, W->rows, kern_one_token_grain(KT_BF16, K));
     } else if (lanes) {
         int groups = (n + 15) / 16;
         tl_job tj = {.W = W, .y = y, .gpairs = ldx / 2, .bias = bias, .n = n, .split = split};
@@ -872,7 +876,7 @@ void kern_bf16_one_prepare(uint16_t *xb, const float *x, int cols) {
 
 void kern_bf16_one_prepared(float *y, const uint16_t *xb, const kern_mat *W) {
     dp_job j = {.W = W, .y = y, .xb = xb, .n = 1};
-    (W->cols <= 128 ? dp1_short_rows : dp1_rows)(&j, 0, W->rows);
+    dp1_for(W->cols)(&j, 0, W->rows);
 }
 
 /* int8 weights, above KERN_GEMM_MIN_N tokens in plain mode: the packed GEMM
